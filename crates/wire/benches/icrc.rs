@@ -1,0 +1,2 @@
+//! Placeholder; the full benchmark lands with the wire crate's proof.
+fn main() {}

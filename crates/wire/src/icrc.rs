@@ -1,0 +1,262 @@
+//! The invariant CRC of RoCE v2 (IBA Annex A17.3.3).
+//!
+//! The ICRC is CRC-32 (the Ethernet polynomial, reflected, initial value and
+//! final XOR all ones) over:
+//!
+//! 1. 8 bytes of 0xff, standing in for the LRH of native InfiniBand;
+//! 2. the IP header with the fields routers may change set to all ones —
+//!    IPv4: type of service, time to live, header checksum; IPv6: traffic
+//!    class, flow label, hop limit;
+//! 3. the UDP header with the checksum set to 0xffff;
+//! 4. the BTH with byte 4 (FECN, BECN, reserved) set to 0xff;
+//! 5. everything after the BTH up to the ICRC: extension headers, payload, pad.
+//!
+//! The result is stored after the pad, least significant byte first.
+//!
+//! The IPv4 *identification* and *flags* are covered. A receiver on a plain
+//! UDP socket never sees them; [`solve_ipv4_id`] recovers an identification
+//! that makes a packet check, for peers that do not send 0.
+
+use crate::bth;
+use crate::ip::{IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
+
+/// Running ICRC computation. Feed the parts in wire order.
+#[derive(Clone)]
+pub struct Icrc(crc32fast::Hasher);
+
+impl Default for Icrc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Icrc {
+    /// Starts a computation: feeds the 8 bytes of 0xff.
+    pub fn new() -> Self {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[0xff; 8]);
+        Icrc(h)
+    }
+
+    /// Feeds a 20-byte IPv4 header, masking TOS, TTL and header checksum.
+    /// `hdr` must be exactly the header (no options).
+    pub fn ipv4_header(&mut self, hdr: &[u8; IPV4_HEADER_LEN]) {
+        let mut m = *hdr;
+        m[1] = 0xff;
+        m[8] = 0xff;
+        m[10] = 0xff;
+        m[11] = 0xff;
+        self.0.update(&m);
+    }
+
+    /// Feeds a 40-byte IPv6 header, masking traffic class, flow label and
+    /// hop limit.
+    pub fn ipv6_header(&mut self, hdr: &[u8; IPV6_HEADER_LEN]) {
+        let mut m = *hdr;
+        m[0] |= 0x0f;
+        m[1] = 0xff;
+        m[2] = 0xff;
+        m[3] = 0xff;
+        m[7] = 0xff;
+        self.0.update(&m);
+    }
+
+    /// Feeds the UDP header with its checksum masked.
+    pub fn udp_header(&mut self, hdr: &[u8; UDP_HEADER_LEN]) {
+        let mut m = *hdr;
+        m[6] = 0xff;
+        m[7] = 0xff;
+        self.0.update(&m);
+    }
+
+    /// Feeds the BTH with byte 4 masked, then any bytes after it.
+    pub fn transport(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(bth::HEADER_LEN);
+        let mut b = [0u8; bth::HEADER_LEN];
+        b[..n].copy_from_slice(&bytes[..n]);
+        if n > bth::ICRC_MASKED_BYTE {
+            b[bth::ICRC_MASKED_BYTE] = 0xff;
+        }
+        self.0.update(&b[..n]);
+        self.0.update(&bytes[n..]);
+    }
+
+    /// Feeds unmasked bytes (extension headers, payload, pad).
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The ICRC value; store it with `to_le_bytes()`.
+    pub fn finish(self) -> u32 {
+        self.0.finalize()
+    }
+}
+
+// --- GF(2) helpers for the unknown-identification case ---------------------
+
+/// Reflected CRC-32 polynomial.
+const POLY: u32 = 0xedb8_8320;
+
+/// a(x)·b(x) mod P(x), both in the reflected bit order of CRC-32.
+fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut m = 1u32 << 31;
+    let mut p = 0u32;
+    loop {
+        if a & m != 0 {
+            p ^= b;
+            if a & (m - 1) == 0 {
+                break;
+            }
+        }
+        m >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    }
+    p
+}
+
+/// x^(8n) mod P: the operator that appends `n` zero bytes to a raw CRC state.
+fn x8n_mod_p(mut n: usize) -> u32 {
+    let mut result = 1u32 << 31; // x^0
+    let mut sq = 1u32 << 23; // x^8
+    while n != 0 {
+        if n & 1 != 0 {
+            result = mul_mod_p(sq, result);
+        }
+        sq = mul_mod_p(sq, sq);
+        n >>= 1;
+    }
+    result
+}
+
+/// Raw (no init, no final XOR) CRC state of two bytes.
+fn raw_crc_2(b: [u8; 2]) -> u32 {
+    let mut c = 0u32;
+    for byte in b {
+        c ^= byte as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+        }
+    }
+    c
+}
+
+/// Finds the IPv4 identification that makes `computed_with_id0` (the ICRC
+/// computed with identification 0) equal `stored`, for a datagram whose
+/// identification field is followed by `bytes_after_id` bytes of ICRC input
+/// (everything after IP header byte 5, through the pad).
+///
+/// The ICRC is affine in the identification bits, so this solves 32 linear
+/// equations in 16 unknowns over GF(2). A solution exists for a genuine
+/// packet; for a corrupted one only with probability 2^-16, so a receiver
+/// that cannot see the IP header keeps a 16-bit check where it would
+/// otherwise have none.
+pub fn solve_ipv4_id(computed_with_id0: u32, stored: u32, bytes_after_id: usize) -> Option<u16> {
+    let target = computed_with_id0 ^ stored;
+    if target == 0 {
+        return Some(0);
+    }
+    let shift = x8n_mod_p(bytes_after_id);
+    // Column i: effect on the final CRC of identification bit i (bit 15 is
+    // the MSB of the first byte on the wire).
+    let mut rows: [(u32, u16); 16] = [(0, 0); 16];
+    for (i, row) in rows.iter_mut().enumerate() {
+        let id = 1u16 << i;
+        *row = (mul_mod_p(raw_crc_2(id.to_be_bytes()), shift), id);
+    }
+    // Gaussian elimination over GF(2) on the 32-bit effects.
+    let mut basis: Vec<(u32, u16)> = Vec::with_capacity(16);
+    for (mut v, mut id) in rows {
+        for &(bv, bid) in &basis {
+            let pivot = 31 - bv.leading_zeros();
+            if v >> pivot & 1 != 0 {
+                v ^= bv;
+                id ^= bid;
+            }
+        }
+        if v != 0 {
+            // Keep the basis reduced so each pivot bit appears once.
+            let pivot = 31 - v.leading_zeros();
+            for b in basis.iter_mut() {
+                if b.0 >> pivot & 1 != 0 {
+                    b.0 ^= v;
+                    b.1 ^= id;
+                }
+            }
+            basis.push((v, id));
+        }
+    }
+    let (mut t, mut id) = (target, 0u16);
+    for &(bv, bid) in &basis {
+        let pivot = 31 - bv.leading_zeros();
+        if t >> pivot & 1 != 0 {
+            t ^= bv;
+            id ^= bid;
+        }
+    }
+    (t == 0).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_check_value() {
+        // The CRC-32 catalogue check value over "123456789".
+        let mut h = crc32fast::Hasher::new();
+        h.update(b"123456789");
+        assert_eq!(h.finalize(), 0xcbf4_3926);
+    }
+
+    #[test]
+    fn zero_shift_matches_direct_computation() {
+        for n in [0usize, 1, 7, 100, 4096] {
+            // Two bytes then n zeros, raw CRC, equals raw_crc_2 shifted.
+            let mut c = raw_crc_2([0x12, 0x34]);
+            let direct = {
+                for _ in 0..n * 8 {
+                    c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+                }
+                c
+            };
+            assert_eq!(mul_mod_p(raw_crc_2([0x12, 0x34]), x8n_mod_p(n)), direct);
+        }
+    }
+
+    #[test]
+    fn solves_identification() {
+        let mut msg = vec![0u8; 300];
+        for (i, b) in msg.iter_mut().enumerate() {
+            *b = (i * 7) as u8;
+        }
+        let id_at = 12;
+        let crc = |m: &[u8]| {
+            let mut h = crc32fast::Hasher::new();
+            h.update(m);
+            h.finalize()
+        };
+        msg[id_at] = 0;
+        msg[id_at + 1] = 0;
+        let zero = crc(&msg);
+        for id in [1u16, 0x8000, 0xbeef, 0xffff, 0x1234] {
+            msg[id_at..id_at + 2].copy_from_slice(&id.to_be_bytes());
+            let stored = crc(&msg);
+            assert_eq!(solve_ipv4_id(zero, stored, msg.len() - id_at - 2), Some(id));
+        }
+        // A corrupted payload: the solver finds an identification exactly
+        // when brute force over all 65536 does.
+        let stored = crc(&msg); // sender's ICRC, identification 0x1234
+        let mut rx = msg.clone();
+        rx[200] ^= 1;
+        rx[id_at] = 0;
+        rx[id_at + 1] = 0;
+        let zero_rx = crc(&rx);
+        let solved = solve_ipv4_id(zero_rx, stored, rx.len() - id_at - 2);
+        let brute = (0..=u16::MAX).find(|id| {
+            rx[id_at..id_at + 2].copy_from_slice(&id.to_be_bytes());
+            crc(&rx) == stored
+        });
+        assert_eq!(solved, brute);
+        assert_eq!(solved, None);
+    }
+}

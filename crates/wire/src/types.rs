@@ -1,0 +1,246 @@
+//! Newtypes for the numbers the transport carries.
+//!
+//! PSNs and MSNs are 24-bit sequence numbers compared with serial-number
+//! arithmetic (IBA 9.7.1: a PSN is "ahead" of another when it lies less than
+//! half the space, 2^23, after it). QPNs are 24-bit too; keys are 32-bit. Each
+//! is its own type so a key never ends up where a PSN belongs.
+
+use core::cmp::Ordering;
+use core::fmt;
+
+/// Mask of the 24 bits used by PSNs, MSNs and QPNs.
+pub const MASK_24: u32 = 0x00ff_ffff;
+/// Half of the 24-bit sequence space: the serial comparison window.
+pub const HALF_24: u32 = 0x0080_0000;
+
+macro_rules! seq24 {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct $name(u32);
+
+        impl $name {
+            /// Zero.
+            pub const ZERO: Self = Self(0);
+            /// Builds the value from the low 24 bits of `v` (higher bits are dropped).
+            #[inline]
+            pub const fn new(v: u32) -> Self {
+                Self(v & MASK_24)
+            }
+            /// The 24-bit value.
+            #[inline]
+            pub const fn value(self) -> u32 {
+                self.0
+            }
+            /// `self + n`, wrapping at 2^24.
+            #[inline]
+            #[must_use]
+            pub const fn add(self, n: u32) -> Self {
+                Self(self.0.wrapping_add(n) & MASK_24)
+            }
+            /// `self - n`, wrapping at 2^24.
+            #[inline]
+            #[must_use]
+            pub const fn sub(self, n: u32) -> Self {
+                Self(self.0.wrapping_sub(n) & MASK_24)
+            }
+            /// The next value.
+            #[inline]
+            #[must_use]
+            pub const fn next(self) -> Self {
+                self.add(1)
+            }
+            /// Forward distance from `earlier` to `self`, modulo 2^24.
+            #[inline]
+            pub const fn distance_from(self, earlier: Self) -> u32 {
+                self.0.wrapping_sub(earlier.0) & MASK_24
+            }
+            /// Serial-number comparison: `Less` when `self` is behind `other`
+            /// (within half the sequence space), `Greater` when ahead.
+            #[inline]
+            pub fn serial_cmp(self, other: Self) -> Ordering {
+                let d = self.distance_from(other);
+                if d == 0 {
+                    Ordering::Equal
+                } else if d < HALF_24 {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            /// `self` is strictly behind `other` in serial order.
+            #[inline]
+            pub fn before(self, other: Self) -> bool {
+                self.serial_cmp(other) == Ordering::Less
+            }
+            /// `self` is strictly ahead of `other` in serial order.
+            #[inline]
+            pub fn after(self, other: Self) -> bool {
+                self.serial_cmp(other) == Ordering::Greater
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({:#08x})"), self.0)
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:#08x}", self.0)
+            }
+        }
+    };
+}
+
+seq24!(
+    /// Packet sequence number (24 bits, serial arithmetic).
+    Psn
+);
+seq24!(
+    /// Message sequence number carried in the AETH (24 bits, serial arithmetic).
+    Msn
+);
+
+/// Queue pair number (24 bits). QP 1 is the general services QP (CM MADs).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Qpn(u32);
+
+impl Qpn {
+    /// QP1, the general services interface (connection manager MADs).
+    pub const GSI: Qpn = Qpn(1);
+    /// Builds a QPN from the low 24 bits of `v`.
+    #[inline]
+    pub const fn new(v: u32) -> Self {
+        Self(v & MASK_24)
+    }
+    /// The 24-bit value.
+    #[inline]
+    pub const fn value(self) -> u32 {
+        self.0
+    }
+}
+impl fmt::Debug for Qpn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Qpn({:#08x})", self.0)
+    }
+}
+impl fmt::Display for Qpn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#08x}", self.0)
+    }
+}
+
+macro_rules! key32 {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+        impl $name {
+            /// The raw 32-bit value.
+            #[inline]
+            pub const fn value(self) -> u32 {
+                self.0
+            }
+        }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({:#010x})"), self.0)
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:#010x}", self.0)
+            }
+        }
+    };
+}
+
+key32!(
+    /// Remote key: names a memory region (or window) to a remote peer.
+    RKey
+);
+key32!(
+    /// Local key: names a memory region in a local scatter/gather entry.
+    LKey
+);
+key32!(
+    /// Queue key of UD (and RD) queue pairs, carried in the DETH.
+    QKey
+);
+
+/// Partition key (16 bits): bit 15 is the membership bit (1 = full member).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PKey(pub u16);
+
+impl PKey {
+    /// The default partition key, full membership (what RoCE v2 stacks use).
+    pub const DEFAULT: PKey = PKey(0xffff);
+    /// The raw 16-bit value.
+    #[inline]
+    pub const fn value(self) -> u16 {
+        self.0
+    }
+    /// The 15-bit partition number without the membership bit.
+    #[inline]
+    pub const fn base(self) -> u16 {
+        self.0 & 0x7fff
+    }
+    /// True for a full member (bit 15 set).
+    #[inline]
+    pub const fn full_member(self) -> bool {
+        self.0 & 0x8000 != 0
+    }
+    /// IBA 10.9.3 / C9-42: two keys match when their 15-bit bases are equal,
+    /// they are not the invalid key (base 0), and at least one is a full member.
+    #[inline]
+    pub const fn matches(self, other: PKey) -> bool {
+        self.base() == other.base()
+            && self.base() != 0
+            && (self.full_member() || other.full_member())
+    }
+}
+impl Default for PKey {
+    fn default() -> Self {
+        PKey::DEFAULT
+    }
+}
+impl fmt::Debug for PKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PKey({:#06x})", self.0)
+    }
+}
+impl fmt::Display for PKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#06x}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psn_wraps_and_compares_serially() {
+        let a = Psn::new(0xff_fffe);
+        let b = a.add(3);
+        assert_eq!(b.value(), 1);
+        assert!(a.before(b));
+        assert!(b.after(a));
+        assert_eq!(b.distance_from(a), 3);
+        assert_eq!(a.sub(0xff_ffff).value(), 0xff_ffff);
+        assert_eq!(Psn::new(0x1234_5678).value(), 0x34_5678);
+        // Exactly half the space away counts as behind (distance >= 2^23).
+        let h = Psn::new(0).add(HALF_24);
+        assert!(h.before(Psn::new(0)));
+        assert_eq!(Psn::new(7).serial_cmp(Psn::new(7)), Ordering::Equal);
+    }
+
+    #[test]
+    fn pkey_matching() {
+        assert!(PKey(0xffff).matches(PKey(0x7fff)));
+        assert!(!PKey(0x7fff).matches(PKey(0x7fff)));
+        assert!(!PKey(0x8000).matches(PKey(0x8000)));
+        assert!(!PKey(0xffff).matches(PKey(0x8001)));
+    }
+}
