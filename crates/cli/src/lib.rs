@@ -1,0 +1,12 @@
+//! The `softrdma` command line tool as a library, so its parts can be tested
+//! and fuzzed: [`capture`] reads pcap and pcapng files, [`link`] strips
+//! link-layer headers, [`dump`] is the `softrdma dump` subcommand.
+//!
+//! Each subcommand lives in its own module with a clap `Args` struct and a
+//! `run` function; `main.rs` only dispatches.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod capture;
+pub mod dump;
+pub mod link;
