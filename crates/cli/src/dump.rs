@@ -69,7 +69,7 @@ impl From<io::Error> for Error {
 }
 
 /// Runs the subcommand: opens the file and dumps it to `out`.
-pub fn run(args: &Args, out: &mut impl Write) -> Result<(), Error> {
+pub fn run(args: &Args, out: &mut impl Write) -> Result<Stats, Error> {
     let options = Options { quiet: args.quiet };
     if args.file.as_os_str() == "-" {
         let stdin = io::stdin();
@@ -97,15 +97,15 @@ pub struct Options {
     pub quiet: bool,
 }
 
-/// Dumps a capture read from `input` (`size`: its length, when known).
-/// On a damaged file, prints what came before the damage and the totals,
-/// then returns the capture error.
+/// Dumps a capture read from `input` (`size`: its length, when known) and
+/// returns its totals. On a damaged file, prints what came before the
+/// damage and the totals, then returns the capture error.
 pub fn dump(
     input: impl Read,
     size: Option<u64>,
     options: &Options,
     out: &mut impl Write,
-) -> Result<(), Error> {
+) -> Result<Stats, Error> {
     let mut reader = CaptureReader::new(input, size).map_err(Error::Capture)?;
     let mut stats = Stats::default();
     let mut line = String::new();
@@ -127,12 +127,12 @@ pub fn dump(
     out.flush()?;
     match failure {
         Some(e) => Err(Error::Capture(e)),
-        None => Ok(()),
+        None => Ok(stats),
     }
 }
 
 /// Dumps a capture held in memory into a `String` (tests, fuzzing).
-pub fn dump_bytes(bytes: &[u8], options: &Options) -> (String, Result<(), Error>) {
+pub fn dump_bytes(bytes: &[u8], options: &Options) -> (String, Result<Stats, Error>) {
     let mut out = Vec::new();
     let res = dump(bytes, Some(bytes.len() as u64), options, &mut out);
     (String::from_utf8_lossy(&out).into_owned(), res)

@@ -10,3 +10,6 @@
 pub mod capture;
 pub mod dump;
 pub mod link;
+
+#[cfg(test)]
+mod encap_tests;

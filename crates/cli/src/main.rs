@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             let stdout = io::stdout();
             let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
             match dump::run(&args, &mut out) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::SUCCESS,
                 // `softrdma dump x | head`: a closed pipe is not an error.
                 Err(dump::Error::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
                     ExitCode::SUCCESS
