@@ -1,0 +1,2 @@
+//! Transport core benchmark (written with the transport proof).
+fn main() {}

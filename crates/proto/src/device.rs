@@ -1,0 +1,814 @@
+//! The device: object tables, the receive path (ICRC, P_Key, QP lookup,
+//! peer check, dispatch), the transmit round-robin and the timers.
+
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::limits;
+use crate::memory::{MrTable, RegionMemory};
+use crate::qp::{Ctx, Qp, RecvWqe, Srq};
+use crate::verbs::*;
+use crate::{Instant, Rng, Slab};
+use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
+use softrdma_wire::icrc::solve_ipv4_id;
+use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::{IbPacket, PKey, PacketRepr, Qpn, Transport};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+/// Configuration of a device.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// The device's address: source of every packet, its GID.
+    pub local_ip: IpAddr,
+    /// UDP source port of every packet (the engine's socket port). It is
+    /// covered by the ICRC, so it must be what really goes on the wire.
+    pub udp_src_port: u16,
+    /// UDP port the device receives on (4791 on a real link).
+    pub udp_dst_port: u16,
+    /// Active MTU of the port in bytes (UD messages, `query_port`).
+    pub port_mtu: u32,
+    /// Seed for memory keys.
+    pub seed: u64,
+    /// Node GUID.
+    pub node_guid: u64,
+}
+
+impl DeviceConfig {
+    /// A device at `ip` on the RoCE v2 port, MTU 4096.
+    pub fn new(ip: IpAddr, seed: u64) -> Self {
+        DeviceConfig {
+            local_ip: ip,
+            udp_src_port: limits::ROCE_PORT,
+            udp_dst_port: limits::ROCE_PORT,
+            port_mtu: limits::MAX_MTU,
+            seed,
+            node_guid: guid_of(ip),
+        }
+    }
+}
+
+/// EUI-64-style GUID derived from the address (stable per address).
+fn guid_of(ip: IpAddr) -> u64 {
+    let b = match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            [0x02, 0x50, 0x56, 0xff, 0xfe, o[1], o[2], o[3]]
+        }
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            [o[8] ^ 2, o[9], o[10], o[11], o[12], o[13], o[14], o[15]]
+        }
+    };
+    u64::from_be_bytes(b)
+}
+
+/// Where a received datagram came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Source address and UDP port.
+    pub src: SocketAddr,
+    /// Destination address (the device's).
+    pub dst: IpAddr,
+    /// Length of the UDP payload.
+    pub len: usize,
+    /// Traffic class / TOS as received (0 when unknown).
+    pub traffic_class: u8,
+    /// Hop limit / TTL as received (64 when unknown).
+    pub hop_limit: u8,
+}
+
+impl RecvMeta {
+    /// The IP/UDP headers as a UDP-socket receiver reconstructs them:
+    /// identification 0 and DF for IPv4 (what a Linux UDP socket sender
+    /// puts there); the ICRC masks the fields that vary.
+    pub fn datagram(&self, dst_port: u16) -> Option<DatagramRepr> {
+        let mut ip = IpRepr::between(self.src.ip(), self.dst, self.traffic_class).ok()?;
+        match &mut ip {
+            IpRepr::V4(r) => r.ttl = self.hop_limit,
+            IpRepr::V6(r) => r.hop_limit = self.hop_limit,
+        }
+        Some(DatagramRepr {
+            ip,
+            udp: UdpRepr {
+                src_port: self.src.port(),
+                dst_port,
+                checksum: 0,
+            },
+        })
+    }
+
+    /// The 40 bytes written before a UD payload.
+    pub fn grh_area(&self) -> [u8; GRH_LEN] {
+        match self.datagram(limits::ROCE_PORT) {
+            Some(d) => ud_grh_area(&d, self.len),
+            None => [0; GRH_LEN],
+        }
+    }
+}
+
+/// A datagram to send: its UDP payload is in the buffer given to
+/// [`Device::poll_transmit`], `len` bytes long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// Bytes of UDP payload written.
+    pub len: usize,
+    /// Traffic class / DSCP+ECN to send with.
+    pub traffic_class: u8,
+    /// Hop limit / TTL to send with.
+    pub hop_limit: u8,
+}
+
+/// Output that is not a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// An asynchronous event.
+    Async(AsyncEvent),
+    /// An armed CQ got a completion: signal its completion channel.
+    Completion(CqId),
+}
+
+/// Device attributes (`ibv_device_attr`, the parts that mean something here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Node GUID.
+    pub node_guid: u64,
+    /// Largest region.
+    pub max_mr_size: u64,
+    /// Queue pairs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// SGEs per READ.
+    pub max_sge_rd: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// Regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding READ/atomic per QP as responder.
+    pub max_qp_rd_atom: u32,
+    /// Outstanding READ/atomic per QP as requester.
+    pub max_qp_init_rd_atom: u32,
+    /// SRQs.
+    pub max_srq: u32,
+    /// Work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ work request.
+    pub max_srq_sge: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// P_Keys.
+    pub max_pkeys: u16,
+    /// Inline bytes.
+    pub max_inline_data: u32,
+}
+
+/// The RNIC.
+pub struct Device {
+    cfg: DeviceConfig,
+    rng: Rng,
+    pds: Slab<()>,
+    mrs: MrTable,
+    cqs: Slab<Cq>,
+    srqs: Slab<Srq>,
+    ahs: Slab<AddressVector>,
+    ah_pd: HashMap<u32, PdId>,
+    qps: Slab<Qp>,
+    qpn_map: HashMap<u32, u32>,
+    next_qpn: u32,
+    tx_ready: VecDeque<u32>,
+    events: VecDeque<Event>,
+    /// Drops that belong to no QP, and the totals of destroyed QPs.
+    counters: Counters,
+}
+
+macro_rules! ctx {
+    ($self:ident, $now:expr) => {
+        Ctx {
+            now: $now,
+            mrs: &mut $self.mrs,
+            cqs: &mut $self.cqs,
+            srqs: &mut $self.srqs,
+            ahs: &$self.ahs,
+            events: &mut $self.events,
+            local_ip: $self.cfg.local_ip,
+            udp_src_port: $self.cfg.udp_src_port,
+            port_mtu: $self.cfg.port_mtu,
+        }
+    };
+}
+
+impl Device {
+    /// A device with no objects.
+    pub fn new(cfg: DeviceConfig) -> Self {
+        let mut rng = Rng::new(cfg.seed);
+        // QPNs start at a random point like rxe's, past the special QPs 0 and 1.
+        let next_qpn = 0x11 + (rng.next_u32() & 0x3ff);
+        Device {
+            cfg,
+            rng,
+            pds: Slab::default(),
+            mrs: MrTable::default(),
+            cqs: Slab::default(),
+            srqs: Slab::default(),
+            ahs: Slab::default(),
+            ah_pd: HashMap::new(),
+            qps: Slab::default(),
+            qpn_map: HashMap::new(),
+            next_qpn,
+            tx_ready: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// Attributes for `query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        DeviceAttr {
+            node_guid: self.cfg.node_guid,
+            max_mr_size: limits::MAX_MR_SIZE,
+            max_qp: limits::MAX_QP as u32,
+            max_qp_wr: limits::MAX_QP_WR,
+            max_sge: limits::MAX_SGE,
+            max_sge_rd: limits::MAX_SGE_RD,
+            max_cq: limits::MAX_CQ as u32,
+            max_cqe: limits::MAX_CQE,
+            max_mr: limits::MAX_MR as u32,
+            max_pd: limits::MAX_PD as u32,
+            max_qp_rd_atom: limits::MAX_RD_ATOMIC as u32,
+            max_qp_init_rd_atom: limits::MAX_RD_ATOMIC as u32,
+            max_srq: limits::MAX_SRQ as u32,
+            max_srq_wr: limits::MAX_SRQ_WR,
+            max_srq_sge: limits::MAX_SRQ_SGE,
+            max_ah: limits::MAX_AH as u32,
+            max_pkeys: limits::PKEY_TABLE_LEN,
+            max_inline_data: limits::MAX_INLINE_DATA,
+        }
+    }
+
+    /// A random PSN, for applications that want one (24 bits).
+    pub fn random_psn(&mut self) -> softrdma_wire::Psn {
+        softrdma_wire::Psn::new(self.rng.next_u32())
+    }
+
+    // ---------------------------------------------------------- PDs ----
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> VerbsResult<PdId> {
+        if self.pds.len() >= limits::MAX_PD {
+            return Err(VerbsError::NoMemory);
+        }
+        Ok(PdId(self.pds.insert(())))
+    }
+
+    /// `ibv_dealloc_pd`: fails with `Busy` while anything uses it.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> VerbsResult<()> {
+        self.pds.get(pd.0).ok_or(VerbsError::NoSuchObject)?;
+        let used = self.mrs.count_in_pd(pd) > 0
+            || self.qps.iter().any(|(_, q)| q.pd == pd)
+            || self.srqs.iter().any(|(_, s)| s.pd == pd)
+            || self.ah_pd.values().any(|p| *p == pd);
+        if used {
+            return Err(VerbsError::Busy);
+        }
+        self.pds.remove(pd.0);
+        Ok(())
+    }
+
+    fn check_pd(&self, pd: PdId) -> VerbsResult<()> {
+        self.pds
+            .get(pd.0)
+            .map(|_| ())
+            .ok_or(VerbsError::NoSuchObject)
+    }
+
+    // ---------------------------------------------------------- MRs ----
+
+    /// `ibv_reg_mr`: registers `mem`, addressed by peers and SGEs at `va`.
+    /// Returns the key (lkey = rkey).
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Arc<dyn RegionMemory>,
+        access: Access,
+    ) -> VerbsResult<u32> {
+        self.check_pd(pd)?;
+        self.mrs.register(&mut self.rng, pd, va, mem, access)
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, key: u32) -> VerbsResult<()> {
+        self.mrs.deregister(key)
+    }
+
+    /// Region lookup (for the API layers).
+    pub fn mr(&self, key: u32) -> Option<&crate::memory::Mr> {
+        self.mrs.get(key)
+    }
+
+    // ---------------------------------------------------------- CQs ----
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, depth: u32) -> VerbsResult<CqId> {
+        if depth == 0 || depth > limits::MAX_CQE {
+            return Err(VerbsError::InvalidArgument("cqe out of range"));
+        }
+        if self.cqs.len() >= limits::MAX_CQ {
+            return Err(VerbsError::NoMemory);
+        }
+        Ok(CqId(self.cqs.insert(Cq::new(depth as usize))))
+    }
+
+    /// `ibv_destroy_cq`: `Busy` while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqId) -> VerbsResult<()> {
+        let c = self.cqs.get(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        if c.users > 0 {
+            return Err(VerbsError::Busy);
+        }
+        self.cqs.remove(cq.0);
+        Ok(())
+    }
+
+    /// `ibv_resize_cq`.
+    pub fn resize_cq(&mut self, cq: CqId, depth: u32) -> VerbsResult<()> {
+        if depth == 0 || depth > limits::MAX_CQE {
+            return Err(VerbsError::InvalidArgument("cqe out of range"));
+        }
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        if c.resize(depth as usize) {
+            Ok(())
+        } else {
+            Err(VerbsError::InvalidArgument(
+                "fewer entries than queued completions",
+            ))
+        }
+    }
+
+    /// Depth of a CQ.
+    pub fn cq_depth(&self, cq: CqId) -> VerbsResult<u32> {
+        Ok(self.cqs.get(cq.0).ok_or(VerbsError::NoSuchObject)?.depth() as u32)
+    }
+
+    /// `ibv_poll_cq`: moves completions into `out`, returns how many.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> VerbsResult<usize> {
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        Ok(c.poll(out))
+    }
+
+    /// `ibv_req_notify_cq`.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbsResult<()> {
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        c.arm(solicited_only);
+        Ok(())
+    }
+
+    // --------------------------------------------------------- SRQs ----
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(
+        &mut self,
+        pd: PdId,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> VerbsResult<SrqId> {
+        self.check_pd(pd)?;
+        if max_wr == 0
+            || max_wr > limits::MAX_SRQ_WR
+            || max_sge > limits::MAX_SRQ_SGE
+            || limit > max_wr
+        {
+            return Err(VerbsError::InvalidArgument("SRQ attributes out of range"));
+        }
+        if self.srqs.len() >= limits::MAX_SRQ {
+            return Err(VerbsError::NoMemory);
+        }
+        Ok(SrqId(self.srqs.insert(Srq {
+            pd,
+            queue: VecDeque::new(),
+            max_wr,
+            max_sge: max_sge.max(1),
+            limit,
+            users: 0,
+        })))
+    }
+
+    /// `ibv_modify_srq`: new depth and/or arm the limit (0 disarms).
+    pub fn modify_srq(
+        &mut self,
+        srq: SrqId,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+    ) -> VerbsResult<()> {
+        let s = self.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchObject)?;
+        if let Some(m) = max_wr {
+            if m == 0 || m > limits::MAX_SRQ_WR || (m as usize) < s.queue.len() {
+                return Err(VerbsError::InvalidArgument("max_wr out of range"));
+            }
+            s.max_wr = m;
+        }
+        if let Some(l) = limit {
+            if l > s.max_wr {
+                return Err(VerbsError::InvalidArgument("srq_limit above max_wr"));
+            }
+            s.limit = l;
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_srq`: (max_wr, max_sge, limit, queued).
+    pub fn query_srq(&self, srq: SrqId) -> VerbsResult<(u32, u32, u32, u32)> {
+        let s = self.srqs.get(srq.0).ok_or(VerbsError::NoSuchObject)?;
+        Ok((s.max_wr, s.max_sge, s.limit, s.queue.len() as u32))
+    }
+
+    /// `ibv_destroy_srq`.
+    pub fn destroy_srq(&mut self, srq: SrqId) -> VerbsResult<()> {
+        let s = self.srqs.get(srq.0).ok_or(VerbsError::NoSuchObject)?;
+        if s.users > 0 {
+            return Err(VerbsError::Busy);
+        }
+        self.srqs.remove(srq.0);
+        Ok(())
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> VerbsResult<()> {
+        let s = self.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchObject)?;
+        if s.queue.len() as u32 >= s.max_wr {
+            return Err(VerbsError::QueueFull);
+        }
+        if wr.sg_list.len() as u32 > s.max_sge {
+            return Err(VerbsError::InvalidArgument("too many SGEs"));
+        }
+        s.queue.push_back(RecvWqe { wr });
+        // Receivers waiting on RNR retry on their own timers; nothing to wake.
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- AHs ----
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&mut self, pd: PdId, av: AddressVector) -> VerbsResult<AhId> {
+        self.check_pd(pd)?;
+        if av.dest.is_ipv4() != self.cfg.local_ip.is_ipv4() || av.dest.is_unspecified() {
+            return Err(VerbsError::InvalidArgument(
+                "address family differs from the device's",
+            ));
+        }
+        if self.ahs.len() >= limits::MAX_AH {
+            return Err(VerbsError::NoMemory);
+        }
+        let id = self.ahs.insert(av);
+        self.ah_pd.insert(id, pd);
+        Ok(AhId(id))
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, ah: AhId) -> VerbsResult<()> {
+        self.ahs.remove(ah.0).ok_or(VerbsError::NoSuchObject)?;
+        self.ah_pd.remove(&ah.0);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- QPs ----
+
+    fn qp_idx(&self, qpn: Qpn) -> VerbsResult<u32> {
+        self.qpn_map
+            .get(&qpn.value())
+            .copied()
+            .ok_or(VerbsError::NoSuchObject)
+    }
+
+    /// `ibv_create_qp`: returns the QP number. Capabilities are checked
+    /// against the limits and rounded up to at least 1.
+    pub fn create_qp(&mut self, init: &QpInit) -> VerbsResult<(Qpn, QpCap)> {
+        self.check_pd(init.pd)?;
+        if self.cqs.get(init.send_cq.0).is_none() || self.cqs.get(init.recv_cq.0).is_none() {
+            return Err(VerbsError::InvalidArgument("unknown CQ"));
+        }
+        if let Some(s) = init.srq {
+            if self.srqs.get(s.0).is_none() {
+                return Err(VerbsError::InvalidArgument("unknown SRQ"));
+            }
+        }
+        let c = init.cap;
+        if c.max_send_wr > limits::MAX_QP_WR
+            || c.max_recv_wr > limits::MAX_QP_WR
+            || c.max_send_sge > limits::MAX_SGE
+            || c.max_recv_sge > limits::MAX_SGE
+            || c.max_inline_data > limits::MAX_INLINE_DATA
+        {
+            return Err(VerbsError::InvalidArgument(
+                "QP capabilities above device limits",
+            ));
+        }
+        if self.qps.len() >= limits::MAX_QP {
+            return Err(VerbsError::NoMemory);
+        }
+        let cap = QpCap {
+            max_send_wr: c.max_send_wr.max(1),
+            max_recv_wr: if init.srq.is_some() {
+                0
+            } else {
+                c.max_recv_wr.max(1)
+            },
+            max_send_sge: c.max_send_sge.max(1),
+            max_recv_sge: if init.srq.is_some() {
+                0
+            } else {
+                c.max_recv_sge.max(1)
+            },
+            // Inline data is always possible up to the device limit.
+            max_inline_data: limits::MAX_INLINE_DATA.max(c.max_inline_data),
+        };
+        let qpn = loop {
+            let q = self.next_qpn;
+            self.next_qpn = if self.next_qpn >= 0xff_ffff {
+                0x11
+            } else {
+                self.next_qpn + 1
+            };
+            if !self.qpn_map.contains_key(&q) {
+                break Qpn::new(q);
+            }
+        };
+        let mut init2 = *init;
+        init2.cap = cap;
+        let idx = self.qps.insert(Qp::new(qpn, &init2));
+        self.qpn_map.insert(qpn.value(), idx);
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users += 1;
+        }
+        Ok((qpn, cap))
+    }
+
+    /// `ibv_destroy_qp`. Outstanding work is dropped without completions.
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> VerbsResult<()> {
+        let idx = self.qp_idx(qpn)?;
+        let qp = self.qps.remove(idx).ok_or(VerbsError::NoSuchObject)?;
+        self.qpn_map.remove(&qpn.value());
+        self.counters += &qp.counters;
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users -= 1;
+            }
+        }
+        if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users -= 1;
+        }
+        self.tx_ready.retain(|&i| i != idx);
+        Ok(())
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> VerbsResult<()> {
+        let idx = self.qp_idx(qpn)?;
+        let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
+        let mut ctx = ctx!(self, now);
+        qp.modify(attr, mask, &mut ctx)?;
+        Self::wake(&mut self.tx_ready, qp, idx);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: attributes and capabilities.
+    pub fn query_qp(&self, qpn: Qpn) -> VerbsResult<(QpAttr, QpCap, QpType)> {
+        let qp = self
+            .qps
+            .get(self.qp_idx(qpn)?)
+            .ok_or(VerbsError::NoSuchObject)?;
+        Ok((qp.query(), qp.cap, qp.qp_type))
+    }
+
+    /// State of a QP.
+    pub fn qp_state(&self, qpn: Qpn) -> VerbsResult<QpState> {
+        Ok(self
+            .qps
+            .get(self.qp_idx(qpn)?)
+            .ok_or(VerbsError::NoSuchObject)?
+            .state)
+    }
+
+    /// `ibv_post_send`.
+    pub fn post_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> VerbsResult<()> {
+        let idx = self.qp_idx(qpn)?;
+        let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
+        let mut ctx = ctx!(self, now);
+        qp.post_send(wr, &mut ctx)?;
+        Self::wake(&mut self.tx_ready, qp, idx);
+        Ok(())
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, now: Instant, qpn: Qpn, wr: RecvWr) -> VerbsResult<()> {
+        let idx = self.qp_idx(qpn)?;
+        let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
+        let mut ctx = ctx!(self, now);
+        qp.post_recv(wr, &mut ctx)
+    }
+
+    /// Counters of the device: its own drops plus every QP's.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters;
+        for (_, q) in self.qps.iter() {
+            c += &q.counters;
+        }
+        c
+    }
+
+    /// Counters of one QP.
+    pub fn qp_counters(&self, qpn: Qpn) -> VerbsResult<Counters> {
+        Ok(self
+            .qps
+            .get(self.qp_idx(qpn)?)
+            .ok_or(VerbsError::NoSuchObject)?
+            .counters)
+    }
+
+    fn wake(tx_ready: &mut VecDeque<u32>, qp: &mut Qp, idx: u32) {
+        if !qp.tx_queued {
+            qp.tx_queued = true;
+            tx_ready.push_back(idx);
+        }
+    }
+
+    // ------------------------------------------------------ the wire ----
+
+    /// A received UDP payload (BTH through ICRC).
+    pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
+        let Ok(pkt) = IbPacket::new_checked(data) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        if !self.icrc_ok(meta, &pkt) {
+            self.counters.icrc_errors += 1;
+            return;
+        }
+        let Ok(repr) = PacketRepr::parse(&pkt) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        let info = pkt.info();
+        if info.transport == Transport::Cnp {
+            self.counters.cnp_rcvd += 1;
+            return;
+        }
+        if !repr.bth.pkey.matches(PKey::DEFAULT) {
+            self.counters.bad_pkey += 1;
+            return;
+        }
+        let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else {
+            self.counters.unknown_qp += 1;
+            return;
+        };
+        let Some(qp) = self.qps.get_mut(idx) else {
+            self.counters.unknown_qp += 1;
+            return;
+        };
+        let type_ok = matches!(
+            (qp.qp_type, info.transport),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        if !type_ok {
+            qp.counters.malformed += 1;
+            return;
+        }
+        if qp.qp_type != QpType::Ud
+            && qp.state >= QpState::Rtr
+            && (meta.src.ip() != qp.attr.ah_attr.dest || meta.dst != self.cfg.local_ip)
+        {
+            qp.counters.wrong_peer += 1;
+            return;
+        }
+        qp.counters.rx_packets += 1;
+        qp.counters.rx_bytes += meta.len as u64;
+        let mut ctx = ctx!(self, now);
+        if info.is_request() {
+            qp.handle_request(&repr, meta, &mut ctx);
+        } else {
+            qp.handle_response(&repr, &mut ctx);
+        }
+        Self::wake(&mut self.tx_ready, qp, idx);
+    }
+
+    /// ICRC check with the headers a UDP socket cannot see reconstructed;
+    /// for IPv4, an identification other than 0 is solved for.
+    fn icrc_ok(&mut self, meta: &RecvMeta, pkt: &IbPacket<&[u8]>) -> bool {
+        let Some(d) = meta.datagram(self.cfg.udp_dst_port) else {
+            return false;
+        };
+        let covered = pkt.icrc_covered();
+        let computed = d.icrc(covered);
+        let stored = pkt.icrc();
+        if computed == stored {
+            return true;
+        }
+        if let IpRepr::V4(v4) = d.ip {
+            // Bytes after the identification: IPv4 bytes 6..20, UDP, transport.
+            let after = 14 + 8 + covered.len();
+            for df in [true, false] {
+                let base = if df == v4.dont_frag {
+                    computed
+                } else {
+                    let mut d2 = d;
+                    if let IpRepr::V4(r) = &mut d2.ip {
+                        r.dont_frag = df;
+                    }
+                    d2.icrc(covered)
+                };
+                if solve_ipv4_id(base, stored, after).is_some() {
+                    self.counters.icrc_ip_id_inferred += 1;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The next datagram to send, written into `buf` (at least
+    /// [`MIN_TX_BUF`](crate::device::MIN_TX_BUF) bytes).
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let rounds = self.tx_ready.len();
+        for _ in 0..rounds {
+            let idx = self.tx_ready.pop_front()?;
+            let Some(qp) = self.qps.get_mut(idx) else {
+                continue;
+            };
+            qp.tx_queued = false;
+            let mut ctx = ctx!(self, now);
+            let tx = qp
+                .poll_response(&mut ctx, buf)
+                .or_else(|| qp.poll_request(&mut ctx, buf));
+            if let Some(tx) = tx {
+                qp.tx_queued = true;
+                self.tx_ready.push_back(idx);
+                return Some(tx);
+            }
+        }
+        None
+    }
+
+    /// The earliest timer deadline.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.iter().filter_map(|(_, q)| q.deadline()).min()
+    }
+
+    /// Runs every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.deadline().is_some_and(|d| d <= now))
+            .map(|(i, _)| i)
+            .collect();
+        for idx in due {
+            let Some(qp) = self.qps.get_mut(idx) else {
+                continue;
+            };
+            let mut ctx = ctx!(self, now);
+            qp.on_timer(&mut ctx);
+            Self::wake(&mut self.tx_ready, qp, idx);
+        }
+    }
+
+    /// The next event.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// True when some QP may have a packet to send.
+    pub fn wants_transmit(&self) -> bool {
+        !self.tx_ready.is_empty()
+    }
+}
+
+/// Smallest buffer [`Device::poll_transmit`] accepts for any MTU.
+pub const MIN_TX_BUF: usize = crate::qp::req::MIN_TX_BUF;

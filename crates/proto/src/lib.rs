@@ -1,0 +1,140 @@
+//! softrdma's RNIC as a sans-I/O state machine.
+//!
+//! A [`Device`] owns protection domains, memory regions, completion queues,
+//! shared receive queues, address handles and RC/UC/UD queue pairs, and runs
+//! the InfiniBand transport (IBA vol. 1 ch. 9–11, RoCE v2 Annex A17) for
+//! them. It does no I/O, owns no thread and reads no clock.
+//!
+//! # Contract
+//!
+//! Inputs:
+//! - verbs calls (`create_qp`, `modify_qp`, `post_send`, `poll_cq`, …);
+//! - [`Device::handle_datagram`]: a received UDP payload with its addresses;
+//! - [`Device::handle_timeout`]: the time has reached the last deadline.
+//!
+//! Outputs, polled after every input until they return `None`:
+//! - [`Device::poll_transmit`]: the next UDP payload to send, written into
+//!   the caller's buffer (BTH through ICRC), with its destination;
+//! - [`Device::poll_timeout`]: the next deadline;
+//! - [`Device::poll_event`]: asynchronous events and CQ notifications.
+//!
+//! Time is an [`Instant`] the driver supplies; the same inputs at the same
+//! instants always give the same outputs (the simulator relies on it).
+//! Application memory is reached through [`memory::RegionMemory`], so the
+//! core needs no `unsafe`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod counters;
+pub mod cq;
+pub mod device;
+pub mod limits;
+pub mod memory;
+mod qp;
+pub mod verbs;
+
+pub use counters::Counters;
+pub use device::{Device, DeviceConfig, Event, RecvMeta, Transmit};
+pub use memory::{RegionMemory, VecMemory};
+pub use verbs::*;
+
+/// A point in time in nanoseconds since an arbitrary origin chosen by the
+/// driver (the engine's start, or the simulator's zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Instant(pub u64);
+
+impl Instant {
+    /// `self + ns`, saturating.
+    pub const fn add_ns(self, ns: u64) -> Instant {
+        Instant(self.0.saturating_add(ns))
+    }
+    /// Nanoseconds from `earlier` to `self` (0 if `earlier` is later).
+    pub const fn since(self, earlier: Instant) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+/// A small deterministic PRNG (SplitMix64): memory keys and initial PSNs.
+/// Not for cryptography; seeded by the driver (the engine from the OS, the
+/// simulator from the test seed).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub const fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Next 32 random bits.
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
+    }
+}
+
+/// A vector of optional slots with reuse: object tables indexed by handle.
+#[derive(Debug)]
+pub(crate) struct Slab<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    pub fn insert(&mut self, v: T) -> u32 {
+        self.len += 1;
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = Some(v);
+            i
+        } else {
+            self.slots.push(Some(v));
+            (self.slots.len() - 1) as u32
+        }
+    }
+    pub fn remove(&mut self, i: u32) -> Option<T> {
+        let v = self.slots.get_mut(i as usize)?.take()?;
+        self.free.push(i);
+        self.len -= 1;
+        Some(v)
+    }
+    pub fn get(&self, i: u32) -> Option<&T> {
+        self.slots.get(i as usize)?.as_ref()
+    }
+    pub fn get_mut(&mut self, i: u32) -> Option<&mut T> {
+        self.slots.get_mut(i as usize)?.as_mut()
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|v| (i as u32, v)))
+    }
+}

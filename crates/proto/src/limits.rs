@@ -1,0 +1,72 @@
+//! Every limit of the device in one place. Units are in the names.
+//!
+//! The values are what `query_device` reports; the core enforces each of
+//! them, and every queue and loop in the core is bounded by one of them.
+
+/// Queue pairs per device.
+pub const MAX_QP: usize = 1 << 16;
+/// Work requests per send or receive queue.
+pub const MAX_QP_WR: u32 = 16 * 1024;
+/// Scatter/gather entries per work request.
+pub const MAX_SGE: u32 = 32;
+/// Scatter/gather entries of an RDMA READ.
+pub const MAX_SGE_RD: u32 = 32;
+/// Bytes of inline data per send work request.
+pub const MAX_INLINE_DATA: u32 = 256;
+/// Completion queues per device.
+pub const MAX_CQ: usize = 1 << 16;
+/// Entries per completion queue.
+pub const MAX_CQE: u32 = 1 << 20;
+/// Memory regions per device.
+pub const MAX_MR: usize = 1 << 20;
+/// Largest memory region.
+pub const MAX_MR_SIZE: u64 = 1 << 40;
+/// Protection domains per device.
+pub const MAX_PD: usize = 1 << 16;
+/// Outstanding RDMA READ / atomic requests per QP, either direction
+/// (`max_qp_rd_atom`, `max_qp_init_rd_atom`).
+pub const MAX_RD_ATOMIC: u8 = 128;
+/// Shared receive queues per device.
+pub const MAX_SRQ: usize = 1 << 16;
+/// Work requests per shared receive queue.
+pub const MAX_SRQ_WR: u32 = 16 * 1024;
+/// Scatter/gather entries per SRQ work request.
+pub const MAX_SRQ_SGE: u32 = 32;
+/// Address handles per device.
+pub const MAX_AH: usize = 1 << 16;
+/// Memory windows per device.
+pub const MAX_MW: usize = 1 << 16;
+/// Largest message (IBA: 2^31 bytes).
+pub const MAX_MSG_SIZE: u32 = 1 << 31;
+/// Entries of the P_Key table (one: the default key).
+pub const PKEY_TABLE_LEN: u16 = 1;
+
+/// Smallest path MTU in bytes.
+pub const MIN_MTU: u32 = 256;
+/// Largest path MTU in bytes.
+pub const MAX_MTU: u32 = 4096;
+
+/// Packets a requester keeps unacknowledged per QP before it waits. RoCE
+/// has no credit-based flow control in practice (rxe sends credits 31,
+/// "unlimited"), so this window keeps a fast sender from overrunning the
+/// socket buffers of its peer.
+pub const MAX_INFLIGHT_PKTS: u32 = 512;
+/// A requester asks for an ACK at least this often inside a long message,
+/// so its window keeps moving.
+pub const ACK_REQ_EVERY_PKTS: u32 = 64;
+/// Retransmission timer when the QP's `timeout` attribute is 0 ("infinite"
+/// per IBA): none. Timer values are 4.096 µs × 2^timeout (IBA 9.7.6.1.3).
+pub const TIMEOUT_BASE_NS: u64 = 4096;
+/// Default UDP destination port (RoCE v2).
+pub const ROCE_PORT: u16 = softrdma_wire::ROCE_V2_PORT;
+
+/// Transport timer of a QP with the given `timeout` attribute, in
+/// nanoseconds; `None` for 0 (no timer).
+pub const fn ack_timeout_ns(timeout: u8) -> Option<u64> {
+    if timeout == 0 {
+        None
+    } else {
+        // Clamp to the 5-bit field.
+        Some(TIMEOUT_BASE_NS << (timeout & 0x1f))
+    }
+}

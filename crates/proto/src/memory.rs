@@ -1,0 +1,449 @@
+//! Protection domains, memory regions and every access check.
+//!
+//! Application memory reaches the core only through [`RegionMemory`], a safe
+//! trait: the simulator implements it with vectors, the engine with the
+//! program's registered buffers. Every local access (scatter/gather entry)
+//! and remote access (R_Key, VA, length) is checked here against the
+//! region's bounds, protection domain and access flags before any byte moves.
+
+use crate::verbs::{Access, PdId, Sge, VerbsError, VerbsResult};
+use crate::Rng;
+use softrdma_wire::RKey;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Bytes of a registered region, as the core sees them. Offsets are relative
+/// to the start of the region and always in bounds: the core checks before it
+/// calls.
+pub trait RegionMemory: Send + Sync {
+    /// Length of the region in bytes.
+    fn len(&self) -> usize;
+    /// True for an empty region.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: usize, dst: &mut [u8]);
+    /// Copies `src` into the region at `offset`.
+    fn write(&self, offset: usize, src: &[u8]);
+    /// Atomically adds `add` to the native-endian u64 at `offset` (8-byte
+    /// aligned) and returns the previous value.
+    fn fetch_add(&self, offset: usize, add: u64) -> u64;
+    /// Atomically replaces the u64 at `offset` with `swap` if it equals
+    /// `compare`; returns the previous value.
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
+    /// Feeds `len` bytes at `offset` into the ICRC (default: through a
+    /// bounded stack buffer; implementations with direct access override it).
+    fn icrc_update(&self, offset: usize, len: usize, icrc: &mut softrdma_wire::Icrc) {
+        let mut buf = [0u8; 1024];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len());
+            self.read(offset + done, &mut buf[..n]);
+            icrc.update(&buf[..n]);
+            done += n;
+        }
+    }
+}
+
+/// An access check failed: unknown key, other protection domain,
+/// invalidated key, missing right or out of bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessDenied;
+
+/// A registered memory region.
+#[derive(Clone)]
+pub struct Mr {
+    /// Protection domain.
+    pub pd: PdId,
+    /// Virtual address of the first byte (what SGEs and RETHs name).
+    pub va: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Rights granted.
+    pub access: Access,
+    /// Local key (equal to the remote key).
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: RKey,
+    /// False after LOCAL_INV or SEND_WITH_INV until re-registered.
+    pub valid: bool,
+    /// The bytes.
+    pub mem: Arc<dyn RegionMemory>,
+}
+
+impl fmt::Debug for Mr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mr")
+            .field("pd", &self.pd)
+            .field("va", &format_args!("{:#x}", self.va))
+            .field("len", &self.len)
+            .field("access", &self.access)
+            .field("key", &format_args!("{:#010x}", self.lkey))
+            .field("valid", &self.valid)
+            .finish()
+    }
+}
+
+impl Mr {
+    /// Offset of `[va, va+len)` inside the region, if it fits.
+    fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
+        let off = va.checked_sub(self.va)?;
+        let end = off.checked_add(len)?;
+        (end <= self.len).then_some(off as usize)
+    }
+}
+
+/// A checked piece of memory: a region and an offset range inside it.
+#[derive(Clone)]
+pub struct Span {
+    /// Region bytes.
+    pub mem: Arc<dyn RegionMemory>,
+    /// Offset inside the region.
+    pub offset: usize,
+    /// Length.
+    pub len: usize,
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Span({}+{})", self.offset, self.len)
+    }
+}
+
+/// A checked scatter/gather list.
+#[derive(Clone, Debug, Default)]
+pub struct SgList {
+    spans: Vec<Span>,
+    total: u64,
+}
+
+impl SgList {
+    /// Total length.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+    /// Calls `f` for each piece of `[offset, offset+len)` across the list.
+    fn for_range(&self, mut offset: u64, mut len: usize, mut f: impl FnMut(&Span, usize, usize)) {
+        let mut done = 0usize;
+        for s in &self.spans {
+            if len == 0 {
+                break;
+            }
+            if offset >= s.len as u64 {
+                offset -= s.len as u64;
+                continue;
+            }
+            let n = (s.len - offset as usize).min(len);
+            f(s, s.offset + offset as usize, n);
+            let _ = done;
+            done += n;
+            len -= n;
+            offset = 0;
+        }
+    }
+    /// Copies `dst.len()` bytes from list offset `offset`.
+    pub fn read(&self, offset: u64, dst: &mut [u8]) {
+        let mut at = 0;
+        self.for_range(offset, dst.len(), |s, o, n| {
+            s.mem.read(o, &mut dst[at..at + n]);
+            at += n;
+        });
+    }
+    /// Copies `src` to list offset `offset`.
+    pub fn write(&self, offset: u64, src: &[u8]) {
+        let mut at = 0;
+        self.for_range(offset, src.len(), |s, o, n| {
+            s.mem.write(o, &src[at..at + n]);
+            at += n;
+        });
+    }
+}
+
+/// Memory regions of a device, keyed by unguessable 32-bit keys.
+#[derive(Default)]
+pub struct MrTable {
+    by_key: HashMap<u32, Mr>,
+    pds: HashMap<u32, u32>, // pd -> number of regions in it
+}
+
+impl MrTable {
+    /// Registers a region and returns its key (lkey = rkey).
+    pub fn register(
+        &mut self,
+        rng: &mut Rng,
+        pd: PdId,
+        va: u64,
+        mem: Arc<dyn RegionMemory>,
+        access: Access,
+    ) -> VerbsResult<u32> {
+        if access.0 & !Access::SUPPORTED != 0 {
+            return Err(VerbsError::InvalidArgument("unsupported access flag"));
+        }
+        // IBA 10.6.3.1: remote write or atomic need local write.
+        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidArgument(
+                "remote write/atomic access needs local write",
+            ));
+        }
+        let len = mem.len() as u64;
+        if len > crate::limits::MAX_MR_SIZE || va.checked_add(len).is_none() {
+            return Err(VerbsError::InvalidArgument("region too large"));
+        }
+        if self.by_key.len() >= crate::limits::MAX_MR {
+            return Err(VerbsError::NoMemory);
+        }
+        let key = loop {
+            let k = rng.next_u32();
+            if k != 0 && !self.by_key.contains_key(&k) {
+                break k;
+            }
+        };
+        self.by_key.insert(
+            key,
+            Mr {
+                pd,
+                va,
+                len,
+                access,
+                lkey: key,
+                rkey: RKey(key),
+                valid: true,
+                mem,
+            },
+        );
+        *self.pds.entry(pd.0).or_default() += 1;
+        Ok(key)
+    }
+
+    /// Removes a region.
+    pub fn deregister(&mut self, key: u32) -> VerbsResult<()> {
+        let mr = self.by_key.remove(&key).ok_or(VerbsError::NoSuchObject)?;
+        if let Some(n) = self.pds.get_mut(&mr.pd.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.pds.remove(&mr.pd.0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of regions in a protection domain.
+    pub fn count_in_pd(&self, pd: PdId) -> u32 {
+        self.pds.get(&pd.0).copied().unwrap_or(0)
+    }
+
+    /// The region with this key.
+    pub fn get(&self, key: u32) -> Option<&Mr> {
+        self.by_key.get(&key)
+    }
+
+    /// Marks a key invalid (LOCAL_INV, SEND_WITH_INV). Fails when no region
+    /// has this key or it belongs to another protection domain.
+    pub fn invalidate(&mut self, key: u32, pd: PdId) -> Result<(), AccessDenied> {
+        match self.by_key.get_mut(&key) {
+            Some(mr) if mr.pd == pd => {
+                mr.valid = false;
+                Ok(())
+            }
+            _ => Err(AccessDenied),
+        }
+    }
+
+    /// Checks a local scatter/gather list for `pd` with rights `need` and
+    /// returns it resolved. `Err` is a local protection error.
+    pub fn resolve_local(
+        &self,
+        pd: PdId,
+        sges: &[Sge],
+        need: Access,
+    ) -> Result<SgList, AccessDenied> {
+        let mut list = SgList {
+            spans: Vec::with_capacity(sges.len()),
+            total: 0,
+        };
+        for s in sges {
+            if s.length == 0 {
+                continue;
+            }
+            let mr = self.by_key.get(&s.lkey).ok_or(AccessDenied)?;
+            if mr.pd != pd || !mr.valid || !mr.access.contains(need) {
+                return Err(AccessDenied);
+            }
+            let offset = mr.offset_of(s.addr, s.length as u64).ok_or(AccessDenied)?;
+            list.spans.push(Span {
+                mem: mr.mem.clone(),
+                offset,
+                len: s.length as usize,
+            });
+            list.total += s.length as u64;
+        }
+        Ok(list)
+    }
+
+    /// Checks a remote access of `len` bytes at `va` with `rkey` for a QP in
+    /// `pd` needing rights `need`. `Err` is a remote access error.
+    pub fn resolve_remote(
+        &self,
+        pd: PdId,
+        rkey: RKey,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, AccessDenied> {
+        let mr = self.by_key.get(&rkey.0).ok_or(AccessDenied)?;
+        if mr.pd != pd || !mr.valid || !mr.access.contains(need) {
+            return Err(AccessDenied);
+        }
+        let offset = mr.offset_of(va, len).ok_or(AccessDenied)?;
+        Ok(Span {
+            mem: mr.mem.clone(),
+            offset,
+            len: len as usize,
+        })
+    }
+}
+
+/// A plain vector as region memory: for tests and the simulator.
+pub struct VecMemory {
+    bytes: std::sync::Mutex<Vec<u8>>,
+}
+
+impl VecMemory {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> Self {
+        VecMemory {
+            bytes: std::sync::Mutex::new(vec![0; len]),
+        }
+    }
+    /// A copy of the contents.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.lock().clone()
+    }
+    /// Overwrites bytes at `offset`.
+    pub fn fill_from(&self, offset: usize, src: &[u8]) {
+        self.lock()[offset..offset + src.len()].copy_from_slice(src);
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        // A poisoned lock only means a panicking test thread held it; the
+        // bytes are still the bytes.
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn load(v: &[u8], offset: usize) -> u64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&v[offset..offset + 8]);
+        u64::from_ne_bytes(a)
+    }
+}
+
+impl RegionMemory for VecMemory {
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.lock()[offset..offset + dst.len()]);
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.lock()[offset..offset + src.len()].copy_from_slice(src);
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+        let mut v = self.lock();
+        let old = Self::load(&v, offset);
+        v[offset..offset + 8].copy_from_slice(&old.wrapping_add(add).to_ne_bytes());
+        old
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+        let mut v = self.lock();
+        let old = Self::load(&v, offset);
+        if old == compare {
+            v[offset..offset + 8].copy_from_slice(&swap.to_ne_bytes());
+        }
+        old
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_bounds_pd_and_rights() {
+        let mut rng = Rng::new(1);
+        let mut t = MrTable::default();
+        let mem: Arc<dyn RegionMemory> = Arc::new(VecMemory::new(64));
+        let pd = PdId(1);
+        let k = t
+            .register(
+                &mut rng,
+                pd,
+                0x1000,
+                mem.clone(),
+                Access::LOCAL_WRITE.with(Access::REMOTE_READ),
+            )
+            .unwrap();
+        let rk = RKey(k);
+        assert!(t
+            .resolve_remote(pd, rk, 0x1000, 64, Access::REMOTE_READ)
+            .is_ok());
+        assert!(t
+            .resolve_remote(pd, rk, 0x1001, 64, Access::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .resolve_remote(pd, rk, 0xfff, 1, Access::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .resolve_remote(pd, rk, u64::MAX, 2, Access::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .resolve_remote(pd, rk, 0x1000, 8, Access::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .resolve_remote(PdId(2), rk, 0x1000, 8, Access::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .resolve_remote(pd, RKey(k ^ 1), 0x1000, 8, Access::REMOTE_READ)
+            .is_err());
+        let sges = [
+            Sge {
+                addr: 0x1010,
+                length: 16,
+                lkey: k,
+            },
+            Sge {
+                addr: 0x1000,
+                length: 4,
+                lkey: k,
+            },
+        ];
+        let l = t.resolve_local(pd, &sges, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(l.len(), 20);
+        l.write(14, &[1, 2, 3, 4]);
+        let mut out = [0u8; 4];
+        l.read(14, &mut out);
+        assert_eq!(out, [1, 2, 3, 4]);
+        let mut whole = [0u8; 64];
+        mem.read(0, &mut whole);
+        assert_eq!(&whole[0x1e..0x20], &[1, 2]);
+        assert_eq!(&whole[0..2], &[3, 4]);
+        t.invalidate(k, pd).unwrap();
+        assert!(t
+            .resolve_remote(pd, rk, 0x1000, 8, Access::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .register(
+                &mut rng,
+                pd,
+                0,
+                Arc::new(VecMemory::new(8)),
+                Access::REMOTE_WRITE
+            )
+            .is_err());
+    }
+}

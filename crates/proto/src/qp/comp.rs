@@ -1,0 +1,339 @@
+//! The completer (IBA 9.7.5.1–9.7.6, rxe_comp.c): consumes ACKs, NAKs, READ
+//! responses and atomic ACKs; completes send work requests in order; runs the
+//! retransmission and RNR timers; turns NAKs and exhausted retries into error
+//! completions.
+
+use super::{Ctx, Qp};
+use crate::verbs::*;
+use softrdma_wire::{NakCode, Operation, PacketRepr, Position, Psn, Syndrome};
+
+/// IBA 9.7.5.2.2 / table 44 → the requester's completion status.
+pub(crate) const fn nak_status(code: NakCode) -> WcStatus {
+    match code {
+        NakCode::InvalidRequest | NakCode::InvalidRdRequest | NakCode::Reserved(_) => {
+            WcStatus::RemInvReqErr
+        }
+        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+        // Never an error completion: the requester retries.
+        NakCode::PsnSequenceError => WcStatus::RetryExcErr,
+    }
+}
+
+impl Qp {
+    /// Pops the finished requests at the head of the send queue and delivers
+    /// their completions, in posting order. An error completion takes the QP
+    /// to the error state.
+    pub(crate) fn complete_done(&mut self, ctx: &mut Ctx) {
+        while let Some(w) = self.sq.front() {
+            let Some(status) = w.done else { break };
+            let w = self.sq.pop_front().expect("front exists");
+            if self.req.cur > 0 {
+                self.req.cur -= 1;
+            } else {
+                self.req.cur_pkt = 0;
+            }
+            if w.is_read_or_atomic() && w.npkts > 0 {
+                self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+            }
+            if status != WcStatus::Success || w.signaled {
+                let wc = self.send_wc(&w, status);
+                if !ctx.complete(self.send_cq, wc) {
+                    self.enter_error(ctx);
+                    return;
+                }
+            }
+            if status != WcStatus::Success {
+                self.enter_error(ctx);
+                return;
+            }
+        }
+        self.check_drained(ctx);
+    }
+
+    /// Everything up to and including `psn` was received by the responder.
+    /// Completes SENDs and WRITEs that end there; a READ or atomic that
+    /// starts at or before `psn` and still lacks its response lost it: go
+    /// back to it. Returns whether anything moved forward.
+    fn ack_through(&mut self, psn: Psn) -> bool {
+        let mut progress = false;
+        for i in 0..self.sq.len() {
+            let w = &mut self.sq[i];
+            if !w.started {
+                break;
+            }
+            if w.done.is_some() {
+                continue;
+            }
+            if w.first_psn.after(psn) {
+                break;
+            }
+            if w.is_read_or_atomic() {
+                let resume = w.first_psn.add(w.acked_pkts);
+                if self.req.retrying_from != Some(resume) {
+                    self.rewind_to(resume);
+                }
+                break;
+            }
+            let done_pkts = psn.distance_from(w.first_psn) + 1;
+            if done_pkts >= w.npkts {
+                w.acked_pkts = w.npkts;
+                w.done = Some(WcStatus::Success);
+                progress = true;
+            } else {
+                if done_pkts > w.acked_pkts {
+                    w.acked_pkts = done_pkts;
+                    progress = true;
+                }
+                break;
+            }
+        }
+        progress
+    }
+
+    fn on_progress(&mut self, ctx: &mut Ctx) {
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        if let (Some(r), Some(old)) = (self.req.retrying_from, self.oldest_unacked()) {
+            if old.after(r) {
+                self.req.retrying_from = None;
+            }
+        } else {
+            self.req.retrying_from = None;
+        }
+        self.req.retrans_deadline = None;
+        if self.oldest_unacked().is_some() {
+            if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
+                self.req.retrans_deadline = Some(ctx.now.add_ns(t));
+            }
+        }
+    }
+
+    /// Marks the outstanding request containing `psn` (or the oldest one)
+    /// failed with `status`.
+    fn fail_at(&mut self, psn: Option<Psn>, status: WcStatus) {
+        let idx = match psn {
+            Some(p) => self
+                .sq
+                .iter()
+                .position(|w| w.contains(p) && w.done.is_none()),
+            None => self.sq.iter().position(|w| w.started && w.done.is_none()),
+        };
+        if let Some(i) = idx {
+            self.sq[i].done = Some(status);
+        }
+    }
+
+    /// A retry that does not come from a timeout: a NAK or a gap in the
+    /// responses. Consumes one transport retry.
+    fn retry_from(&mut self, psn: Psn) {
+        if self.req.retrying_from == Some(psn) {
+            return;
+        }
+        if self.req.retry_left == 0 {
+            self.fail_at(Some(psn), WcStatus::RetryExcErr);
+            return;
+        }
+        self.req.retry_left -= 1;
+        self.rewind_to(psn);
+    }
+
+    /// An ACK, NAK, READ response or atomic ACK for this QP's requester.
+    pub(crate) fn handle_response(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx) {
+        if self.qp_type != QpType::Rc
+            || !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
+        {
+            self.counters.stale_responses += 1;
+            return;
+        }
+        let Some(info) = pkt.bth.opcode.info() else {
+            return;
+        };
+        let psn = pkt.bth.psn;
+        let mut progress = false;
+        match info.operation {
+            Operation::Acknowledge => {
+                let Some(aeth) = pkt.aeth else { return };
+                match aeth.syndrome {
+                    Syndrome::Ack { .. } => {
+                        progress = self.ack_through(psn);
+                        if !progress {
+                            self.counters.stale_responses += 1;
+                        }
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        self.counters.seq_nak_rcvd += 1;
+                        progress = self.ack_through(psn.sub(1));
+                        if progress {
+                            self.on_progress(ctx);
+                        }
+                        if self.sq.iter().any(|w| w.contains(psn) && w.done.is_none()) {
+                            self.retry_from(psn);
+                        }
+                    }
+                    Syndrome::RnrNak { timer } => {
+                        self.counters.rnr_nak_rcvd += 1;
+                        progress = self.ack_through(psn.sub(1));
+                        if progress {
+                            self.on_progress(ctx);
+                        }
+                        if self.sq.iter().any(|w| w.contains(psn) && w.done.is_none()) {
+                            if self.req.rnr_left == 0 {
+                                self.fail_at(Some(psn), WcStatus::RnrRetryExcErr);
+                            } else {
+                                if self.req.rnr_left != 7 {
+                                    self.req.rnr_left -= 1;
+                                }
+                                let us = softrdma_wire::ext::rnr_timer_us(timer) as u64;
+                                self.req.rnr_deadline = Some(ctx.now.add_ns(us * 1000));
+                                self.req.rnr_psn = psn;
+                                self.req.retrans_deadline = None;
+                                // Nothing is sent until the RNR wait ends.
+                                self.rewind_to(psn);
+                            }
+                        }
+                        progress = false;
+                    }
+                    Syndrome::Nak(code) => {
+                        let c = &mut self.counters;
+                        match code {
+                            NakCode::InvalidRequest
+                            | NakCode::InvalidRdRequest
+                            | NakCode::Reserved(_) => {
+                                c.inv_req_nak_rcvd += 1;
+                            }
+                            NakCode::RemoteAccessError => {
+                                c.rem_access_nak_rcvd += 1;
+                            }
+                            NakCode::RemoteOperationalError => {
+                                c.rem_op_nak_rcvd += 1;
+                            }
+                            NakCode::PsnSequenceError => {}
+                        }
+                        self.ack_through(psn.sub(1));
+                        self.fail_at(Some(psn), nak_status(code));
+                    }
+                    Syndrome::Reserved(_) => {
+                        self.counters.stale_responses += 1;
+                        return;
+                    }
+                }
+            }
+            Operation::ReadResponse | Operation::AtomicAcknowledge => {
+                progress = self.handle_data_response(pkt, info.position);
+            }
+            _ => return,
+        }
+        if progress {
+            self.on_progress(ctx);
+        }
+        self.complete_done(ctx);
+    }
+
+    /// A READ response or atomic ACK with PSN `pkt.bth.psn`.
+    fn handle_data_response(&mut self, pkt: &PacketRepr<'_>, pos: Position) -> bool {
+        let psn = pkt.bth.psn;
+        let is_atomic = pkt.atomic_ack.is_some();
+        let Some(i) = self
+            .sq
+            .iter()
+            .position(|w| w.contains(psn) && w.done.is_none() && w.is_read_or_atomic())
+        else {
+            self.counters.stale_responses += 1;
+            return false;
+        };
+        // The responder answers in order: this response acknowledges every
+        // request before this one.
+        let mut progress = false;
+        if self.sq.iter().take(i).any(|w| w.done.is_none()) {
+            let before = self.sq[i].first_psn.sub(1);
+            progress = self.ack_through(before);
+            if self.sq.iter().take(i).any(|w| w.done.is_none()) {
+                // An earlier READ/atomic lost its response: we went back.
+                return progress;
+            }
+        }
+        let mtu = self.mtu();
+        let w = &mut self.sq[i];
+        if is_atomic != w.wr.opcode.is_atomic() {
+            self.counters.stale_responses += 1;
+            return progress;
+        }
+        let expected = w.first_psn.add(w.acked_pkts);
+        if psn != expected {
+            self.counters.stale_responses += 1;
+            if psn.after(expected) {
+                self.retry_from(expected);
+            }
+            return progress;
+        }
+        if let Some(orig) = pkt.atomic_ack {
+            if let Some(sgl) = &w.sgl {
+                sgl.write(0, &orig.to_ne_bytes());
+            }
+            w.acked_pkts = 1;
+            w.done = Some(WcStatus::Success);
+            return true;
+        }
+        let idx = w.acked_pkts;
+        let last_idx = w.npkts - 1;
+        let want = match (idx == w.resp_start, idx == last_idx) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, true) => Position::Last,
+            (false, false) => Position::Middle,
+        };
+        if pos != want {
+            // A response to an earlier copy of the request: the new one follows.
+            self.counters.stale_responses += 1;
+            return progress;
+        }
+        let offset = idx as u64 * mtu as u64;
+        let expect_len = if idx == last_idx {
+            w.len as u64 - offset.min(w.len as u64)
+        } else {
+            mtu as u64
+        };
+        if pkt.payload.len() as u64 != expect_len {
+            w.done = Some(WcStatus::BadRespErr);
+            return true;
+        }
+        if let Some(sgl) = &w.sgl {
+            sgl.write(offset, pkt.payload);
+        }
+        w.acked_pkts += 1;
+        if w.acked_pkts == w.npkts {
+            w.done = Some(WcStatus::Success);
+        }
+        true
+    }
+
+    /// Timers of this QP that are due at `ctx.now`.
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) {
+        let now = ctx.now;
+        if self.req.rnr_deadline.is_some_and(|t| t <= now) {
+            self.req.rnr_deadline = None;
+            self.req.retrying_from = None;
+            let p = self.req.rnr_psn;
+            self.rewind_to(p);
+        }
+        if self.req.retrans_deadline.is_some_and(|t| t <= now) {
+            self.req.retrans_deadline = None;
+            if let Some(old) = self.oldest_unacked() {
+                self.counters.timeouts += 1;
+                if self.req.retry_left == 0 {
+                    self.fail_at(None, WcStatus::RetryExcErr);
+                    self.complete_done(ctx);
+                    return;
+                }
+                self.req.retry_left -= 1;
+                self.req.retrying_from = None;
+                self.rewind_to(old);
+                if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
+                    self.req.retrans_deadline = Some(now.add_ns(t));
+                }
+            }
+        }
+        self.complete_done(ctx);
+    }
+}

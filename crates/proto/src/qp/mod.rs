@@ -1,0 +1,598 @@
+//! Queue pairs: state, attributes and the modify-QP state machine.
+//!
+//! The transport is split the way IBA ch. 9 and rxe split it:
+//! - [`req`]: the requester turns send work requests into packets;
+//! - [`comp`]: the completer consumes ACKs, NAKs and responses, retries and
+//!   completes send work requests;
+//! - [`resp`]: the responder checks and executes incoming requests and
+//!   queues ACKs, NAKs and read/atomic responses.
+
+pub(crate) mod comp;
+pub(crate) mod req;
+pub(crate) mod resp;
+
+use crate::counters::Counters;
+use crate::cq::{Cq, Pushed};
+use crate::memory::{MrTable, SgList};
+use crate::verbs::*;
+use crate::{Instant, Slab};
+use softrdma_wire::{PKey, Psn, Qpn};
+use std::collections::VecDeque;
+
+/// A send work request in the send queue.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// Resolved local buffers (when the requester started the request).
+    pub sgl: Option<SgList>,
+    /// Message length.
+    pub len: u32,
+    /// First PSN (valid once `started`).
+    pub first_psn: Psn,
+    /// PSNs the request occupies (READ: one per response packet), ≥ 1.
+    pub npkts: u32,
+    /// PSNs were assigned and at least the first packet was (or is being) sent.
+    pub started: bool,
+    /// Packets acknowledged (SEND/WRITE) or responses received (READ).
+    pub acked_pkts: u32,
+    /// READ: response index at which the latest copy of the request starts
+    /// (its first response is FIRST or ONLY).
+    pub resp_start: u32,
+    /// The outcome, once known; the completion is delivered in order.
+    pub done: Option<WcStatus>,
+    /// Generate a completion on success.
+    pub signaled: bool,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+    pub fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.distance_from(self.first_psn) < self.npkts
+    }
+    pub fn is_read_or_atomic(&self) -> bool {
+        self.wr.opcode.is_read_or_atomic()
+    }
+}
+
+/// A receive work request (in the QP's receive queue or an SRQ).
+#[derive(Debug, Clone)]
+pub(crate) struct RecvWqe {
+    pub wr: RecvWr,
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub pd: PdId,
+    pub queue: VecDeque<RecvWqe>,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    /// Armed limit (0 = not armed).
+    pub limit: u32,
+    pub users: u32,
+}
+
+/// Everything outside the QP that the transport touches.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub mrs: &'a mut MrTable,
+    pub cqs: &'a mut Slab<Cq>,
+    pub srqs: &'a mut Slab<Srq>,
+    pub ahs: &'a Slab<AddressVector>,
+    pub events: &'a mut VecDeque<crate::device::Event>,
+    pub local_ip: std::net::IpAddr,
+    pub udp_src_port: u16,
+    /// Active MTU of the port (UD messages).
+    pub port_mtu: u32,
+}
+
+impl Ctx<'_> {
+    /// Delivers a completion. Returns false on a CQ overrun (the QP must go
+    /// to the error state).
+    pub fn complete(&mut self, cq: CqId, wc: Wc) -> bool {
+        let Some(c) = self.cqs.get_mut(cq.0) else {
+            return false;
+        };
+        match c.push(wc) {
+            Pushed::Ok => true,
+            Pushed::Notified => {
+                self.events.push_back(crate::device::Event::Completion(cq));
+                true
+            }
+            Pushed::Overrun => {
+                self.events
+                    .push_back(crate::device::Event::Async(AsyncEvent::CqErr(cq)));
+                false
+            }
+        }
+    }
+    pub fn event(&mut self, e: AsyncEvent) {
+        self.events.push_back(crate::device::Event::Async(e));
+    }
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: Qpn,
+    pub qp_type: QpType,
+    pub state: QpState,
+    pub pd: PdId,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub srq: Option<SrqId>,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    pub attr: QpAttr,
+    pub sq: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWqe>,
+    pub req: req::Requester,
+    pub resp: resp::Responder,
+    pub counters: Counters,
+    /// In the device's transmit round-robin.
+    pub tx_queued: bool,
+    /// SQD entered with notification requested and not yet sent.
+    pub sqd_notify: bool,
+}
+
+/// Attribute masks allowed per transition (IBA table 91 / `ib_modify_qp_is_ok`).
+struct Transition {
+    required: [u32; 3], // RC, UC, UD
+    optional: [u32; 3],
+}
+
+const fn ti(x: QpType) -> usize {
+    match x {
+        QpType::Rc => 0,
+        QpType::Uc => 1,
+        QpType::Ud => 2,
+    }
+}
+
+fn transition(from: QpState, to: QpState) -> Option<Transition> {
+    use QpState::*;
+    const PKEY: u32 = AttrMask::PKEY_INDEX.0;
+    const PORT: u32 = AttrMask::PORT.0;
+    const QKEY: u32 = AttrMask::QKEY.0;
+    const ACC: u32 = AttrMask::ACCESS_FLAGS.0;
+    const AV: u32 = AttrMask::AV.0;
+    const MTU: u32 = AttrMask::PATH_MTU.0;
+    const DQPN: u32 = AttrMask::DEST_QPN.0;
+    const RQPSN: u32 = AttrMask::RQ_PSN.0;
+    const SQPSN: u32 = AttrMask::SQ_PSN.0;
+    const MDRA: u32 = AttrMask::MAX_DEST_RD_ATOMIC.0;
+    const MRA: u32 = AttrMask::MAX_QP_RD_ATOMIC.0;
+    const RNRT: u32 = AttrMask::MIN_RNR_TIMER.0;
+    const TMO: u32 = AttrMask::TIMEOUT.0;
+    const RETRY: u32 = AttrMask::RETRY_CNT.0;
+    const RNR: u32 = AttrMask::RNR_RETRY.0;
+    const ALT: u32 = AttrMask::ALT_PATH.0;
+    const CUR: u32 = AttrMask::CUR_STATE.0;
+    const MIG: u32 = AttrMask::PATH_MIG_STATE.0;
+    const SQD_N: u32 = AttrMask::EN_SQD_ASYNC_NOTIFY.0;
+    let t = |required: [u32; 3], optional: [u32; 3]| Some(Transition { required, optional });
+    match (from, to) {
+        (_, Reset) | (_, Err) => t([0; 3], [0; 3]),
+        (Reset, Init) => t(
+            [PKEY | PORT | ACC, PKEY | PORT | ACC, PKEY | PORT | QKEY],
+            [0; 3],
+        ),
+        (Init, Init) => t(
+            [0; 3],
+            [PKEY | PORT | ACC, PKEY | PORT | ACC, PKEY | PORT | QKEY],
+        ),
+        (Init, Rtr) => t(
+            [
+                AV | MTU | DQPN | RQPSN | MDRA | RNRT,
+                AV | MTU | DQPN | RQPSN,
+                0,
+            ],
+            [ALT | ACC | PKEY, ALT | ACC | PKEY, PKEY | QKEY],
+        ),
+        (Rtr, Rts) => t(
+            [TMO | RETRY | RNR | SQPSN | MRA, SQPSN, SQPSN],
+            [
+                CUR | ALT | ACC | RNRT | MIG,
+                CUR | ALT | ACC | MIG,
+                CUR | QKEY,
+            ],
+        ),
+        (Rts, Rts) => t(
+            [0; 3],
+            [
+                CUR | ACC | ALT | MIG | RNRT,
+                CUR | ACC | ALT | MIG,
+                CUR | QKEY,
+            ],
+        ),
+        (Rts, Sqd) => t([0; 3], [SQD_N; 3]),
+        (Sqd, Rts) => t(
+            [0; 3],
+            [
+                CUR | ALT | ACC | RNRT | MIG,
+                CUR | ALT | ACC | MIG,
+                CUR | QKEY,
+            ],
+        ),
+        (Sqd, Sqd) => t(
+            [0; 3],
+            [
+                PORT | AV | TMO | RETRY | RNR | MRA | MDRA | ALT | ACC | PKEY | RNRT | MIG,
+                AV | ALT | ACC | PKEY | MIG,
+                PKEY | QKEY,
+            ],
+        ),
+        (Sqe, Rts) => t([0; 3], [CUR | ACC, CUR | ACC, CUR | QKEY]),
+        _ => None,
+    }
+}
+
+impl Qp {
+    pub fn new(qpn: Qpn, init: &QpInit) -> Qp {
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            state: QpState::Reset,
+            pd: init.pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            attr: QpAttr::default(),
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: req::Requester::default(),
+            resp: resp::Responder::default(),
+            counters: Counters::default(),
+            tx_queued: false,
+            sqd_notify: false,
+        }
+    }
+
+    pub fn pkey(&self) -> PKey {
+        DEFAULT_PKEY
+    }
+
+    pub fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// `ibv_modify_qp`: validates the mask for the transition and the values,
+    /// then applies them. Returns whether the QP may have packets to send.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask, ctx: &mut Ctx) -> VerbsResult<()> {
+        let cur = self.state;
+        if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(VerbsError::InvalidArgument("cur_qp_state does not match"));
+        }
+        let to = if mask.contains(AttrMask::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        let tr = transition(cur, to).ok_or(VerbsError::InvalidArgument("invalid transition"))?;
+        let t = ti(self.qp_type);
+        let allowed = tr.required[t] | tr.optional[t] | AttrMask::STATE.0;
+        let given = mask.0;
+        if given & tr.required[t] != tr.required[t] {
+            return Err(VerbsError::InvalidArgument("required attribute missing"));
+        }
+        if given & !allowed != 0 {
+            return Err(VerbsError::InvalidArgument(
+                "attribute not allowed in this transition",
+            ));
+        }
+        // Values.
+        if mask.contains(AttrMask::PKEY_INDEX) && attr.pkey_index >= crate::limits::PKEY_TABLE_LEN {
+            return Err(VerbsError::InvalidArgument("pkey_index out of range"));
+        }
+        if mask.contains(AttrMask::PORT) && attr.port_num != 1 {
+            return Err(VerbsError::InvalidArgument("port_num must be 1"));
+        }
+        if mask.contains(AttrMask::TIMEOUT) && attr.timeout > 31 {
+            return Err(VerbsError::InvalidArgument("timeout > 31"));
+        }
+        if mask.contains(AttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+            return Err(VerbsError::InvalidArgument("retry_cnt > 7"));
+        }
+        if mask.contains(AttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+            return Err(VerbsError::InvalidArgument("rnr_retry > 7"));
+        }
+        if mask.contains(AttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+            return Err(VerbsError::InvalidArgument("min_rnr_timer > 31"));
+        }
+        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC)
+            && attr.max_rd_atomic > crate::limits::MAX_RD_ATOMIC
+        {
+            return Err(VerbsError::InvalidArgument("max_rd_atomic too large"));
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC)
+            && attr.max_dest_rd_atomic > crate::limits::MAX_RD_ATOMIC
+        {
+            return Err(VerbsError::InvalidArgument("max_dest_rd_atomic too large"));
+        }
+        if mask.contains(AttrMask::ACCESS_FLAGS)
+            && attr.qp_access_flags.0 & !Access::ALL.0 & !Access::MW_BIND.0 != 0
+        {
+            return Err(VerbsError::InvalidArgument("unsupported access flag"));
+        }
+        if mask.contains(AttrMask::AV) {
+            let same_family = attr.ah_attr.dest.is_ipv4() == ctx.local_ip.is_ipv4();
+            if !same_family || attr.ah_attr.dest.is_unspecified() {
+                return Err(VerbsError::InvalidArgument(
+                    "destination address family differs from the device's",
+                ));
+            }
+            if attr.ah_attr.sgid_index != 0 {
+                return Err(VerbsError::InvalidArgument("sgid_index out of range"));
+            }
+        }
+        if mask.contains(AttrMask::DEST_QPN)
+            && attr.dest_qp_num.value() == 0
+            && self.qp_type != QpType::Ud
+        {
+            // QP 0 is the SMI: not a valid peer on RoCE.
+            return Err(VerbsError::InvalidArgument("dest_qp_num 0"));
+        }
+
+        // Apply.
+        let a = &mut self.attr;
+        macro_rules! set {
+            ($m:expr, $f:ident) => {
+                if mask.contains($m) {
+                    a.$f = attr.$f;
+                }
+            };
+        }
+        set!(AttrMask::PKEY_INDEX, pkey_index);
+        set!(AttrMask::PORT, port_num);
+        set!(AttrMask::QKEY, qkey);
+        set!(AttrMask::ACCESS_FLAGS, qp_access_flags);
+        set!(AttrMask::AV, ah_attr);
+        set!(AttrMask::PATH_MTU, path_mtu);
+        set!(AttrMask::DEST_QPN, dest_qp_num);
+        set!(AttrMask::RQ_PSN, rq_psn);
+        set!(AttrMask::SQ_PSN, sq_psn);
+        set!(AttrMask::MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        set!(AttrMask::MAX_QP_RD_ATOMIC, max_rd_atomic);
+        set!(AttrMask::MIN_RNR_TIMER, min_rnr_timer);
+        set!(AttrMask::TIMEOUT, timeout);
+        set!(AttrMask::RETRY_CNT, retry_cnt);
+        set!(AttrMask::RNR_RETRY, rnr_retry);
+        set!(AttrMask::EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.resp.reset_psn(attr.rq_psn);
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.req.reset_psn(attr.sq_psn);
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            self.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.req.rnr_left = attr.rnr_retry;
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+            self.resp.set_max_resources(attr.max_dest_rd_atomic);
+        }
+        self.attr.qp_state = to;
+        self.attr.cur_qp_state = to;
+        match to {
+            QpState::Reset => self.reset(),
+            QpState::Err if cur != QpState::Err => self.enter_error(ctx),
+            QpState::Sqd => {
+                self.sqd_notify = self.attr.en_sqd_async_notify;
+                self.state = QpState::Sqd;
+                self.check_drained(ctx);
+            }
+            _ => self.state = to,
+        }
+        Ok(())
+    }
+
+    /// Back to RESET: everything is forgotten, no completion is generated.
+    fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.sq.clear();
+        self.rq.clear();
+        let attr = self.attr;
+        self.req = req::Requester::default();
+        self.resp = resp::Responder::default();
+        self.attr = QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            ..attr
+        };
+        self.sqd_notify = false;
+    }
+
+    /// Enters ERR: every outstanding work request completes — the ones
+    /// whose outcome is known with it, the others flushed — in posting order.
+    pub fn enter_error(&mut self, ctx: &mut Ctx) {
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err;
+        self.attr.cur_qp_state = QpState::Err;
+        self.req.on_error();
+        self.resp.on_error();
+        while let Some(w) = self.sq.pop_front() {
+            let status = w.done.unwrap_or(WcStatus::WrFlushErr);
+            if status == WcStatus::Success && !(w.signaled || self.sq_sig_all) {
+                continue;
+            }
+            let wc = self.send_wc(&w, status);
+            ctx.complete(self.send_cq, wc);
+        }
+        self.req.cur = 0;
+        self.req.cur_pkt = 0;
+        while let Some(r) = self.rq.pop_front() {
+            let wc = self.flush_recv_wc(&r);
+            ctx.complete(self.recv_cq, wc);
+        }
+        if self.srq.is_some() {
+            ctx.event(AsyncEvent::QpLastWqeReached(self.qpn));
+        }
+    }
+
+    pub fn send_wc(&self, w: &SendWqe, status: WcStatus) -> Wc {
+        let byte_len = match w.wr.opcode {
+            WrOpcode::RdmaRead => w.len,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+            _ => w.len,
+        };
+        Wc {
+            wr_id: w.wr.wr_id,
+            status,
+            opcode: w.wr.opcode.wc_opcode(),
+            byte_len,
+            imm_or_inv: 0,
+            qp_num: self.qpn,
+            src_qp: Qpn::new(0),
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+            solicited: false,
+        }
+    }
+
+    pub fn flush_recv_wc(&self, r: &RecvWqe) -> Wc {
+        Wc {
+            wr_id: r.wr.wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm_or_inv: 0,
+            qp_num: self.qpn,
+            src_qp: Qpn::new(0),
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+            solicited: false,
+        }
+    }
+
+    /// Validates and queues a send work request.
+    pub fn post_send(&mut self, wr: SendWr, ctx: &mut Ctx) -> VerbsResult<()> {
+        match self.state {
+            QpState::Reset | QpState::Init | QpState::Rtr => {
+                return Err(VerbsError::InvalidArgument("QP not ready to send"))
+            }
+            _ => {}
+        }
+        if self.sq.len() as u32 >= self.cap.max_send_wr {
+            return Err(VerbsError::QueueFull);
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if inline {
+            if wr.inline_data.len() as u32 > self.cap.max_inline_data {
+                return Err(VerbsError::InvalidArgument("inline data too long"));
+            }
+        } else if wr.sg_list.len() as u32 > self.cap.max_send_sge {
+            return Err(VerbsError::InvalidArgument("too many SGEs"));
+        }
+        let op_ok = match self.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::LocalInv
+            ),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !op_ok {
+            return Err(VerbsError::InvalidArgument(
+                "opcode not supported on this QP type",
+            ));
+        }
+        if inline && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
+            return Err(VerbsError::InvalidArgument("inline READ or atomic"));
+        }
+        if self.qp_type == QpType::Ud {
+            let Some(ud) = wr.ud else {
+                return Err(VerbsError::InvalidArgument(
+                    "UD send without address handle",
+                ));
+            };
+            if ctx.ahs.get(ud.ah.0).is_none() {
+                return Err(VerbsError::InvalidArgument("unknown address handle"));
+            }
+        }
+        let len64 = wr.length();
+        if len64 > crate::limits::MAX_MSG_SIZE as u64 {
+            return Err(VerbsError::InvalidArgument("message too long"));
+        }
+        let signaled = wr.flags.contains(SendFlags::SIGNALED) || self.sq_sig_all;
+        let w = SendWqe {
+            len: len64 as u32,
+            wr,
+            sgl: None,
+            first_psn: Psn::ZERO,
+            npkts: 1,
+            started: false,
+            acked_pkts: 0,
+            resp_start: 0,
+            done: None,
+            signaled,
+        };
+        self.sq.push_back(w);
+        if self.state == QpState::Err {
+            // Posted to a QP in error: flushed at once (IBA 10.8.3.3).
+            let w = self.sq.pop_back().expect("just pushed");
+            let wc = self.send_wc(&w, WcStatus::WrFlushErr);
+            ctx.complete(self.send_cq, wc);
+        }
+        Ok(())
+    }
+
+    /// Validates and queues a receive work request.
+    pub fn post_recv(&mut self, wr: RecvWr, ctx: &mut Ctx) -> VerbsResult<()> {
+        if self.srq.is_some() {
+            return Err(VerbsError::InvalidArgument("QP uses an SRQ"));
+        }
+        if self.state == QpState::Reset {
+            return Err(VerbsError::InvalidArgument("QP in RESET"));
+        }
+        if self.rq.len() as u32 >= self.cap.max_recv_wr {
+            return Err(VerbsError::QueueFull);
+        }
+        if wr.sg_list.len() as u32 > self.cap.max_recv_sge {
+            return Err(VerbsError::InvalidArgument("too many SGEs"));
+        }
+        let r = RecvWqe { wr };
+        if self.state == QpState::Err {
+            let wc = self.flush_recv_wc(&r);
+            ctx.complete(self.recv_cq, wc);
+            return Ok(());
+        }
+        self.rq.push_back(r);
+        Ok(())
+    }
+
+    /// In SQD with nothing outstanding: raise SQ_DRAINED once.
+    pub fn check_drained(&mut self, ctx: &mut Ctx) {
+        if self.state == QpState::Sqd && self.sqd_notify && !self.req.has_outstanding(self) {
+            self.sqd_notify = false;
+            ctx.event(AsyncEvent::SqDrained(self.qpn));
+        }
+    }
+
+    /// Earliest deadline of this QP's timers.
+    pub fn deadline(&self) -> Option<Instant> {
+        match (self.req.retrans_deadline, self.req.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Current attributes for `query_qp`.
+    pub fn query(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.cur_qp_state = self.state;
+        a.sq_psn = self.req.next_psn;
+        a.rq_psn = self.resp.epsn;
+        a
+    }
+}

@@ -1,0 +1,494 @@
+//! The requester (IBA 9.7.1–9.7.4, rxe_req.c): segments send work requests
+//! into packets at the path MTU, assigns PSNs, asks for ACKs, respects the
+//! READ/atomic limit, fences and the in-flight window, and rewinds for
+//! go-back-N.
+
+use super::{Ctx, Qp, SendWqe};
+use crate::device::Transmit;
+use crate::limits::{ACK_REQ_EVERY_PKTS, MAX_INFLIGHT_PKTS};
+use crate::memory::{SgList, Span};
+use crate::verbs::*;
+use crate::Instant;
+use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, Psn, QKey, RethRepr};
+
+/// Requester state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// PSN for the next work request that starts.
+    pub next_psn: Psn,
+    /// Index in the send queue of the request being sent; everything before
+    /// it has been sent at least once.
+    pub cur: usize,
+    /// Next packet of `sq[cur]` (READ: the response index the request asks from).
+    pub cur_pkt: u32,
+    /// Highest PSN sent so far (to count retransmissions).
+    pub max_sent: Option<Psn>,
+    /// Transport retries left.
+    pub retry_left: u8,
+    /// RNR retries left (7 = forever).
+    pub rnr_left: u8,
+    /// Retransmission timer.
+    pub retrans_deadline: Option<Instant>,
+    /// Waiting after an RNR NAK until this time, then resend from `rnr_psn`.
+    pub rnr_deadline: Option<Instant>,
+    /// Where to resume after the RNR wait.
+    pub rnr_psn: Psn,
+    /// READ and atomic requests started and not completed.
+    pub rd_atomic_outstanding: u32,
+    /// Set when a go-back-N to this PSN is under way: later hints of the same
+    /// loss do not rewind again.
+    pub retrying_from: Option<Psn>,
+}
+
+impl Requester {
+    pub fn reset_psn(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.max_sent = None;
+    }
+
+    pub fn on_error(&mut self) {
+        self.retrans_deadline = None;
+        self.rnr_deadline = None;
+        self.rd_atomic_outstanding = 0;
+        self.retrying_from = None;
+    }
+
+    /// Some started request has not completed.
+    pub fn has_outstanding(&self, qp: &Qp) -> bool {
+        qp.sq.iter().any(|w| w.started && w.done.is_none())
+    }
+}
+
+/// Where a packet's payload comes from.
+pub(crate) enum Payload<'a> {
+    None,
+    Bytes(&'a [u8]),
+    Sgl(&'a SgList, u64, usize),
+    Span(&'a Span, usize, usize),
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Bytes(b) => b.len(),
+            Payload::Sgl(_, _, n) | Payload::Span(_, _, n) => *n,
+        }
+    }
+}
+
+/// Smallest transmit buffer: a 4096-byte payload with every header.
+pub const MIN_TX_BUF: usize = 4096 + 128;
+
+/// Writes one packet (BTH through ICRC) into `buf` and describes it.
+pub(crate) fn build_packet(
+    ctx: &Ctx,
+    av: &AddressVector,
+    mut repr: PacketRepr<'_>,
+    payload: Payload<'_>,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    let plen = payload.len();
+    repr.bth.pad_count = PacketRepr::pad_for(plen);
+    repr.payload = &[];
+    let hlen = repr.header_len();
+    let total = hlen + plen + repr.bth.pad_count as usize + softrdma_wire::ICRC_LEN;
+    if buf.len() < total {
+        return None;
+    }
+    repr.emit_headers(buf).ok()?;
+    let data = &mut buf[hlen..hlen + plen];
+    match payload {
+        Payload::None => {}
+        Payload::Bytes(b) => data.copy_from_slice(b),
+        Payload::Sgl(l, off, _) => l.read(off, data),
+        Payload::Span(s, off, _) => s.mem.read(s.offset + off, data),
+    }
+    let pad_end = total - softrdma_wire::ICRC_LEN;
+    buf[hlen + plen..pad_end].fill(0);
+    let ip = IpRepr::between(ctx.local_ip, av.dest, av.traffic_class).ok()?;
+    let d = DatagramRepr {
+        ip,
+        udp: UdpRepr {
+            src_port: ctx.udp_src_port,
+            dst_port: av.dest_port,
+            checksum: 0,
+        },
+    };
+    let icrc = d.icrc(&buf[..pad_end]);
+    buf[pad_end..total].copy_from_slice(&icrc.to_le_bytes());
+    Some(Transmit {
+        dst: std::net::SocketAddr::new(av.dest, av.dest_port),
+        len: total,
+        traffic_class: av.traffic_class,
+        hop_limit: av.hop_limit,
+    })
+}
+
+/// BTH opcode of a request packet.
+fn request_opcode(qp_type: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
+    use WrOpcode::*;
+    let base: u8 = match qp_type {
+        QpType::Rc => 0x00,
+        QpType::Uc => 0x20,
+        QpType::Ud => 0x60,
+    };
+    let only = first && last;
+    let code = match op {
+        Send | SendWithImm | SendWithInv => {
+            let imm = op == SendWithImm;
+            let inv = op == SendWithInv;
+            match (only, first, last) {
+                (true, _, _) if inv => 0x17,
+                (true, _, _) if imm => 0x05,
+                (true, _, _) => 0x04,
+                (_, true, _) => 0x00,
+                (_, _, true) if inv => 0x16,
+                (_, _, true) if imm => 0x03,
+                (_, _, true) => 0x02,
+                _ => 0x01,
+            }
+        }
+        RdmaWrite | RdmaWriteWithImm => {
+            let imm = op == RdmaWriteWithImm;
+            match (only, first, last) {
+                (true, _, _) if imm => 0x0b,
+                (true, _, _) => 0x0a,
+                (_, true, _) => 0x06,
+                (_, _, true) if imm => 0x09,
+                (_, _, true) => 0x08,
+                _ => 0x07,
+            }
+        }
+        RdmaRead => 0x0c,
+        AtomicCmpAndSwp => 0x13,
+        AtomicFetchAndAdd => 0x14,
+        LocalInv => 0x04, // never sent
+    };
+    Opcode(base | code)
+}
+
+impl Qp {
+    /// Number of PSNs a request of `len` bytes occupies.
+    fn packets_for(&self, w: &SendWqe, mtu: u32) -> u32 {
+        if w.wr.opcode.is_atomic() {
+            1
+        } else {
+            w.len.div_ceil(mtu).max(1)
+        }
+    }
+
+    /// Starts `sq[idx]`: checks and resolves its local buffers, assigns PSNs.
+    /// `Err` is the completion status of a local error.
+    fn start_wqe(&mut self, idx: usize, ctx: &mut Ctx) -> Result<(), WcStatus> {
+        let mtu = if self.qp_type == QpType::Ud {
+            ctx.port_mtu
+        } else {
+            self.mtu()
+        };
+        let pd = self.pd;
+        let w = &mut self.sq[idx];
+        let inline = w.wr.flags.contains(SendFlags::INLINE);
+        if !inline {
+            let need = if w.wr.opcode.is_read_or_atomic() {
+                Access::LOCAL_WRITE
+            } else {
+                Access(0)
+            };
+            let sgl = ctx
+                .mrs
+                .resolve_local(pd, &w.wr.sg_list, need)
+                .map_err(|_| WcStatus::LocProtErr)?;
+            w.sgl = Some(sgl);
+        }
+        if w.wr.opcode.is_atomic() && w.len < 8 {
+            return Err(WcStatus::LocLenErr);
+        }
+        if self.qp_type == QpType::Ud && w.len > mtu {
+            return Err(WcStatus::LocLenErr);
+        }
+        let w = &self.sq[idx];
+        let n = self.packets_for(w, mtu);
+        let first = self.req.next_psn;
+        let w = &mut self.sq[idx];
+        w.npkts = n;
+        w.first_psn = first;
+        w.started = true;
+        self.req.next_psn = first.add(n);
+        if w.wr.opcode.is_read_or_atomic() {
+            self.req.rd_atomic_outstanding += 1;
+        }
+        Ok(())
+    }
+
+    /// Oldest PSN not yet acknowledged, if any request is outstanding.
+    pub(crate) fn oldest_unacked(&self) -> Option<Psn> {
+        self.sq
+            .iter()
+            .find(|w| w.started && w.done.is_none())
+            .map(|w| w.first_psn.add(w.acked_pkts))
+    }
+
+    /// The next request packet, if the QP may send one now.
+    pub(crate) fn poll_request(&mut self, ctx: &mut Ctx, buf: &mut [u8]) -> Option<Transmit> {
+        let sending = match self.state {
+            QpState::Rts => true,
+            // SQD finishes the message in progress, starts nothing new.
+            QpState::Sqd => {
+                self.req.cur_pkt > 0 || self.sq.get(self.req.cur).is_some_and(|w| w.started)
+            }
+            _ => false,
+        };
+        if !sending || self.req.rnr_deadline.is_some() {
+            return None;
+        }
+        // LOCAL_INV and failed requests send nothing: walk past them (bounded
+        // by the queue length).
+        loop {
+            let idx = self.req.cur;
+            let w = self.sq.get(idx)?;
+            if w.started {
+                break;
+            }
+            if self.state == QpState::Sqd {
+                return None;
+            }
+            if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_outstanding > 0 {
+                return None;
+            }
+            if w.wr.opcode.is_read_or_atomic()
+                && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic.max(1) as u32
+            {
+                return None;
+            }
+            if w.wr.opcode == WrOpcode::LocalInv {
+                let key = w.wr.invalidate_rkey.0;
+                let status = match ctx.mrs.invalidate(key, self.pd) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocProtErr,
+                };
+                let w = &mut self.sq[idx];
+                w.started = true;
+                w.npkts = 0;
+                w.done = Some(status);
+                self.req.cur += 1;
+                if status != WcStatus::Success {
+                    self.enter_error(ctx);
+                    return None;
+                }
+                self.complete_done(ctx);
+                continue;
+            }
+            match self.start_wqe(idx, ctx) {
+                Ok(()) => break,
+                Err(status) => {
+                    let w = &mut self.sq[idx];
+                    w.started = true;
+                    w.npkts = 0;
+                    w.done = Some(status);
+                    self.enter_error(ctx);
+                    return None;
+                }
+            }
+        }
+        let idx = self.req.cur;
+        let rc = self.qp_type == QpType::Rc;
+        let w = &self.sq[idx];
+        let psn = w.first_psn.add(self.req.cur_pkt);
+        if rc {
+            if let Some(old) = self.oldest_unacked() {
+                if psn.distance_from(old) >= MAX_INFLIGHT_PKTS && psn != old {
+                    return None;
+                }
+            }
+        }
+        let mtu = if self.qp_type == QpType::Ud {
+            ctx.port_mtu
+        } else {
+            self.mtu()
+        };
+        let tx = self.build_request(idx, psn, mtu, ctx, buf)?;
+        // Advance.
+        if self.sq[idx].wr.opcode == WrOpcode::RdmaRead {
+            self.sq[idx].resp_start = self.req.cur_pkt;
+        }
+        let w = &self.sq[idx];
+        let is_read = w.wr.opcode == WrOpcode::RdmaRead;
+        let last_sent_psn = if is_read { w.last_psn() } else { psn };
+        let finished = is_read || self.req.cur_pkt + 1 >= w.npkts;
+        if finished {
+            self.req.cur += 1;
+            self.req.cur_pkt = 0;
+            if !rc {
+                // UC and UD requests complete once sent.
+                self.sq[idx].done = Some(WcStatus::Success);
+                self.complete_done(ctx);
+            }
+        } else {
+            self.req.cur_pkt += 1;
+        }
+        match self.req.max_sent {
+            Some(m) if !last_sent_psn.after(m) => {
+                self.counters.retransmits += 1;
+            }
+            _ => self.req.max_sent = Some(last_sent_psn),
+        }
+        if rc && self.req.retrans_deadline.is_none() {
+            if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
+                self.req.retrans_deadline = Some(ctx.now.add_ns(t));
+            }
+        }
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += tx.len as u64;
+        Some(tx)
+    }
+
+    fn build_request(
+        &self,
+        idx: usize,
+        psn: Psn,
+        mtu: u32,
+        ctx: &Ctx,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let w = &self.sq[idx];
+        let k = self.req.cur_pkt;
+        let op = w.wr.opcode;
+        let is_read = op == WrOpcode::RdmaRead;
+        let first = k == 0 || is_read;
+        let last = is_read || k + 1 >= w.npkts;
+        let offset = k as u64 * mtu as u64;
+        let mut bth = BthRepr {
+            opcode: request_opcode(self.qp_type, op, first, last),
+            solicited: last && w.wr.flags.contains(SendFlags::SOLICITED),
+            mig_req: false,
+            pad_count: 0,
+            pkey: self.pkey(),
+            fecn: false,
+            becn: false,
+            dest_qp: self.attr.dest_qp_num,
+            ack_req: false,
+            psn,
+        };
+        if self.qp_type == QpType::Rc {
+            bth.ack_req = last || (k + 1) % ACK_REQ_EVERY_PKTS == 0;
+        }
+        let mut repr = PacketRepr::new(bth, &[]);
+        let mut av = self.attr.ah_attr;
+        let payload_len = if is_read || op.is_atomic() {
+            0
+        } else {
+            (w.len as u64 - offset.min(w.len as u64)).min(mtu as u64) as usize
+        };
+        match op {
+            WrOpcode::RdmaRead => {
+                repr.reth = Some(RethRepr {
+                    va: w.wr.remote_addr.wrapping_add(offset),
+                    rkey: w.wr.rkey,
+                    dma_len: w.len.saturating_sub(offset as u32),
+                });
+            }
+            WrOpcode::AtomicCmpAndSwp => {
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add: w.wr.swap,
+                    compare: w.wr.compare_add,
+                });
+            }
+            WrOpcode::AtomicFetchAndAdd => {
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add: w.wr.compare_add,
+                    compare: 0,
+                });
+            }
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm if first => {
+                repr.reth = Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: w.len,
+                });
+            }
+            _ => {}
+        }
+        if last {
+            match op {
+                WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => {
+                    repr.imm = Some(w.wr.imm_data)
+                }
+                WrOpcode::SendWithInv => repr.ieth = Some(w.wr.invalidate_rkey),
+                _ => {}
+            }
+        }
+        if self.qp_type == QpType::Ud {
+            let ud = w.wr.ud?;
+            av = *ctx.ahs.get(ud.ah.0)?;
+            repr.bth.dest_qp = ud.remote_qpn;
+            let qkey = if ud.remote_qkey.0 & 0x8000_0000 != 0 {
+                self.attr.qkey
+            } else {
+                ud.remote_qkey
+            };
+            repr.deth = Some(DethRepr {
+                qkey: QKey(qkey.0),
+                src_qp: self.qpn,
+            });
+        }
+        let payload = if payload_len == 0 {
+            Payload::None
+        } else if w.wr.flags.contains(SendFlags::INLINE) {
+            let o = offset as usize;
+            Payload::Bytes(&w.wr.inline_data[o..o + payload_len])
+        } else {
+            Payload::Sgl(w.sgl.as_ref()?, offset, payload_len)
+        };
+        build_packet(ctx, &av, repr, payload, buf)
+    }
+
+    /// Go-back-N: the next packet sent is the one with `psn`.
+    pub(crate) fn rewind_to(&mut self, psn: Psn) {
+        if let Some(i) = self
+            .sq
+            .iter()
+            .position(|w| w.contains(psn) && w.done.is_none())
+        {
+            let w = &self.sq[i];
+            self.req.cur = i;
+            self.req.cur_pkt = psn.distance_from(w.first_psn);
+            self.req.retrying_from = Some(psn);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_opcodes_match_the_table() {
+        use WrOpcode::*;
+        let cases = [
+            (QpType::Rc, Send, true, true, 0x04),
+            (QpType::Rc, Send, true, false, 0x00),
+            (QpType::Rc, Send, false, false, 0x01),
+            (QpType::Rc, SendWithImm, false, true, 0x03),
+            (QpType::Rc, SendWithInv, true, true, 0x17),
+            (QpType::Rc, SendWithInv, false, true, 0x16),
+            (QpType::Rc, RdmaWriteWithImm, true, true, 0x0b),
+            (QpType::Rc, RdmaWrite, true, false, 0x06),
+            (QpType::Uc, RdmaWriteWithImm, false, true, 0x29),
+            (QpType::Uc, Send, true, true, 0x24),
+            (QpType::Ud, SendWithImm, true, true, 0x65),
+            (QpType::Rc, RdmaRead, true, true, 0x0c),
+            (QpType::Rc, AtomicFetchAndAdd, true, true, 0x14),
+        ];
+        for (t, op, f, l, want) in cases {
+            let o = request_opcode(t, op, f, l);
+            assert_eq!(o, Opcode(want), "{t:?} {op:?} {f} {l}");
+            assert!(o.info().is_some_and(|i| i.is_request()));
+        }
+    }
+}

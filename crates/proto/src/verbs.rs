@@ -1,0 +1,722 @@
+//! The verbs vocabulary (IBA chapter 11): queue pair types and states,
+//! attributes, work requests, work completions, access flags, async events
+//! and the error type. Numeric values follow libibverbs (`verbs.h`) so the
+//! C library maps them one to one.
+
+use softrdma_wire::{PKey, Psn, QKey, Qpn, RKey};
+use std::net::IpAddr;
+
+/// Handle of a protection domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdId(pub u32);
+/// Handle of a completion queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqId(pub u32);
+/// Handle of a shared receive queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqId(pub u32);
+/// Handle of an address handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AhId(pub u32);
+
+/// Queue pair transport type (`ibv_qp_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected (IBV_QPT_RC = 2).
+    Rc,
+    /// Unreliable connected (IBV_QPT_UC = 3).
+    Uc,
+    /// Unreliable datagram (IBV_QPT_UD = 4).
+    Ud,
+}
+
+/// Queue pair state (`ibv_qp_state`, IBA 10.3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QpState {
+    /// 0: just created or reset; nothing happens.
+    Reset,
+    /// 1: initialized; receives may be posted.
+    Init,
+    /// 2: ready to receive.
+    Rtr,
+    /// 3: ready to send.
+    Rts,
+    /// 4: send queue drain.
+    Sqd,
+    /// 5: send queue error (UC/UD): the send queue failed, receives go on.
+    Sqe,
+    /// 6: error: every work request is flushed.
+    Err,
+}
+
+impl QpState {
+    /// libibverbs number.
+    pub const fn to_ibv(self) -> u32 {
+        self as u32
+    }
+    /// From the libibverbs number.
+    pub const fn from_ibv(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Err,
+            _ => return None,
+        })
+    }
+}
+
+/// Memory access rights (`ibv_access_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// The local side may write (receive buffers, READ targets).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Remote RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Remote RDMA READ.
+    pub const REMOTE_READ: Access = Access(4);
+    /// Remote atomics.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Memory windows may be bound to the region.
+    pub const MW_BIND: Access = Access(16);
+    /// Zero-based virtual addresses.
+    pub const ZERO_BASED: Access = Access(32);
+    /// Everything a region can grant.
+    pub const ALL: Access = Access(1 | 2 | 4 | 8);
+    /// Bits softrdma accepts in `reg_mr`.
+    pub const SUPPORTED: u32 = 1 | 2 | 4 | 8 | 16 | 32 | (1 << 5) | (1 << 20);
+
+    /// Union.
+    pub const fn with(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+    /// All bits of `o` present.
+    pub const fn contains(self, o: Access) -> bool {
+        self.0 & o.0 == o.0
+    }
+    /// Only the bits that matter to a queue pair's remote access.
+    pub const fn remote(self) -> Access {
+        Access(self.0 & (2 | 4 | 8))
+    }
+}
+
+/// Send flags (`ibv_send_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// Wait for prior RDMA READs and atomics to complete first.
+    pub const FENCE: SendFlags = SendFlags(1);
+    /// Generate a completion.
+    pub const SIGNALED: SendFlags = SendFlags(2);
+    /// Set the solicited-event bit.
+    pub const SOLICITED: SendFlags = SendFlags(4);
+    /// The data is in `SendWr::inline_data`.
+    pub const INLINE: SendFlags = SendFlags(8);
+    /// Union.
+    pub const fn with(self, o: SendFlags) -> SendFlags {
+        SendFlags(self.0 | o.0)
+    }
+    /// All bits of `o` present.
+    pub const fn contains(self, o: SendFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+/// One scatter/gather entry: a local buffer in a registered region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Virtual address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the region.
+    pub lkey: u32,
+}
+
+/// Send work request opcode (`ibv_wr_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    /// 0: RDMA WRITE.
+    RdmaWrite,
+    /// 1: RDMA WRITE with immediate.
+    RdmaWriteWithImm,
+    /// 2: SEND.
+    Send,
+    /// 3: SEND with immediate.
+    SendWithImm,
+    /// 4: RDMA READ.
+    RdmaRead,
+    /// 5: atomic compare and swap.
+    AtomicCmpAndSwp,
+    /// 6: atomic fetch and add.
+    AtomicFetchAndAdd,
+    /// 7: local invalidate.
+    LocalInv,
+    /// 9: SEND with invalidate.
+    SendWithInv,
+}
+
+impl WrOpcode {
+    /// libibverbs number.
+    pub const fn to_ibv(self) -> u32 {
+        match self {
+            WrOpcode::RdmaWrite => 0,
+            WrOpcode::RdmaWriteWithImm => 1,
+            WrOpcode::Send => 2,
+            WrOpcode::SendWithImm => 3,
+            WrOpcode::RdmaRead => 4,
+            WrOpcode::AtomicCmpAndSwp => 5,
+            WrOpcode::AtomicFetchAndAdd => 6,
+            WrOpcode::LocalInv => 7,
+            WrOpcode::SendWithInv => 9,
+        }
+    }
+    /// From the libibverbs number.
+    pub const fn from_ibv(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => WrOpcode::RdmaWrite,
+            1 => WrOpcode::RdmaWriteWithImm,
+            2 => WrOpcode::Send,
+            3 => WrOpcode::SendWithImm,
+            4 => WrOpcode::RdmaRead,
+            5 => WrOpcode::AtomicCmpAndSwp,
+            6 => WrOpcode::AtomicFetchAndAdd,
+            7 => WrOpcode::LocalInv,
+            9 => WrOpcode::SendWithInv,
+            _ => return None,
+        })
+    }
+    /// RDMA READ or an atomic: needs a responder resource.
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+    /// An atomic.
+    pub const fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+    /// The completion opcode of this work request.
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+        }
+    }
+}
+
+/// Where a UD send goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// Address handle.
+    pub ah: AhId,
+    /// Destination QP number.
+    pub remote_qpn: Qpn,
+    /// Q_Key; when its high bit is set the QP's own Q_Key is used instead
+    /// (IBA 10.2.5).
+    pub remote_qkey: QKey,
+}
+
+/// A send work request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags: signaled, fence, solicited, inline.
+    pub flags: SendFlags,
+    /// Local buffers (ignored with `SendFlags::INLINE`).
+    pub sg_list: Vec<Sge>,
+    /// Inline payload (with `SendFlags::INLINE`): copied at post time.
+    pub inline_data: Vec<u8>,
+    /// Immediate data (WITH_IMM opcodes), as it appears on the wire.
+    pub imm_data: u32,
+    /// R_Key to invalidate (SEND_WITH_INV, LOCAL_INV).
+    pub invalidate_rkey: RKey,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: RKey,
+    /// Compare value (compare-and-swap).
+    pub compare_add: u64,
+    /// Swap value (compare-and-swap); the addend of fetch-and-add is `compare_add`.
+    pub swap: u64,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+}
+
+impl SendWr {
+    /// A signaled work request with nothing filled in but the opcode.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            flags: SendFlags::SIGNALED,
+            sg_list: Vec::new(),
+            inline_data: Vec::new(),
+            imm_data: 0,
+            invalidate_rkey: RKey(0),
+            remote_addr: 0,
+            rkey: RKey(0),
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+    /// Total payload length.
+    pub fn length(&self) -> u64 {
+        if self.flags.contains(SendFlags::INLINE) {
+            self.inline_data.len() as u64
+        } else {
+            self.sg_list.iter().map(|s| s.length as u64).sum()
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Buffers to fill.
+    pub sg_list: Vec<Sge>,
+}
+
+/// Completion status (`ibv_wc_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcStatus {
+    /// Success.
+    Success = 0,
+    /// Local length error: a message longer than the receive buffer, or bad SGEs.
+    LocLenErr = 1,
+    /// Local QP operation error.
+    LocQpOpErr = 2,
+    /// Local protection error: an SGE's lkey, bounds or access is wrong.
+    LocProtErr = 4,
+    /// Flushed: the QP entered the error state before the request ran.
+    WrFlushErr = 5,
+    /// Memory window bind error.
+    MwBindErr = 6,
+    /// Unexpected response from the responder.
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// The responder NAKed: invalid request.
+    RemInvReqErr = 9,
+    /// The responder NAKed: remote access error.
+    RemAccessErr = 10,
+    /// The responder NAKed: remote operational error.
+    RemOpErr = 11,
+    /// Transport retries exhausted.
+    RetryExcErr = 12,
+    /// RNR retries exhausted.
+    RnrRetryExcErr = 13,
+    /// Fatal error.
+    FatalErr = 19,
+    /// General error.
+    GeneralErr = 21,
+}
+
+/// Completion opcode (`ibv_wc_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcOpcode {
+    /// SEND.
+    Send = 0,
+    /// RDMA WRITE.
+    RdmaWrite = 1,
+    /// RDMA READ.
+    RdmaRead = 2,
+    /// Compare and swap.
+    CompSwap = 3,
+    /// Fetch and add.
+    FetchAdd = 4,
+    /// Memory window bind.
+    BindMw = 5,
+    /// Local invalidate.
+    LocalInv = 6,
+    /// A received SEND.
+    Recv = 128,
+    /// A received RDMA WRITE with immediate.
+    RecvRdmaWithImm = 129,
+}
+
+/// Completion flags (`ibv_wc_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    /// The first 40 bytes of the buffer hold a GRH (UD).
+    pub const GRH: WcFlags = WcFlags(1);
+    /// `imm_data` is valid.
+    pub const WITH_IMM: WcFlags = WcFlags(2);
+    /// `invalidated_rkey` is valid.
+    pub const WITH_INV: WcFlags = WcFlags(8);
+    /// Union.
+    pub const fn with(self, o: WcFlags) -> WcFlags {
+        WcFlags(self.0 | o.0)
+    }
+    /// All bits of `o` present.
+    pub const fn contains(self, o: WcFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+/// A work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wc {
+    /// The work request's identifier.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Operation (valid only on success for receive completions).
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receives, READs, atomics: 8).
+    pub byte_len: u32,
+    /// Immediate data (with `WcFlags::WITH_IMM`) or invalidated R_Key
+    /// (with `WcFlags::WITH_INV`), as on the wire.
+    pub imm_or_inv: u32,
+    /// Local QP number.
+    pub qp_num: Qpn,
+    /// Source QP (UD receives).
+    pub src_qp: Qpn,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index (UD receives).
+    pub pkey_index: u16,
+    /// Set when the remote packet had the solicited-event bit.
+    pub solicited: bool,
+}
+
+/// Address vector of a connected QP or an address handle: where packets go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AddressVector {
+    /// Destination IP (from the GID: `::ffff:a.b.c.d` maps to IPv4).
+    pub dest: IpAddr,
+    /// Destination UDP port (4791 on the wire; other values only on loopback test setups).
+    pub dest_port: u16,
+    /// Traffic class / DSCP+ECN.
+    pub traffic_class: u8,
+    /// Hop limit / TTL.
+    pub hop_limit: u8,
+    /// Flow label (IPv6; rxe ignores it).
+    pub flow_label: u32,
+    /// Source GID index (always 0: one address per device).
+    pub sgid_index: u8,
+}
+
+impl AddressVector {
+    /// A vector to `dest` on the RoCE v2 port with default fields.
+    pub fn to(dest: IpAddr) -> Self {
+        AddressVector {
+            dest,
+            dest_port: crate::limits::ROCE_PORT,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            sgid_index: 0,
+        }
+    }
+}
+
+/// Path MTU (`ibv_mtu`: 1 = 256 … 5 = 4096).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    M256 = 1,
+    /// 512 bytes.
+    M512 = 2,
+    /// 1024 bytes.
+    M1024 = 3,
+    /// 2048 bytes.
+    M2048 = 4,
+    /// 4096 bytes.
+    M4096 = 5,
+}
+
+impl Mtu {
+    /// Bytes.
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+    /// From the libibverbs enum value.
+    pub const fn from_ibv(v: u32) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::M256,
+            2 => Mtu::M512,
+            3 => Mtu::M1024,
+            4 => Mtu::M2048,
+            5 => Mtu::M4096,
+            _ => return None,
+        })
+    }
+    /// The largest MTU not above `bytes`.
+    pub const fn from_bytes_floor(bytes: u32) -> Option<Mtu> {
+        Some(if bytes >= 4096 {
+            Mtu::M4096
+        } else if bytes >= 2048 {
+            Mtu::M2048
+        } else if bytes >= 1024 {
+            Mtu::M1024
+        } else if bytes >= 512 {
+            Mtu::M512
+        } else if bytes >= 256 {
+            Mtu::M256
+        } else {
+            return None;
+        })
+    }
+}
+
+/// Modify-QP attribute mask (`ibv_qp_attr_mask`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct AttrMask(pub u32);
+
+impl AttrMask {
+    /// qp_state.
+    pub const STATE: AttrMask = AttrMask(1 << 0);
+    /// cur_qp_state.
+    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
+    /// en_sqd_async_notify.
+    pub const EN_SQD_ASYNC_NOTIFY: AttrMask = AttrMask(1 << 2);
+    /// qp_access_flags.
+    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
+    /// pkey_index.
+    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
+    /// port_num.
+    pub const PORT: AttrMask = AttrMask(1 << 5);
+    /// qkey.
+    pub const QKEY: AttrMask = AttrMask(1 << 6);
+    /// ah_attr.
+    pub const AV: AttrMask = AttrMask(1 << 7);
+    /// path_mtu.
+    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
+    /// timeout.
+    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
+    /// retry_cnt.
+    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
+    /// rnr_retry.
+    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
+    /// rq_psn.
+    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
+    /// max_rd_atomic.
+    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
+    /// alt_ah_attr etc.
+    pub const ALT_PATH: AttrMask = AttrMask(1 << 14);
+    /// min_rnr_timer.
+    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
+    /// sq_psn.
+    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
+    /// max_dest_rd_atomic.
+    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
+    /// path_mig_state.
+    pub const PATH_MIG_STATE: AttrMask = AttrMask(1 << 18);
+    /// cap.
+    pub const CAP: AttrMask = AttrMask(1 << 19);
+    /// dest_qp_num.
+    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
+    /// rate_limit.
+    pub const RATE_LIMIT: AttrMask = AttrMask(1 << 25);
+
+    /// Union.
+    pub const fn with(self, o: AttrMask) -> AttrMask {
+        AttrMask(self.0 | o.0)
+    }
+    /// All bits of `o` present.
+    pub const fn contains(self, o: AttrMask) -> bool {
+        self.0 & o.0 == o.0
+    }
+    /// Bits of `self` not in `o`.
+    pub const fn without(self, o: AttrMask) -> AttrMask {
+        AttrMask(self.0 & !o.0)
+    }
+}
+
+/// QP attributes for `modify_qp` / `query_qp` (`ibv_qp_attr`). Only the
+/// fields named in the mask are read by `modify_qp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Target state.
+    pub qp_state: QpState,
+    /// Asserted current state (checked when in the mask).
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Q_Key (UD).
+    pub qkey: QKey,
+    /// PSN the responder expects first.
+    pub rq_psn: Psn,
+    /// PSN of the first request.
+    pub sq_psn: Psn,
+    /// Destination QP (RC/UC).
+    pub dest_qp_num: Qpn,
+    /// Remote access rights the QP grants.
+    pub qp_access_flags: Access,
+    /// Destination (RC/UC).
+    pub ah_attr: AddressVector,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Raise an event when the send queue has drained (RTS→SQD).
+    pub en_sqd_async_notify: bool,
+    /// Outstanding READ/atomic requests this QP may issue.
+    pub max_rd_atomic: u8,
+    /// Outstanding READ/atomic requests this QP accepts.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code this QP's responder sends.
+    pub min_rnr_timer: u8,
+    /// Port number (1).
+    pub port_num: u8,
+    /// Transport timer exponent: 4.096 µs × 2^timeout; 0 = none.
+    pub timeout: u8,
+    /// Transport retries (0–7).
+    pub retry_cnt: u8,
+    /// RNR retries (0–6; 7 = forever).
+    pub rnr_retry: u8,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: Mtu::M1024,
+            qkey: QKey(0),
+            rq_psn: Psn::ZERO,
+            sq_psn: Psn::ZERO,
+            dest_qp_num: Qpn::new(0),
+            qp_access_flags: Access(0),
+            ah_attr: AddressVector::to(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            pkey_index: 0,
+            en_sqd_async_notify: false,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            port_num: 1,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+        }
+    }
+}
+
+/// Sizes of a queue pair's queues (`ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct QpCap {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send request.
+    pub max_send_sge: u32,
+    /// SGEs per receive request.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send request.
+    pub max_inline_data: u32,
+}
+
+/// Arguments of `create_qp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInit {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: PdId,
+    /// CQ for send completions.
+    pub send_cq: CqId,
+    /// CQ for receive completions.
+    pub recv_cq: CqId,
+    /// Shared receive queue, if any.
+    pub srq: Option<SrqId>,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// When false, every send request generates a completion regardless
+    /// of its SIGNALED flag.
+    pub sq_sig_all: bool,
+}
+
+/// An asynchronous event (`ibv_event_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncEvent {
+    /// A CQ overran: completions were lost (IBV_EVENT_CQ_ERR).
+    CqErr(CqId),
+    /// A QP hit a fatal error (IBV_EVENT_QP_FATAL).
+    QpFatal(Qpn),
+    /// Invalid request on a QP's responder (IBV_EVENT_QP_REQ_ERR).
+    QpReqErr(Qpn),
+    /// Access violation on a QP's responder (IBV_EVENT_QP_ACCESS_ERR).
+    QpAccessErr(Qpn),
+    /// First packet received in RTR (IBV_EVENT_COMM_EST).
+    CommEst(Qpn),
+    /// Send queue drained in SQD (IBV_EVENT_SQ_DRAINED).
+    SqDrained(Qpn),
+    /// Last WQE of an SRQ-attached QP in error (IBV_EVENT_QP_LAST_WQE_REACHED).
+    QpLastWqeReached(Qpn),
+    /// SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED).
+    SrqLimitReached(SrqId),
+}
+
+/// Why a verb failed. Each maps to one errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VerbsError {
+    /// An argument is invalid (EINVAL).
+    InvalidArgument(&'static str),
+    /// A resource limit is reached (ENOMEM).
+    NoMemory,
+    /// The handle names nothing (EINVAL as libibverbs gives it; ENOENT internally).
+    NoSuchObject,
+    /// The object is still in use (EBUSY).
+    Busy,
+    /// Unsupported operation (EOPNOTSUPP).
+    NotSupported,
+    /// Queue is full (ENOMEM, as providers report it).
+    QueueFull,
+}
+
+impl VerbsError {
+    /// The errno libibverbs would return.
+    pub const fn errno(self) -> i32 {
+        match self {
+            VerbsError::InvalidArgument(_) | VerbsError::NoSuchObject => 22, // EINVAL
+            VerbsError::NoMemory | VerbsError::QueueFull => 12,              // ENOMEM
+            VerbsError::Busy => 16,                                          // EBUSY
+            VerbsError::NotSupported => 95,                                  // EOPNOTSUPP
+        }
+    }
+}
+
+impl std::fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerbsError::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
+            VerbsError::NoMemory => f.write_str("resource limit reached"),
+            VerbsError::NoSuchObject => f.write_str("no such object"),
+            VerbsError::Busy => f.write_str("object in use"),
+            VerbsError::NotSupported => f.write_str("operation not supported"),
+            VerbsError::QueueFull => f.write_str("work queue full"),
+        }
+    }
+}
+
+impl std::error::Error for VerbsError {}
+
+/// Result of a verb.
+pub type VerbsResult<T> = Result<T, VerbsError>;
+
+/// The P_Key at index 0 of the table.
+pub const DEFAULT_PKEY: PKey = PKey::DEFAULT;

@@ -1,0 +1,1 @@
+//! Random workloads with invariant checks (see the module docs once written).

@@ -1,0 +1,303 @@
+//! The simulated network: nodes running a [`Device`], a virtual clock, and a
+//! link model with seeded loss, duplication, reordering, single-bit
+//! corruption, delay, jitter and an MTU.
+
+use softrdma_proto::{Device, DeviceConfig, Instant, RecvMeta, Rng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// Impairments applied to every datagram, each draw from the seeded RNG.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkConfig {
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Probability a datagram is held back by `reorder_delay_ns`.
+    pub reorder: f64,
+    /// Extra delay of a reordered datagram.
+    pub reorder_delay_ns: u64,
+    /// Probability one random bit of the datagram is flipped.
+    pub corrupt: f64,
+    /// One-way delay.
+    pub delay_ns: u64,
+    /// Uniform extra delay in `0..=jitter_ns` (can reorder datagrams too).
+    pub jitter_ns: u64,
+    /// Largest IP datagram the link carries; larger ones are dropped.
+    pub mtu: usize,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay_ns: 20_000,
+            corrupt: 0.0,
+            delay_ns: 5_000,
+            jitter_ns: 0,
+            mtu: 9000,
+        }
+    }
+}
+
+/// What the link did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Datagrams handed to the link.
+    pub sent: u64,
+    /// Datagrams delivered (duplicates included).
+    pub delivered: u64,
+    /// Lost on purpose.
+    pub lost: u64,
+    /// Delivered twice.
+    pub duplicated: u64,
+    /// Held back.
+    pub reordered: u64,
+    /// Had a bit flipped.
+    pub corrupted: u64,
+    /// Dropped for exceeding the MTU.
+    pub too_big: u64,
+    /// Sent to an address no node has.
+    pub no_route: u64,
+}
+
+/// A node: one device at one address.
+pub struct Node {
+    /// The RNIC.
+    pub dev: Device,
+    /// Its address.
+    pub ip: IpAddr,
+}
+
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    to: usize,
+    meta: RecvMeta,
+    data: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for InFlight {}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// IP + UDP header bytes counted against the link MTU.
+fn overhead(ip: IpAddr) -> usize {
+    if ip.is_ipv4() {
+        28
+    } else {
+        48
+    }
+}
+
+/// A datagram as handed to the link: time, source, destination, UDP payload.
+pub type TraceEntry = (Instant, IpAddr, SocketAddr, Vec<u8>);
+
+/// A simulated network.
+pub struct Sim {
+    /// Virtual time.
+    pub now: Instant,
+    /// The nodes.
+    pub nodes: Vec<Node>,
+    /// Link impairments (may be changed between steps).
+    pub link: LinkConfig,
+    /// What the link did.
+    pub stats: NetStats,
+    rng: Rng,
+    inflight: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    buf: Vec<u8>,
+    /// When set, every datagram handed to the link (before impairments) is
+    /// recorded: (time, source, destination, UDP payload).
+    pub trace: Option<Vec<TraceEntry>>,
+}
+
+impl Sim {
+    /// An empty network with a seed for the link's dice.
+    pub fn new(seed: u64, link: LinkConfig) -> Self {
+        Sim {
+            now: Instant(0),
+            nodes: Vec::new(),
+            link,
+            stats: NetStats::default(),
+            rng: Rng::new(seed ^ 0x5eed_0f11_7e57_1e55),
+            inflight: BinaryHeap::new(),
+            seq: 0,
+            buf: vec![0; softrdma_proto::device::MIN_TX_BUF],
+            trace: None,
+        }
+    }
+
+    /// Adds a node at 10.0.0.(index+1) (or `ip`), with a device seeded from
+    /// `seed`; returns its index.
+    pub fn add_node(&mut self, seed: u64, ip: Option<IpAddr>) -> usize {
+        let i = self.nodes.len();
+        let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::new(
+            10,
+            0,
+            (i >> 8) as u8,
+            (i & 0xff) as u8 + 1,
+        )));
+        let dev = Device::new(DeviceConfig::new(ip, seed));
+        self.nodes.push(Node { dev, ip });
+        i
+    }
+
+    fn node_of(&self, ip: IpAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.ip == ip)
+    }
+
+    fn schedule(&mut self, at: Instant, to: usize, meta: RecvMeta, data: Vec<u8>) {
+        self.seq += 1;
+        self.inflight.push(Reverse(InFlight {
+            at,
+            seq: self.seq,
+            to,
+            meta,
+            data,
+        }));
+    }
+
+    /// Hands one datagram to the link.
+    fn send(&mut self, from: usize, dst: SocketAddr, tclass: u8, hop: u8, mut data: Vec<u8>) {
+        let src_ip = self.nodes[from].ip;
+        if let Some(t) = &mut self.trace {
+            t.push((self.now, src_ip, dst, data.clone()));
+        }
+        self.stats.sent += 1;
+        let Some(to) = self.node_of(dst.ip()) else {
+            self.stats.no_route += 1;
+            return;
+        };
+        let l = self.link;
+        if data.len() + overhead(dst.ip()) > l.mtu {
+            self.stats.too_big += 1;
+            return;
+        }
+        if self.rng.chance(l.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        if !data.is_empty() && self.rng.chance(l.corrupt) {
+            let bit = self.rng.below(data.len() as u64 * 8);
+            data[(bit / 8) as usize] ^= 1 << (bit % 8);
+            self.stats.corrupted += 1;
+        }
+        let mut delay = l.delay_ns;
+        if l.jitter_ns > 0 {
+            delay += self.rng.below(l.jitter_ns + 1);
+        }
+        if self.rng.chance(l.reorder) {
+            delay += l.reorder_delay_ns;
+            self.stats.reordered += 1;
+        }
+        let meta = RecvMeta {
+            src: SocketAddr::new(src_ip, self.nodes[from].dev.config().udp_src_port),
+            dst: dst.ip(),
+            len: data.len(),
+            traffic_class: tclass,
+            hop_limit: hop,
+        };
+        if self.rng.chance(l.duplicate) {
+            self.stats.duplicated += 1;
+            let extra = 1 + self.rng.below(l.reorder_delay_ns.max(1));
+            self.schedule(self.now.add_ns(delay + extra), to, meta, data.clone());
+        }
+        self.schedule(self.now.add_ns(delay), to, meta, data);
+    }
+
+    /// Sends everything the devices want to send now.
+    pub fn flush(&mut self) {
+        // Bounded: each round drains every device; devices produce a finite
+        // number of packets per input (windows and queues are bounded).
+        loop {
+            let mut any = false;
+            for i in 0..self.nodes.len() {
+                while let Some(tx) = self.nodes[i].dev.poll_transmit(self.now, &mut self.buf) {
+                    let data = self.buf[..tx.len].to_vec();
+                    self.send(i, tx.dst, tx.traffic_class, tx.hop_limit, data);
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    /// The time of the next thing that will happen, if anything will.
+    pub fn next_event(&self) -> Option<Instant> {
+        let net = self.inflight.peek().map(|r| r.0.at);
+        let timers = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
+        match (net, timers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Sends what is pending, then advances the clock to the next event (no
+    /// further than `limit`) and processes everything due then. Returns false
+    /// when nothing is left to happen before `limit`.
+    pub fn step(&mut self, limit: Instant) -> bool {
+        self.flush();
+        let Some(t) = self.next_event() else {
+            return false;
+        };
+        if t > limit {
+            self.now = limit;
+            return false;
+        }
+        self.now = self.now.max(t);
+        // Every datagram due now is delivered before anyone answers, so a
+        // burst arriving together gets one coalesced ACK, as a batch receive
+        // would.
+        while self.inflight.peek().is_some_and(|r| r.0.at <= self.now) {
+            let Reverse(p) = self.inflight.pop().expect("peeked");
+            self.stats.delivered += 1;
+            self.nodes[p.to]
+                .dev
+                .handle_datagram(self.now, &p.meta, &p.data);
+        }
+        for n in &mut self.nodes {
+            if n.dev.poll_timeout().is_some_and(|d| d <= self.now) {
+                n.dev.handle_timeout(self.now);
+            }
+        }
+        true
+    }
+
+    /// Steps until `done` holds (checked after every step) or `limit` passes.
+    /// Returns whether `done` held.
+    pub fn run_until(&mut self, limit: Instant, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if !self.step(limit) {
+                self.flush();
+                return done(self);
+            }
+        }
+    }
+
+    /// Datagrams on the wire.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+}
