@@ -42,10 +42,7 @@ impl Icrc {
     /// `hdr` must be exactly the header (no options).
     pub fn ipv4_header(&mut self, hdr: &[u8; IPV4_HEADER_LEN]) {
         let mut m = *hdr;
-        m[1] = 0xff;
-        m[8] = 0xff;
-        m[10] = 0xff;
-        m[11] = 0xff;
+        mask_ipv4(&mut m);
         self.0.update(&m);
     }
 
@@ -53,19 +50,14 @@ impl Icrc {
     /// hop limit.
     pub fn ipv6_header(&mut self, hdr: &[u8; IPV6_HEADER_LEN]) {
         let mut m = *hdr;
-        m[0] |= 0x0f;
-        m[1] = 0xff;
-        m[2] = 0xff;
-        m[3] = 0xff;
-        m[7] = 0xff;
+        mask_ipv6(&mut m);
         self.0.update(&m);
     }
 
     /// Feeds the UDP header with its checksum masked.
     pub fn udp_header(&mut self, hdr: &[u8; UDP_HEADER_LEN]) {
         let mut m = *hdr;
-        m[6] = 0xff;
-        m[7] = 0xff;
+        mask_udp(&mut m);
         self.0.update(&m);
     }
 
@@ -90,6 +82,80 @@ impl Icrc {
     pub fn finish(self) -> u32 {
         self.0.finalize()
     }
+}
+
+/// Sets the IPv4 fields routers may change (TOS, TTL, checksum) to ones.
+fn mask_ipv4(h: &mut [u8; IPV4_HEADER_LEN]) {
+    h[1] = 0xff;
+    h[8] = 0xff;
+    h[10] = 0xff;
+    h[11] = 0xff;
+}
+
+/// Sets the IPv6 traffic class, flow label and hop limit to ones.
+fn mask_ipv6(h: &mut [u8; IPV6_HEADER_LEN]) {
+    h[0] |= 0x0f;
+    h[1] = 0xff;
+    h[2] = 0xff;
+    h[3] = 0xff;
+    h[7] = 0xff;
+}
+
+/// Sets the UDP checksum to ones.
+fn mask_udp(h: &mut [u8; UDP_HEADER_LEN]) {
+    h[6] = 0xff;
+    h[7] = 0xff;
+}
+
+/// Longest masked prefix: 8 bytes of 0xff, IPv6, UDP, BTH.
+const PREFIX_MAX: usize = 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + bth::HEADER_LEN;
+/// Transport bytes after the BTH copied next to the prefix so that small
+/// packets take a single CRC call.
+const SMALL_TAIL: usize = 128;
+
+/// The ICRC of a datagram from its raw IP + UDP headers (`hdr`: 28 bytes
+/// for IPv4, 48 for IPv6) and its transport bytes BTH through pad
+/// (`covered`). Same result as feeding [`Icrc`] part by part, but the masked
+/// prefix (at most 68 bytes) is built once on the stack and the CRC runs in
+/// two calls, so small packets do not pay for five short updates.
+pub(crate) fn icrc_datagram(hdr: &[u8], covered: &[u8]) -> u32 {
+    let mut p = [0xffu8; PREFIX_MAX + SMALL_TAIL];
+    let ip_len = if hdr.len() == IPV6_HEADER_LEN + UDP_HEADER_LEN {
+        IPV6_HEADER_LEN
+    } else {
+        IPV4_HEADER_LEN
+    };
+    let hl = ip_len + UDP_HEADER_LEN;
+    p[8..8 + hl].copy_from_slice(&hdr[..hl]);
+    if ip_len == IPV6_HEADER_LEN {
+        let mut a = [0u8; IPV6_HEADER_LEN];
+        a.copy_from_slice(&p[8..8 + IPV6_HEADER_LEN]);
+        mask_ipv6(&mut a);
+        p[8..8 + IPV6_HEADER_LEN].copy_from_slice(&a);
+    } else {
+        let mut a = [0u8; IPV4_HEADER_LEN];
+        a.copy_from_slice(&p[8..8 + IPV4_HEADER_LEN]);
+        mask_ipv4(&mut a);
+        p[8..8 + IPV4_HEADER_LEN].copy_from_slice(&a);
+    }
+    p[8 + ip_len + 6] = 0xff;
+    p[8 + ip_len + 7] = 0xff;
+    let n = covered.len().min(bth::HEADER_LEN);
+    let at = 8 + hl;
+    p[at..at + n].copy_from_slice(&covered[..n]);
+    if n > bth::ICRC_MASKED_BYTE {
+        p[at + bth::ICRC_MASKED_BYTE] = 0xff;
+    }
+    let mut h = crc32fast::Hasher::new();
+    let rest = &covered[n..];
+    if rest.len() <= SMALL_TAIL {
+        p[at + n..at + n + rest.len()].copy_from_slice(rest);
+        h.update(&p[..at + n + rest.len()]);
+    } else {
+        h.update(&p[..at + n]);
+        h.update(rest);
+    }
+    h.finalize()
 }
 
 // --- GF(2) helpers for the unknown-identification case ---------------------
@@ -206,6 +272,34 @@ mod tests {
         let mut h = crc32fast::Hasher::new();
         h.update(b"123456789");
         assert_eq!(h.finalize(), 0xcbf4_3926);
+    }
+
+    #[test]
+    fn one_shot_prefix_equals_part_by_part() {
+        // Transport lengths up to 200 bytes: both sides of SMALL_TAIL.
+        let mut data = [0u8; 48 + 200];
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+        }
+        for v6 in [false, true] {
+            let hl = if v6 { 48 } else { 28 };
+            let (hdr, rest) = data.split_at(hl);
+            // Every transport length: around the BTH and its masked byte,
+            // and around the one-call limit.
+            for n in 0..rest.len() {
+                let covered = &rest[..n];
+                let mut c = Icrc::new();
+                if v6 {
+                    c.ipv6_header(hdr[..40].try_into().unwrap());
+                    c.udp_header(hdr[40..48].try_into().unwrap());
+                } else {
+                    c.ipv4_header(hdr[..20].try_into().unwrap());
+                    c.udp_header(hdr[20..28].try_into().unwrap());
+                }
+                c.transport(covered);
+                assert_eq!(icrc_datagram(hdr, covered), c.finish(), "v6 {v6} n {n}");
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! IPv4 / IPv6 + UDP encapsulation of RoCE v2 (IBA Annex A17.4): build and
 //! parse whole datagrams, and compute their ICRC.
 
-use crate::icrc::Icrc;
+use crate::icrc::{self, Icrc};
 use crate::packet::{IbPacket, PacketRepr, ICRC_LEN};
 use crate::{be, Error, Result};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -243,9 +243,11 @@ impl DatagramRepr {
 
     /// ICRC of `covered` (BTH through pad) sent with these headers.
     pub fn icrc(&self, covered: &[u8]) -> u32 {
-        let mut c = self.icrc_begin(covered.len() + ICRC_LEN);
-        c.transport(covered);
-        c.finish()
+        let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+        let hl = self.header_len();
+        // As in icrc_begin: an overflowing length gives a wrong ICRC, never a panic.
+        let _ = self.emit_headers(&mut hdr[..hl], covered.len() + ICRC_LEN);
+        icrc::icrc_datagram(&hdr[..hl], covered)
     }
 
     /// Writes a whole datagram — IP, UDP, the transport packet and its ICRC —
@@ -260,11 +262,7 @@ impl DatagramRepr {
         pkt.check()?;
         self.emit_headers(buf, ib_len)?;
         pkt.emit(&mut buf[hl..total])?;
-        let icrc = {
-            let mut c = icrc_begin_from_headers(&buf[..hl]);
-            c.transport(&buf[hl..total - ICRC_LEN]);
-            c.finish()
-        };
+        let icrc = icrc::icrc_datagram(&buf[..hl], &buf[hl..total - ICRC_LEN]);
         buf[total - ICRC_LEN..total].copy_from_slice(&icrc.to_le_bytes());
         Ok(total)
     }
@@ -427,9 +425,7 @@ impl<T: AsRef<[u8]>> RoceDatagram<T> {
 
     /// Recomputes the ICRC over the datagram as it is.
     pub fn compute_icrc(&self) -> u32 {
-        let mut c = icrc_begin_from_headers(self.headers());
-        c.transport(self.ib().icrc_covered());
-        c.finish()
+        icrc::icrc_datagram(self.headers(), self.ib().icrc_covered())
     }
 
     /// True when the stored ICRC matches.
