@@ -51,6 +51,8 @@ pub const MAX_MTU: u32 = 4096;
 /// "unlimited"), so this window keeps a fast sender from overrunning the
 /// socket buffers of its peer.
 pub const MAX_INFLIGHT_PKTS: u32 = 512;
+/// Smallest in-flight window after losses.
+pub const MIN_CWND: u32 = 2;
 /// A requester asks for an ACK at least this often inside a long message,
 /// so its window keeps moving.
 pub const ACK_REQ_EVERY_PKTS: u32 = 64;

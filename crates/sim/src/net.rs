@@ -126,6 +126,8 @@ pub struct Sim {
     /// When set, every datagram handed to the link (before impairments) is
     /// recorded: (time, source, destination, UDP payload).
     pub trace: Option<Vec<TraceEntry>>,
+    /// Print every datagram and its fate to stderr (env `SOFTRDMA_SIM_TRACE`).
+    pub print: bool,
 }
 
 impl Sim {
@@ -141,6 +143,7 @@ impl Sim {
             seq: 0,
             buf: vec![0; softrdma_proto::device::MIN_TX_BUF],
             trace: None,
+            print: std::env::var_os("SOFTRDMA_SIM_TRACE").is_some(),
         }
     }
 
@@ -181,6 +184,18 @@ impl Sim {
             t.push((self.now, src_ip, dst, data.clone()));
         }
         self.stats.sent += 1;
+        if self.print {
+            eprintln!(
+                "{:>12} {}",
+                self.now.0,
+                describe(
+                    src_ip,
+                    self.nodes[from].dev.config().udp_src_port,
+                    dst,
+                    &data
+                )
+            );
+        }
         let Some(to) = self.node_of(dst.ip()) else {
             self.stats.no_route += 1;
             return;
@@ -191,6 +206,9 @@ impl Sim {
             return;
         }
         if self.rng.chance(l.loss) {
+            if self.print {
+                eprintln!("{:>12}   ^ lost", self.now.0);
+            }
             self.stats.lost += 1;
             return;
         }
@@ -300,4 +318,27 @@ impl Sim {
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
     }
+}
+
+/// One line for a UDP payload sent from `src:sport` to `dst`.
+pub fn describe(src: IpAddr, sport: u16, dst: SocketAddr, payload: &[u8]) -> String {
+    use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+    let Ok(ip) = IpRepr::between(src, dst.ip(), 0) else {
+        return "mixed address families".into();
+    };
+    let d = DatagramRepr {
+        ip,
+        udp: UdpRepr {
+            src_port: sport,
+            dst_port: dst.port(),
+            checksum: 0,
+        },
+    };
+    let mut buf = vec![0u8; d.header_len() + payload.len()];
+    if d.emit_headers(&mut buf, payload.len()).is_err() {
+        return "unencodable".into();
+    }
+    let h = d.header_len();
+    buf[h..].copy_from_slice(payload);
+    softrdma_wire::pretty::datagram_line(&buf)
 }

@@ -4,6 +4,7 @@
 //! completions.
 
 use super::{Ctx, Qp};
+use crate::limits::{MAX_INFLIGHT_PKTS, MIN_CWND};
 use crate::verbs::*;
 use softrdma_wire::{NakCode, Operation, PacketRepr, Position, Psn, Syndrome};
 
@@ -55,8 +56,8 @@ impl Qp {
     /// Completes SENDs and WRITEs that end there; a READ or atomic that
     /// starts at or before `psn` and still lacks its response lost it: go
     /// back to it. Returns whether anything moved forward.
-    fn ack_through(&mut self, psn: Psn) -> bool {
-        let mut progress = false;
+    fn ack_through(&mut self, psn: Psn) -> u32 {
+        let mut progress = 0;
         for i in 0..self.sq.len() {
             let w = &mut self.sq[i];
             if !w.started {
@@ -77,13 +78,13 @@ impl Qp {
             }
             let done_pkts = psn.distance_from(w.first_psn) + 1;
             if done_pkts >= w.npkts {
+                progress += w.npkts - w.acked_pkts;
                 w.acked_pkts = w.npkts;
                 w.done = Some(WcStatus::Success);
-                progress = true;
             } else {
                 if done_pkts > w.acked_pkts {
+                    progress += done_pkts - w.acked_pkts;
                     w.acked_pkts = done_pkts;
-                    progress = true;
                 }
                 break;
             }
@@ -91,7 +92,8 @@ impl Qp {
         progress
     }
 
-    fn on_progress(&mut self, ctx: &mut Ctx) {
+    fn on_progress(&mut self, acked: u32, ctx: &mut Ctx) {
+        self.req.cwnd = (self.req.cwnd + acked).min(MAX_INFLIGHT_PKTS);
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
         if let (Some(r), Some(old)) = (self.req.retrying_from, self.oldest_unacked()) {
@@ -135,6 +137,7 @@ impl Qp {
             return;
         }
         self.req.retry_left -= 1;
+        self.req.cwnd = (self.req.cwnd / 2).max(MIN_CWND);
         self.rewind_to(psn);
     }
 
@@ -150,33 +153,41 @@ impl Qp {
             return;
         };
         let psn = pkt.bth.psn;
-        let mut progress = false;
+        let mut progress = 0;
         match info.operation {
             Operation::Acknowledge => {
                 let Some(aeth) = pkt.aeth else { return };
                 match aeth.syndrome {
                     Syndrome::Ack { .. } => {
                         progress = self.ack_through(psn);
-                        if !progress {
+                        if progress == 0 {
                             self.counters.stale_responses += 1;
                         }
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.counters.seq_nak_rcvd += 1;
                         progress = self.ack_through(psn.sub(1));
-                        if progress {
-                            self.on_progress(ctx);
+                        if progress > 0 {
+                            self.on_progress(progress, ctx);
                         }
+                        progress = 0;
                         if self.sq.iter().any(|w| w.contains(psn) && w.done.is_none()) {
-                            self.retry_from(psn);
+                            // Resend from the NAK's PSN, or from an earlier READ
+                            // or atomic whose response was lost.
+                            let target = self
+                                .oldest_unacked()
+                                .filter(|o| o.before(psn))
+                                .unwrap_or(psn);
+                            self.retry_from(target);
                         }
                     }
                     Syndrome::RnrNak { timer } => {
                         self.counters.rnr_nak_rcvd += 1;
                         progress = self.ack_through(psn.sub(1));
-                        if progress {
-                            self.on_progress(ctx);
+                        if progress > 0 {
+                            self.on_progress(progress, ctx);
                         }
+                        progress = 0;
                         if self.sq.iter().any(|w| w.contains(psn) && w.done.is_none()) {
                             if self.req.rnr_left == 0 {
                                 self.fail_at(Some(psn), WcStatus::RnrRetryExcErr);
@@ -192,7 +203,6 @@ impl Qp {
                                 self.rewind_to(psn);
                             }
                         }
-                        progress = false;
                     }
                     Syndrome::Nak(code) => {
                         let c = &mut self.counters;
@@ -224,14 +234,14 @@ impl Qp {
             }
             _ => return,
         }
-        if progress {
-            self.on_progress(ctx);
+        if progress > 0 {
+            self.on_progress(progress, ctx);
         }
         self.complete_done(ctx);
     }
 
     /// A READ response or atomic ACK with PSN `pkt.bth.psn`.
-    fn handle_data_response(&mut self, pkt: &PacketRepr<'_>, pos: Position) -> bool {
+    fn handle_data_response(&mut self, pkt: &PacketRepr<'_>, pos: Position) -> u32 {
         let psn = pkt.bth.psn;
         let is_atomic = pkt.atomic_ack.is_some();
         let Some(i) = self
@@ -240,11 +250,11 @@ impl Qp {
             .position(|w| w.contains(psn) && w.done.is_none() && w.is_read_or_atomic())
         else {
             self.counters.stale_responses += 1;
-            return false;
+            return 0;
         };
         // The responder answers in order: this response acknowledges every
         // request before this one.
-        let mut progress = false;
+        let mut progress = 0;
         if self.sq.iter().take(i).any(|w| w.done.is_none()) {
             let before = self.sq[i].first_psn.sub(1);
             progress = self.ack_through(before);
@@ -273,7 +283,7 @@ impl Qp {
             }
             w.acked_pkts = 1;
             w.done = Some(WcStatus::Success);
-            return true;
+            return progress + 1;
         }
         let idx = w.acked_pkts;
         let last_idx = w.npkts - 1;
@@ -296,7 +306,7 @@ impl Qp {
         };
         if pkt.payload.len() as u64 != expect_len {
             w.done = Some(WcStatus::BadRespErr);
-            return true;
+            return progress;
         }
         if let Some(sgl) = &w.sgl {
             sgl.write(offset, pkt.payload);
@@ -305,7 +315,7 @@ impl Qp {
         if w.acked_pkts == w.npkts {
             w.done = Some(WcStatus::Success);
         }
-        true
+        progress + 1
     }
 
     /// Timers of this QP that are due at `ctx.now`.
@@ -327,6 +337,7 @@ impl Qp {
                     return;
                 }
                 self.req.retry_left -= 1;
+                self.req.cwnd = MIN_CWND;
                 self.req.retrying_from = None;
                 self.rewind_to(old);
                 if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {

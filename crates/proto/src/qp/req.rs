@@ -13,7 +13,7 @@ use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
 use softrdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, Psn, QKey, RethRepr};
 
 /// Requester state of a QP.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Requester {
     /// PSN for the next work request that starts.
     pub next_psn: Psn,
@@ -39,6 +39,30 @@ pub(crate) struct Requester {
     /// Set when a go-back-N to this PSN is under way: later hints of the same
     /// loss do not rewind again.
     pub retrying_from: Option<Psn>,
+    /// Packets allowed in flight: halved on every retry, grown by every
+    /// acknowledged packet up to `MAX_INFLIGHT_PKTS`. Go-back-N resends the
+    /// whole window after a loss; this keeps a lossy link from drowning in
+    /// retransmissions. It changes nothing on the wire.
+    pub cwnd: u32,
+}
+
+impl Default for Requester {
+    fn default() -> Self {
+        Requester {
+            next_psn: Psn::ZERO,
+            cur: 0,
+            cur_pkt: 0,
+            max_sent: None,
+            retry_left: 0,
+            rnr_left: 0,
+            retrans_deadline: None,
+            rnr_deadline: None,
+            rnr_psn: Psn::ZERO,
+            rd_atomic_outstanding: 0,
+            retrying_from: None,
+            cwnd: MAX_INFLIGHT_PKTS,
+        }
+    }
 }
 
 impl Requester {
@@ -298,7 +322,7 @@ impl Qp {
         let psn = w.first_psn.add(self.req.cur_pkt);
         if rc {
             if let Some(old) = self.oldest_unacked() {
-                if psn.distance_from(old) >= MAX_INFLIGHT_PKTS && psn != old {
+                if psn.distance_from(old) >= self.req.cwnd && psn != old {
                     return None;
                 }
             }

@@ -256,6 +256,12 @@ impl Qp {
                 return;
             }
         } else {
+            if psn.before(self.resp.epsn) {
+                // UC has no duplicate detection; like rxe, an old PSN is
+                // dropped so messages are never delivered out of order.
+                self.counters.duplicate_requests += 1;
+                return;
+            }
             if psn != self.resp.epsn {
                 if self.resp.cur.is_some() {
                     self.counters.uc_msgs_dropped += 1;
