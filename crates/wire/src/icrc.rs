@@ -165,6 +165,10 @@ const POLY: u32 = 0xedb8_8320;
 
 /// a(x)·b(x) mod P(x), both in the reflected bit order of CRC-32.
 fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    // Without this the loop below never ends: it stops on a's last set bit.
+    if a == 0 {
+        return 0;
+    }
     let mut m = 1u32 << 31;
     let mut p = 0u32;
     loop {
@@ -300,6 +304,14 @@ mod tests {
                 assert_eq!(icrc_datagram(hdr, covered), c.finish(), "v6 {v6} n {n}");
             }
         }
+    }
+
+    #[test]
+    fn multiplying_by_zero_terminates() {
+        assert_eq!(mul_mod_p(0, 0x1234_5678), 0);
+        assert_eq!(mul_mod_p(0x1234_5678, 0), 0);
+        // x^0 (bit 31 in reflected order) is the identity.
+        assert_eq!(mul_mod_p(1 << 31, 0xdead_beef), 0xdead_beef);
     }
 
     #[test]
