@@ -22,6 +22,7 @@
 //! ICRC failures.
 
 use crate::capture::{self, CaptureReader, Frame, Timestamp};
+use crate::json;
 use crate::link::{self, Network, Transport};
 use softrdma_wire::opcode::Transport as IbTransport;
 use softrdma_wire::{pretty, DatagramRepr, NakCode, Psn, RoceDatagram, Syndrome};
@@ -39,6 +40,10 @@ pub struct Args {
     /// Print only the per-QP totals and the summary, not every packet.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Write JSON lines instead of text: one object per packet
+    /// (`"type":"packet"`), per flow (`"flow"`) and a `"summary"`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Why a dump stopped.
@@ -70,7 +75,10 @@ impl From<io::Error> for Error {
 
 /// Runs the subcommand: opens the file and dumps it to `out`.
 pub fn run(args: &Args, out: &mut impl Write) -> Result<Stats, Error> {
-    let options = Options { quiet: args.quiet };
+    let options = Options {
+        quiet: args.quiet,
+        json: args.json,
+    };
     if args.file.as_os_str() == "-" {
         let stdin = io::stdin();
         return dump(stdin.lock(), None, &options, out);
@@ -95,6 +103,8 @@ pub fn run(args: &Args, out: &mut impl Write) -> Result<Stats, Error> {
 pub struct Options {
     /// Totals and summary only.
     pub quiet: bool,
+    /// JSON lines instead of text.
+    pub json: bool,
 }
 
 /// Dumps a capture read from `input` (`size`: its length, when known) and
@@ -107,7 +117,10 @@ pub fn dump(
     out: &mut impl Write,
 ) -> Result<Stats, Error> {
     let mut reader = CaptureReader::new(input, size).map_err(Error::Capture)?;
-    let mut stats = Stats::default();
+    let mut stats = Stats {
+        json: options.json,
+        ..Stats::default()
+    };
     let mut line = String::new();
     let failure = loop {
         match reader.next_frame() {
@@ -265,6 +278,8 @@ pub struct Stats {
     pub skipped: HashMap<String, u64>,
     /// Flows in order of first appearance.
     pub flows: Vec<(FlowKey, Flow)>,
+    /// Write JSON lines instead of text.
+    pub json: bool,
     index: HashMap<FlowKey, usize>,
     first_ts: Option<Timestamp>,
 }
@@ -289,25 +304,39 @@ impl Stats {
             return false;
         }
         self.roce += 1;
-        let _ = write!(line, "{:>6} ", f.number);
-        write_rel_time(line, self.first_ts, f.timestamp);
-        line.push(' ');
+        let time = rel_time(self.first_ts, f.timestamp);
+        let cut = ((f.data.len() as u64) < f.orig_len as u64).then_some((f.data.len(), f.orig_len));
         match RoceDatagram::new_checked(ip) {
             Ok(d) => {
-                let _ = pretty::write_datagram(line, d.datagram());
+                if self.json {
+                    json::packet(line, f.number, time.as_deref(), &d);
+                } else {
+                    let _ = write!(
+                        line,
+                        "{:>6} {:>11} ",
+                        f.number,
+                        time.as_deref().unwrap_or("-")
+                    );
+                    let _ = pretty::write_datagram(line, d.datagram());
+                }
                 self.count(&d);
             }
             Err(e) => {
                 self.malformed += 1;
-                write_addresses(line, ip);
-                let _ = write!(line, "malformed ({e})");
-                if (f.data.len() as u64) < f.orig_len as u64 {
+                if self.json {
+                    json::malformed(line, f.number, time.as_deref(), ip, &e, cut);
+                } else {
                     let _ = write!(
                         line,
-                        ", frame cut to {} of {} bytes by the capture",
-                        f.data.len(),
-                        f.orig_len
+                        "{:>6} {:>11} ",
+                        f.number,
+                        time.as_deref().unwrap_or("-")
                     );
+                    write_addresses(line, ip);
+                    let _ = write!(line, "malformed ({e})");
+                    if let Some((got, orig)) = cut {
+                        let _ = write!(line, ", frame cut to {got} of {orig} bytes by the capture");
+                    }
                 }
             }
         }
@@ -352,6 +381,13 @@ impl Stats {
 
     /// Writes the per-QP totals and the summary line.
     pub fn totals(&self, out: &mut String) {
+        if self.json {
+            for (k, f) in &self.flows {
+                json::flow(out, k, f);
+            }
+            json::summary(out, self);
+            return;
+        }
         if !self.flows.is_empty() {
             out.push_str("per-QP totals (class, source -> destination, destination QP):\n");
         }
@@ -402,23 +438,19 @@ impl Stats {
 }
 
 /// Time since the first frame, in seconds with the file's precision.
-fn write_rel_time(out: &mut String, first: Option<Timestamp>, ts: Option<Timestamp>) {
-    let (Some(first), Some(ts)) = (first, ts) else {
-        let _ = write!(out, "{:>11}", "-");
-        return;
-    };
+fn rel_time(first: Option<Timestamp>, ts: Option<Timestamp>) -> Option<String> {
+    let (first, ts) = (first?, ts?);
     let d = ts.nanos - first.nanos;
     let digits = ts.digits.clamp(1, 9) as u32;
     let abs = d.unsigned_abs();
     let frac = (abs % 1_000_000_000) / 10u128.pow(9 - digits);
-    let s = format!(
+    Some(format!(
         "{}{}.{:0w$}",
         if d < 0 { "-" } else { "" },
         abs / 1_000_000_000,
         frac,
         w = digits as usize
-    );
-    let _ = write!(out, "{s:>11}");
+    ))
 }
 
 /// `src:port > dst:port ` from raw IP/UDP bytes, as far as they go.
@@ -465,15 +497,13 @@ mod tests {
     #[test]
     fn relative_time_formatting() {
         let t = |nanos, digits| Some(Timestamp { nanos, digits });
-        let mut s = String::new();
-        write_rel_time(&mut s, t(1_000_000_000, 6), t(3_500_001_999, 6));
-        assert_eq!(s, "   2.500001");
-        s.clear();
-        write_rel_time(&mut s, t(10, 9), t(5, 9));
-        assert_eq!(s, "-0.000000005");
-        s.clear();
-        write_rel_time(&mut s, None, t(5, 9));
-        assert_eq!(s, "          -");
+        assert_eq!(
+            rel_time(t(1_000_000_000, 6), t(3_500_001_999, 6)).unwrap(),
+            "2.500001"
+        );
+        assert_eq!(rel_time(t(10, 9), t(5, 9)).unwrap(), "-0.000000005");
+        assert_eq!(rel_time(None, t(5, 9)), None);
+        assert_eq!(rel_time(t(5, 9), None), None);
     }
 
     #[test]

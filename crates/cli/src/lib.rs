@@ -1,6 +1,7 @@
 //! The `softrdma` command line tool as a library, so its parts can be tested
 //! and fuzzed: [`capture`] reads pcap and pcapng files, [`link`] strips
-//! link-layer headers, [`dump`] is the `softrdma dump` subcommand.
+//! link-layer headers, [`dump`] is the `softrdma dump` subcommand and [`json`] its `--json`
+//! output.
 //!
 //! Each subcommand lives in its own module with a clap `Args` struct and a
 //! `run` function; `main.rs` only dispatches.
@@ -9,6 +10,7 @@
 
 pub mod capture;
 pub mod dump;
+pub mod json;
 pub mod link;
 
 #[cfg(test)]

@@ -127,7 +127,13 @@ fn dump_totals_agree_with_the_rig_summary() {
     assert_eq!(rig_files, captures.iter().collect::<Vec<_>>());
     for c in &captures {
         let bytes = std::fs::read(common::data_dir().join(c)).unwrap();
-        let (_, res) = dump_bytes(&bytes, &Options { quiet: true });
+        let (_, res) = dump_bytes(
+            &bytes,
+            &Options {
+                quiet: true,
+                ..Options::default()
+            },
+        );
         let s = res.unwrap();
         let r = &rig[c];
         assert_eq!(s.frames, r.frames, "{c}: frames");
@@ -162,7 +168,15 @@ fn dump_totals_agree_with_the_rig_summary() {
 #[test]
 fn loss_captures_show_retransmissions() {
     let bytes = std::fs::read(common::data_dir().join("write_bw_8k_loss.pcap")).unwrap();
-    let s = dump_bytes(&bytes, &Options { quiet: true }).1.unwrap();
+    let s = dump_bytes(
+        &bytes,
+        &Options {
+            quiet: true,
+            ..Options::default()
+        },
+    )
+    .1
+    .unwrap();
     let req = &s
         .flows
         .iter()
