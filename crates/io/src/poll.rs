@@ -1,0 +1,256 @@
+//! Sleeping until there is work: an epoll instance watching one socket and
+//! an eventfd that any thread can poke through a [`Waker`].
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sys::cvt;
+
+const TOKEN_SOCKET: u64 = 0;
+const TOKEN_WAKER: u64 = 1;
+
+/// What [`Poller::wait`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Readiness {
+    /// The socket has datagrams to receive (or a pending error).
+    pub readable: bool,
+    /// The socket has room to send; only reported while
+    /// [`Poller::set_writable_interest`] is on.
+    pub writable: bool,
+    /// A [`Waker::wake`] happened since the previous wait returned.
+    pub woken: bool,
+}
+
+impl Readiness {
+    /// Nothing happened: the timeout expired or a signal interrupted.
+    pub fn is_empty(&self) -> bool {
+        !(self.readable || self.writable || self.woken)
+    }
+}
+
+struct WakerInner {
+    eventfd: OwnedFd,
+    /// Set by the first `wake` after the poller drained; later wakes see it
+    /// set and skip the syscall (coalescing).
+    pending: AtomicBool,
+}
+
+/// Wakes a [`Poller`] from any thread. Cheap to clone; `wake` is one atomic
+/// swap when a wake is already pending, and one `write(2)` to an eventfd
+/// otherwise.
+#[derive(Clone)]
+pub struct Waker {
+    inner: Arc<WakerInner>,
+}
+
+impl Waker {
+    /// Makes the poller's current or next [`Poller::wait`] return with
+    /// `woken`. Wakes that happen before the poller drains coalesce into one.
+    ///
+    /// Publish the work before calling this: the poller's thread sees every
+    /// write made before `wake` once `wait` has returned `woken`.
+    pub fn wake(&self) {
+        if !self.inner.pending.swap(true, Ordering::AcqRel) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to our own eventfd. The
+            // only possible failure is EAGAIN on counter overflow, which
+            // cannot happen with at most one outstanding 1, and would still
+            // leave the fd readable.
+            let _ = unsafe {
+                libc::write(
+                    self.inner.eventfd.as_raw_fd(),
+                    (&one as *const u64).cast(),
+                    8,
+                )
+            };
+        }
+    }
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker")
+            .field("eventfd", &self.inner.eventfd.as_raw_fd())
+            .finish()
+    }
+}
+
+/// An epoll instance watching one socket (level-triggered) and a [`Waker`].
+///
+/// The intended loop: busy-poll `recv` / the work queues while there is
+/// work; when idle, `wait` with the next timer deadline; after it returns,
+/// check everything again (a return may be spurious).
+pub struct Poller {
+    epoll: OwnedFd,
+    socket: RawFd,
+    waker: Waker,
+    writable_interest: bool,
+}
+
+impl Poller {
+    /// Watches `socket` for readability. The socket must outlive its use
+    /// here: closing it removes it from the epoll set, after which the
+    /// poller only reports wakes.
+    pub fn new(socket: &impl AsFd) -> io::Result<Self> {
+        // SAFETY: plain syscall; returns a new fd or -1.
+        let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `ep` is a fresh fd owned by nothing else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        // SAFETY: plain syscall; returns a new fd or -1.
+        let ev = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: `ev` is a fresh fd owned by nothing else.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(ev) };
+        let socket = socket.as_fd().as_raw_fd();
+        ctl(
+            &epoll,
+            libc::EPOLL_CTL_ADD,
+            socket,
+            libc::EPOLLIN,
+            TOKEN_SOCKET,
+        )?;
+        ctl(
+            &epoll,
+            libc::EPOLL_CTL_ADD,
+            eventfd.as_raw_fd(),
+            libc::EPOLLIN,
+            TOKEN_WAKER,
+        )?;
+        Ok(Self {
+            epoll,
+            socket,
+            waker: Waker {
+                inner: Arc::new(WakerInner {
+                    eventfd,
+                    pending: AtomicBool::new(false),
+                }),
+            },
+            writable_interest: false,
+        })
+    }
+
+    /// A waker for this poller (clone it freely).
+    pub fn waker(&self) -> Waker {
+        self.waker.clone()
+    }
+
+    /// Also report writability (after a send returned fewer than asked).
+    /// Turn it off again once the backlog is sent: a UDP socket is almost
+    /// always writable, and level-triggered interest would spin.
+    pub fn set_writable_interest(&mut self, on: bool) -> io::Result<()> {
+        if on == self.writable_interest {
+            return Ok(());
+        }
+        let events = if on {
+            libc::EPOLLIN | libc::EPOLLOUT
+        } else {
+            libc::EPOLLIN
+        };
+        ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_MOD,
+            self.socket,
+            events,
+            TOKEN_SOCKET,
+        )?;
+        self.writable_interest = on;
+        Ok(())
+    }
+
+    /// Sleeps until the socket is ready, a wake happens, or `timeout`
+    /// passes (`None`: no timeout; `Some(ZERO)`: just look). The timeout is
+    /// rounded up to whole milliseconds. A signal makes it return an empty
+    /// [`Readiness`].
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Readiness> {
+        let timeout_ms: libc::c_int = match timeout {
+            None => -1,
+            Some(d) => {
+                let ms = d.as_nanos().div_ceil(1_000_000);
+                ms.min(libc::c_int::MAX as u128) as libc::c_int
+            }
+        };
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        // SAFETY: `events` is a live array of 2 entries and we pass 2; the
+        // kernel writes at most that many.
+        let ret = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as libc::c_int,
+                timeout_ms,
+            )
+        };
+        let n = match cvt(ret) {
+            Ok(n) => n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(Readiness::default()),
+            Err(e) => return Err(e),
+        };
+        let mut r = Readiness::default();
+        for ev in &events[..n] {
+            let flags = ev.events;
+            match ev.u64 {
+                TOKEN_SOCKET => {
+                    let err = flags & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
+                    r.readable |= flags & libc::EPOLLIN as u32 != 0 || err;
+                    r.writable |= flags & libc::EPOLLOUT as u32 != 0;
+                }
+                TOKEN_WAKER => {
+                    self.drain_waker();
+                    r.woken = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+
+    /// Drains the eventfd counter, then clears the pending flag — in that
+    /// order. A wake whose swap comes before our swap is seen here (our
+    /// swap reads its `true` and acquires its writes). A wake whose swap
+    /// comes after finds the flag clear and writes the eventfd again, so the
+    /// next wait returns at once. (Clearing first loses wakes: a wake could
+    /// set the flag and write between the clear and the read, the read would
+    /// swallow its write, and the flag would stay set with the counter at
+    /// zero, muting every later wake. The contention test caught that.)
+    fn drain_waker(&self) {
+        let mut buf: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 from our own
+        // nonblocking eventfd; EAGAIN (already drained) is harmless.
+        let _ = unsafe {
+            libc::read(
+                self.waker.inner.eventfd.as_raw_fd(),
+                (&mut buf as *mut u64).cast(),
+                8,
+            )
+        };
+        self.waker.inner.pending.swap(false, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for Poller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller")
+            .field("epoll", &self.epoll.as_raw_fd())
+            .field("socket", &self.socket)
+            .finish()
+    }
+}
+
+fn ctl(
+    epoll: &OwnedFd,
+    op: libc::c_int,
+    fd: RawFd,
+    events: libc::c_int,
+    token: u64,
+) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: events as u32,
+        u64: token,
+    };
+    // SAFETY: `ev` is a live epoll_event; the kernel copies it. Bad fds or
+    // ops come back as errno.
+    cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev) }).map(drop)
+}

@@ -1,0 +1,598 @@
+//! Batched sending: `sendmmsg` with per-datagram TOS / TTL / source address
+//! and UDP GSO, with a fallback that splits GSO transmits in user space.
+
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+
+use crate::socket::{UdpSocket, BATCH_SIZE};
+use crate::sys::{in6_pktinfo, in_pktinfo, CmsgBuf, CmsgEncoder, RawAddr};
+
+/// One datagram to send — or, with `segment_size`, a run of datagrams to the
+/// same destination sent as one UDP GSO super-datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct Transmit<'a> {
+    /// Where to send.
+    pub destination: SocketAddr,
+    /// The UDP payload (for RoCE v2: BTH through ICRC).
+    pub contents: &'a [u8],
+    /// UDP GSO: `contents` is cut into datagrams of this many bytes, the
+    /// last one possibly shorter. `None` (or `contents.len() <= size`) sends
+    /// one datagram. See [`UdpSocket::send`] for the limits.
+    pub segment_size: Option<usize>,
+    /// IPv4 TOS / IPv6 traffic class byte (DSCP and ECN). 0 sends the
+    /// socket's default (0) without a control message.
+    pub tos: u8,
+    /// IPv4 TTL / IPv6 hop limit; `None` for the system default.
+    pub ttl: Option<u8>,
+    /// Source address to send from (`IP_PKTINFO` / `IPV6_PKTINFO`), for a
+    /// socket bound to a wildcard address; `None` lets routing choose.
+    pub src_ip: Option<IpAddr>,
+}
+
+impl<'a> Transmit<'a> {
+    /// One datagram to `destination` with default TOS, TTL and source.
+    pub fn new(destination: SocketAddr, contents: &'a [u8]) -> Self {
+        Self {
+            destination,
+            contents,
+            segment_size: None,
+            tos: 0,
+            ttl: None,
+            src_ip: None,
+        }
+    }
+}
+
+/// Like [`Transmit`], but the payload is gathered from several slices
+/// (`sendmsg` iovecs), so a packet can go out as header + payload straight
+/// from registered memory + ICRC trailer without being copied together.
+///
+/// With `segment_size`, segment boundaries fall on byte offsets of the
+/// concatenated slices, so `[h0, p0, t0, h1, p1, t1]` with equal-sized
+/// packets is a GSO run of two datagrams. The kernel accepts at most 1024
+/// slices (`UIO_MAXIOV`) per transmit.
+#[derive(Debug, Clone, Copy)]
+pub struct GatherTransmit<'a> {
+    /// Where to send.
+    pub destination: SocketAddr,
+    /// The UDP payload, in pieces.
+    pub contents: &'a [IoSlice<'a>],
+    /// UDP GSO segment size, as in [`Transmit::segment_size`].
+    pub segment_size: Option<usize>,
+    /// As in [`Transmit::tos`].
+    pub tos: u8,
+    /// As in [`Transmit::ttl`].
+    pub ttl: Option<u8>,
+    /// As in [`Transmit::src_ip`].
+    pub src_ip: Option<IpAddr>,
+}
+
+impl<'a> GatherTransmit<'a> {
+    /// One datagram to `destination`, gathered from `contents`.
+    pub fn new(destination: SocketAddr, contents: &'a [IoSlice<'a>]) -> Self {
+        Self {
+            destination,
+            contents,
+            segment_size: None,
+            tos: 0,
+            ttl: None,
+            src_ip: None,
+        }
+    }
+}
+
+/// What the send path needs from either kind of transmit.
+trait Tx {
+    fn destination(&self) -> &SocketAddr;
+    fn segment_size(&self) -> Option<usize>;
+    fn tos(&self) -> u8;
+    fn ttl(&self) -> Option<u8>;
+    fn src_ip(&self) -> Option<IpAddr>;
+    fn len(&self) -> usize;
+    /// The contents as iovecs: either the caller's own slices or `scratch`.
+    fn iov(&self, scratch: &mut libc::iovec) -> (*mut libc::iovec, usize);
+}
+
+impl Tx for Transmit<'_> {
+    fn destination(&self) -> &SocketAddr {
+        &self.destination
+    }
+    fn segment_size(&self) -> Option<usize> {
+        self.segment_size
+    }
+    fn tos(&self) -> u8 {
+        self.tos
+    }
+    fn ttl(&self) -> Option<u8> {
+        self.ttl
+    }
+    fn src_ip(&self) -> Option<IpAddr> {
+        self.src_ip
+    }
+    fn len(&self) -> usize {
+        self.contents.len()
+    }
+    fn iov(&self, scratch: &mut libc::iovec) -> (*mut libc::iovec, usize) {
+        // The kernel only reads through iov_base on send; the cast to *mut
+        // is what the C type requires.
+        scratch.iov_base = self.contents.as_ptr() as *mut libc::c_void;
+        scratch.iov_len = self.contents.len();
+        (scratch as *mut libc::iovec, 1)
+    }
+}
+
+impl Tx for GatherTransmit<'_> {
+    fn destination(&self) -> &SocketAddr {
+        &self.destination
+    }
+    fn segment_size(&self) -> Option<usize> {
+        self.segment_size
+    }
+    fn tos(&self) -> u8 {
+        self.tos
+    }
+    fn ttl(&self) -> Option<u8> {
+        self.ttl
+    }
+    fn src_ip(&self) -> Option<IpAddr> {
+        self.src_ip
+    }
+    fn len(&self) -> usize {
+        self.contents.iter().map(|s| s.len()).sum()
+    }
+    fn iov(&self, _scratch: &mut libc::iovec) -> (*mut libc::iovec, usize) {
+        // `IoSlice` is documented as ABI-compatible with `iovec` on Unix, so
+        // the caller's slice array is passed to the kernel as is; the kernel
+        // only reads it on send.
+        (
+            self.contents.as_ptr() as *mut libc::iovec,
+            self.contents.len(),
+        )
+    }
+}
+
+/// Control-message space per datagram: UDP_SEGMENT (u16), TOS or TCLASS
+/// (int), TTL or HOPLIMIT (int), IP(V6)_PKTINFO (≤ 20 bytes).
+const SEND_CMSG_LEN: usize = 128;
+
+/// How a transmit goes out, given the current GSO limit.
+enum Plan {
+    /// One `msghdr`; `gso` is the segment size when it carries several
+    /// datagrams; `datagrams` is how many.
+    Single { gso: Option<u16>, datagrams: u64 },
+    /// Needs splitting in user space (GSO off, or too many segments).
+    Split { segment: usize },
+}
+
+fn plan<T: Tx>(t: &T, gso_max: usize) -> Plan {
+    let len = t.len();
+    match t.segment_size() {
+        Some(seg) if seg > 0 && len > seg => {
+            let datagrams = len.div_ceil(seg);
+            if datagrams <= gso_max && seg <= u16::MAX as usize {
+                Plan::Single {
+                    gso: Some(seg as u16),
+                    datagrams: datagrams as u64,
+                }
+            } else if seg > u16::MAX as usize {
+                // Cannot be valid (each datagram would exceed 64 KiB); send
+                // it whole and let the kernel report EMSGSIZE.
+                Plan::Single {
+                    gso: None,
+                    datagrams: 1,
+                }
+            } else {
+                Plan::Split { segment: seg }
+            }
+        }
+        _ => Plan::Single {
+            gso: None,
+            datagrams: 1,
+        },
+    }
+}
+
+/// Whether the datagram to `dst` is IPv4 on the wire (also when sent from
+/// a dual-stack IPv6 socket to an IPv4-mapped address).
+fn wire_is_v4(dst: &SocketAddr) -> bool {
+    match dst {
+        SocketAddr::V4(_) => true,
+        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
+    }
+}
+
+/// Per-message storage for one `sendmmsg` call.
+struct Batch {
+    msgs: [libc::mmsghdr; BATCH_SIZE],
+    iovs: [libc::iovec; BATCH_SIZE],
+    addrs: [RawAddr; BATCH_SIZE],
+    cmsgs: [CmsgBuf<SEND_CMSG_LEN>; BATCH_SIZE],
+    datagrams: [u64; BATCH_SIZE],
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            // SAFETY: mmsghdr and iovec are plain C structs for which all-zero
+            // (null pointers, zero lengths) is a valid value.
+            msgs: unsafe { std::mem::zeroed() },
+            // SAFETY: as above.
+            iovs: unsafe { std::mem::zeroed() },
+            addrs: [RawAddr::zeroed(); BATCH_SIZE],
+            cmsgs: [CmsgBuf::new(); BATCH_SIZE],
+            datagrams: [0; BATCH_SIZE],
+        }
+    }
+}
+
+/// Fills one `msghdr`. `iov`/`iovlen` must stay valid until the syscall.
+#[allow(clippy::too_many_arguments)]
+fn fill_msg(
+    msg: &mut libc::msghdr,
+    addr: &mut RawAddr,
+    cmsg: &mut CmsgBuf<SEND_CMSG_LEN>,
+    v6_socket: bool,
+    dst: &SocketAddr,
+    iov: *mut libc::iovec,
+    iovlen: usize,
+    tos: u8,
+    ttl: Option<u8>,
+    src_ip: Option<IpAddr>,
+    gso: Option<u16>,
+) {
+    let (raw, len) = RawAddr::encode(dst, v6_socket);
+    *addr = raw;
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = len;
+    msg.msg_iov = iov;
+    msg.msg_iovlen = iovlen as _;
+    msg.msg_flags = 0;
+
+    let v4 = wire_is_v4(dst);
+    let mut enc = CmsgEncoder::new(cmsg);
+    if let Some(seg) = gso {
+        enc.push(libc::SOL_UDP, libc::UDP_SEGMENT, seg);
+    }
+    if tos != 0 {
+        let v = libc::c_int::from(tos);
+        if v4 {
+            enc.push(libc::IPPROTO_IP, libc::IP_TOS, v);
+        } else {
+            enc.push(libc::IPPROTO_IPV6, libc::IPV6_TCLASS, v);
+        }
+    }
+    if let Some(ttl) = ttl {
+        let v = libc::c_int::from(ttl);
+        if v4 {
+            enc.push(libc::IPPROTO_IP, libc::IP_TTL, v);
+        } else {
+            enc.push(libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, v);
+        }
+    }
+    match src_ip {
+        Some(IpAddr::V4(ip)) if v4 => enc.push(libc::IPPROTO_IP, libc::IP_PKTINFO, in_pktinfo(ip)),
+        Some(IpAddr::V6(ip)) if !v4 => {
+            enc.push(libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, in6_pktinfo(ip))
+        }
+        Some(IpAddr::V6(ip)) => {
+            // An IPv4-mapped source for an IPv4 datagram.
+            if let Some(ip4) = ip.to_ipv4_mapped() {
+                enc.push(libc::IPPROTO_IP, libc::IP_PKTINFO, in_pktinfo(ip4));
+            }
+        }
+        // An IPv4 source for an IPv6 datagram cannot work; leave it to routing.
+        Some(IpAddr::V4(_)) | None => {}
+    }
+    let used = enc.len();
+    if used == 0 {
+        msg.msg_control = std::ptr::null_mut();
+        msg.msg_controllen = 0;
+    } else {
+        msg.msg_control = cmsg.0.as_mut_ptr().cast();
+        msg.msg_controllen = used as _;
+    }
+}
+
+/// `errno` values that mean "the kernel or device refuses GSO" when the
+/// failing message carried UDP_SEGMENT (as quinn-udp observed: EIO from
+/// devices without checksum offload, EINVAL e.g. with UDP_NO_CHECK6_TX).
+fn is_gso_refusal(errno: i32) -> bool {
+    errno == libc::EIO || errno == libc::EINVAL
+}
+
+impl UdpSocket {
+    /// Sends a batch of transmits with `sendmmsg`, up to [`BATCH_SIZE`] per
+    /// call, and returns how many transmits were consumed.
+    ///
+    /// - A return smaller than `transmits.len()` means the socket buffer is
+    ///   full (would-block): wait for writability (see
+    ///   [`crate::Poller::set_writable_interest`]) and send the rest. `Ok(0)`
+    ///   means nothing was sent.
+    /// - Any other error (unreachable destination, EMSGSIZE, ...) drops that
+    ///   transmit: it counts as consumed, and [`crate::Stats::send_errors`]
+    ///   grows by its datagram count. Retransmission covers it.
+    /// - GSO: a transmit with `segment_size` goes out as one UDP GSO
+    ///   super-datagram when [`UdpSocket::max_gso_segments`] allows;
+    ///   otherwise it is split in user space. If the kernel refuses a GSO
+    ///   send (EIO / EINVAL), GSO is switched off for this socket and the
+    ///   transmit is retried split. If a split transmit hits would-block
+    ///   part-way, it counts as not consumed, so a retry may send its first
+    ///   datagrams twice (RoCE receivers drop duplicates by PSN).
+    /// - The kernel's limits: each datagram must fit the path MTU (DF is
+    ///   set), and a GSO super-datagram must fit the UDP length field
+    ///   ([`crate::max_gso_segments_for`]).
+    pub fn send(&self, transmits: &[Transmit<'_>]) -> io::Result<usize> {
+        self.send_impl(transmits)
+    }
+
+    /// [`UdpSocket::send`] for gathered payloads.
+    pub fn send_gather(&self, transmits: &[GatherTransmit<'_>]) -> io::Result<usize> {
+        self.send_impl(transmits)
+    }
+
+    fn send_impl<T: Tx>(&self, txs: &[T]) -> io::Result<usize> {
+        let mut done = 0;
+        let mut b = Batch::new();
+        while done < txs.len() {
+            let gso_max = self.gso_segments.load(Ordering::Relaxed);
+            if let Plan::Split { segment } = plan(&txs[done], gso_max) {
+                match self.send_split(&txs[done], segment) {
+                    Ok(()) => {
+                        done += 1;
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
+                    Err(e) => return Err(e),
+                }
+            }
+            let mut n = 0;
+            while n < BATCH_SIZE && done + n < txs.len() {
+                let t = &txs[done + n];
+                let (gso, datagrams) = match plan(t, gso_max) {
+                    Plan::Single { gso, datagrams } => (gso, datagrams),
+                    Plan::Split { .. } => break,
+                };
+                let (iov, iovlen) = t.iov(&mut b.iovs[n]);
+                fill_msg(
+                    &mut b.msgs[n].msg_hdr,
+                    &mut b.addrs[n],
+                    &mut b.cmsgs[n],
+                    self.v6,
+                    t.destination(),
+                    iov,
+                    iovlen,
+                    t.tos(),
+                    t.ttl(),
+                    t.src_ip(),
+                    gso,
+                );
+                b.datagrams[n] = datagrams;
+                n += 1;
+            }
+            // SAFETY: the first `n` entries of `b.msgs` point at names,
+            // iovecs and control buffers inside `b` (a local that does not
+            // move during the call) or at the caller's `txs` contents, all
+            // live for this call; the kernel reads them and writes only
+            // `msg_len`.
+            let ret = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    b.msgs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    0,
+                )
+            };
+            if ret >= 0 {
+                let sent = ret as usize;
+                let datagrams: u64 = b.datagrams[..sent].iter().sum();
+                self.counters
+                    .datagrams_sent
+                    .fetch_add(datagrams, Ordering::Relaxed);
+                done += sent;
+                // If sent < n, message `sent` failed; the next call reports
+                // its error.
+                continue;
+            }
+            let err = io::Error::last_os_error();
+            let errno = err.raw_os_error().unwrap_or(0);
+            match err.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(done),
+                _ => {}
+            }
+            if b.datagrams[0] > 1 && is_gso_refusal(errno) {
+                // The first message was a GSO send: switch GSO off and retry
+                // it split (the loop re-plans it).
+                self.disable_gso();
+                continue;
+            }
+            if errno == libc::EBADF || errno == libc::ENOTSOCK || errno == libc::EFAULT {
+                return Err(err);
+            }
+            self.counters.send_error(b.datagrams[0], errno);
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    pub(crate) fn disable_gso(&self) {
+        self.gso_segments.store(1, Ordering::Relaxed);
+        self.counters.gso_disabled.store(true, Ordering::Relaxed);
+    }
+
+    /// Sends one transmit whose segments cannot go in one GSO send: in
+    /// chunks of `max_gso_segments` segments (single datagrams when GSO is
+    /// off). Would-block before the last chunk returns `WouldBlock`.
+    fn send_split<T: Tx>(&self, t: &T, segment: usize) -> io::Result<()> {
+        let mut scratch = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let (base, count) = t.iov(&mut scratch);
+        // SAFETY: `t.iov` returns a pointer to `count` initialised iovecs
+        // that live as long as `t` (or `scratch`, which outlives this use).
+        let base: &[libc::iovec] = unsafe { std::slice::from_raw_parts(base, count) };
+        let total = t.len();
+        let mut piece: Vec<libc::iovec> = Vec::with_capacity(count.min(64) + 1);
+        let mut addr = RawAddr::zeroed();
+        let mut cmsg = CmsgBuf::<SEND_CMSG_LEN>::new();
+        let mut offset = 0;
+        while offset < total {
+            let gso_max = self.gso_segments.load(Ordering::Relaxed);
+            let chunk = (total - offset).min(segment * gso_max);
+            let gso = (chunk > segment).then_some(segment as u16);
+            let datagrams = chunk.div_ceil(segment) as u64;
+            piece.clear();
+            sub_iov(base, offset, chunk, &mut piece);
+            // SAFETY: all-zero is a valid msghdr.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            fill_msg(
+                &mut msg,
+                &mut addr,
+                &mut cmsg,
+                self.v6,
+                t.destination(),
+                piece.as_mut_ptr(),
+                piece.len(),
+                t.tos(),
+                t.ttl(),
+                t.src_ip(),
+                gso,
+            );
+            // SAFETY: `msg` points at `addr`, `cmsg` and `piece` (locals that
+            // outlive the call) and at the caller's contents.
+            let ret = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
+            if ret >= 0 {
+                self.counters
+                    .datagrams_sent
+                    .fetch_add(datagrams, Ordering::Relaxed);
+                offset += chunk;
+                continue;
+            }
+            let err = io::Error::last_os_error();
+            let errno = err.raw_os_error().unwrap_or(0);
+            match err.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Err(err),
+                _ => {}
+            }
+            if gso.is_some() && is_gso_refusal(errno) {
+                self.disable_gso();
+                continue;
+            }
+            if errno == libc::EBADF || errno == libc::ENOTSOCK || errno == libc::EFAULT {
+                return Err(err);
+            }
+            self.counters.send_error(datagrams, errno);
+            offset += chunk;
+        }
+        Ok(())
+    }
+}
+
+/// Appends to `out` the iovecs covering bytes `[start, start + len)` of the
+/// concatenation of `base`.
+fn sub_iov(base: &[libc::iovec], start: usize, len: usize, out: &mut Vec<libc::iovec>) {
+    let end = start + len;
+    let mut pos = 0;
+    for v in base {
+        let (s, e) = (pos, pos + v.iov_len);
+        pos = e;
+        if e <= start || v.iov_len == 0 {
+            continue;
+        }
+        if s >= end {
+            break;
+        }
+        let from = start.max(s) - s;
+        let to = end.min(e) - s;
+        out.push(libc::iovec {
+            // Stays inside the caller's buffer: from < to <= iov_len.
+            iov_base: v.iov_base.cast::<u8>().wrapping_add(from).cast(),
+            iov_len: to - from,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iov(s: &[u8]) -> libc::iovec {
+        libc::iovec {
+            iov_base: s.as_ptr() as *mut libc::c_void,
+            iov_len: s.len(),
+        }
+    }
+
+    fn gather(v: &[libc::iovec]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|v| {
+                // SAFETY: test iovecs point into live local arrays.
+                unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) }
+            })
+            .copied()
+            .collect()
+    }
+
+    #[test]
+    fn sub_iov_cuts_at_any_offset() {
+        let data: Vec<u8> = (0..=99).collect();
+        let base = [
+            iov(&data[0..7]),
+            iov(&data[7..7]),
+            iov(&data[7..50]),
+            iov(&data[50..100]),
+        ];
+        for start in 0..100 {
+            for len in 1..=(100 - start) {
+                let mut out = Vec::new();
+                sub_iov(&base, start, len, &mut out);
+                assert_eq!(gather(&out), &data[start..start + len], "{start}+{len}");
+                assert!(out.iter().all(|v| v.iov_len > 0));
+            }
+        }
+    }
+
+    #[test]
+    fn plan_chooses_gso_or_split() {
+        let dst: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let data = [0u8; 100];
+        let mut t = Transmit::new(dst, &data);
+        assert!(matches!(
+            plan(&t, 64),
+            Plan::Single {
+                gso: None,
+                datagrams: 1
+            }
+        ));
+        t.segment_size = Some(30);
+        assert!(matches!(
+            plan(&t, 64),
+            Plan::Single {
+                gso: Some(30),
+                datagrams: 4
+            }
+        ));
+        assert!(matches!(plan(&t, 3), Plan::Split { segment: 30 }));
+        assert!(matches!(plan(&t, 1), Plan::Split { segment: 30 }));
+        t.segment_size = Some(100);
+        assert!(matches!(
+            plan(&t, 1),
+            Plan::Single {
+                gso: None,
+                datagrams: 1
+            }
+        ));
+        t.segment_size = Some(0);
+        assert!(matches!(
+            plan(&t, 64),
+            Plan::Single {
+                gso: None,
+                datagrams: 1
+            }
+        ));
+    }
+}
