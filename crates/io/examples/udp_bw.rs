@@ -48,6 +48,9 @@ struct Args {
     secs: f64,
     payload: usize,
     only: Option<String>,
+    /// How long the receiver keeps polling after running dry before it
+    /// sleeps in epoll (the engine busy-polls while there is work).
+    spin: Duration,
 }
 
 fn parse_args() -> Args {
@@ -55,6 +58,7 @@ fn parse_args() -> Args {
         secs: 2.0,
         payload: 4096,
         only: None,
+        spin: Duration::from_micros(50),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -63,8 +67,9 @@ fn parse_args() -> Args {
             "--secs" => a.secs = v.parse().expect("--secs SECONDS"),
             "--payload" => a.payload = v.parse().expect("--payload BYTES"),
             "--only" => a.only = Some(v),
+            "--spin-us" => a.spin = Duration::from_micros(v.parse().expect("--spin-us MICROS")),
             _ => {
-                eprintln!("usage: udp_bw [--secs S] [--payload BYTES] [--only std|batch|gso|gso-gro|gather|pingpong]");
+                eprintln!("usage: udp_bw [--secs S] [--payload BYTES] [--spin-us US] [--only std|batch|gso|gso-gro|gather|pingpong]");
                 std::process::exit(2);
             }
         }
@@ -77,6 +82,21 @@ struct Outcome {
     elapsed: Duration,
     drops: u32,
     send_calls: u64,
+    /// CPU time of the sending and the receiving thread.
+    tx_cpu: Duration,
+    rx_cpu: Duration,
+}
+
+/// CPU time consumed by the calling thread so far.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live timespec the kernel fills in.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(r, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn main() {
@@ -84,8 +104,8 @@ fn main() {
     let dgram = args.payload + ROCE_OVERHEAD;
     let want = |name: &str| args.only.as_deref().map_or(true, |o| o == name);
     println!(
-        "udp_bw: {} B payload + {} B RoCE headers = {} B datagrams, {:.1} s per run, window {} datagrams",
-        args.payload, ROCE_OVERHEAD, dgram, args.secs, WINDOW
+        "udp_bw: {} B payload + {} B RoCE headers = {} B datagrams, {:.1} s per run, window {} datagrams, receiver spins {:?} before sleeping",
+        args.payload, ROCE_OVERHEAD, dgram, args.secs, WINDOW, args.spin
     );
     let runs = [
         ("std", Mode::Std),
@@ -99,7 +119,7 @@ fn main() {
         if !want(name) {
             continue;
         }
-        let o = throughput(mode, dgram, Duration::from_secs_f64(args.secs));
+        let o = throughput(mode, dgram, Duration::from_secs_f64(args.secs), args.spin);
         let secs = o.elapsed.as_secs_f64();
         let payload_gbs = (o.datagrams as f64 * args.payload as f64) / secs / 1e9;
         let wire_gbs = (o.datagrams as f64 * dgram as f64) / secs / 1e9;
@@ -111,11 +131,20 @@ fn main() {
             (_, Some(b)) => format!("  x{:.2} vs std", payload_gbs / b),
             _ => String::new(),
         };
+        let bytes = o.datagrams as f64 * args.payload as f64;
         println!(
-            "{name:>8}: {payload_gbs:6.2} GB/s payload ({wire_gbs:5.2} GB/s datagrams), {:5.0} k datagrams/s, {:6.0} k send calls/s, {} drops{ratio}",
+            "{name:>8}: {payload_gbs:6.2} GB/s payload ({wire_gbs:5.2} GB/s datagrams), {:5.0} k datagrams/s, {:6.1} k send calls/s, {} drops{ratio}",
             o.datagrams as f64 / secs / 1e3,
             o.send_calls as f64 / secs / 1e3,
             o.drops,
+        );
+        println!(
+            "{:>8}  CPU: sender {:3.0}% ({:5.2} GB per CPU-second), receiver {:3.0}% ({:5.2} GB per CPU-second)",
+            "",
+            o.tx_cpu.as_secs_f64() / secs * 100.0,
+            bytes / o.tx_cpu.as_secs_f64() / 1e9,
+            o.rx_cpu.as_secs_f64() / secs * 100.0,
+            bytes / o.rx_cpu.as_secs_f64() / 1e9,
         );
     }
     if want("pingpong") {
@@ -139,7 +168,7 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-fn throughput(mode: Mode, dgram: usize, dur: Duration) -> Outcome {
+fn throughput(mode: Mode, dgram: usize, dur: Duration, spin: Duration) -> Outcome {
     let gro = matches!(mode, Mode::GsoGro | Mode::GatherGsoGro);
     let mut rx_cfg = SocketConfig::default();
     rx_cfg.gro = gro;
@@ -152,11 +181,12 @@ fn throughput(mode: Mode, dgram: usize, dur: Duration) -> Outcome {
         let rx = rx.clone();
         let received = received.clone();
         let stop = stop.clone();
-        thread::spawn(move || receive_loop(mode, &rx, &received, &stop))
+        thread::spawn(move || receive_loop(mode, &rx, &received, &stop, spin))
     };
 
     let mut send_calls = 0u64;
     let mut sent = 0u64;
+    let cpu0 = thread_cpu();
     let start = Instant::now();
     let deadline = start + dur;
     match mode {
@@ -165,7 +195,7 @@ fn throughput(mode: Mode, dgram: usize, dur: Duration) -> Outcome {
             let buf = vec![0x5au8; dgram];
             while Instant::now() < deadline {
                 if sent - received.load(Ordering::Acquire) >= WINDOW {
-                    std::hint::spin_loop();
+                    thread::yield_now();
                     continue;
                 }
                 s.send_to(&buf, dst).unwrap();
@@ -207,7 +237,7 @@ fn throughput(mode: Mode, dgram: usize, dur: Duration) -> Outcome {
             while Instant::now() < deadline {
                 let room = WINDOW.saturating_sub(sent - received.load(Ordering::Acquire)) / per;
                 if room == 0 {
-                    std::hint::spin_loop();
+                    thread::yield_now();
                     continue;
                 }
                 let k = (room as usize).min(BATCH_SIZE);
@@ -224,18 +254,37 @@ fn throughput(mode: Mode, dgram: usize, dur: Duration) -> Outcome {
         }
     }
     let elapsed = start.elapsed();
+    let tx_cpu = thread_cpu() - cpu0;
     let datagrams = received.load(Ordering::Acquire);
     stop.store(true, Ordering::Release);
-    receiver.join().unwrap();
+    let rx_cpu = receiver.join().unwrap();
     Outcome {
         datagrams,
         elapsed,
         drops: rx.stats().recv_dropped,
         send_calls,
+        tx_cpu,
+        rx_cpu,
     }
 }
 
-fn receive_loop(mode: Mode, rx: &UdpSocket, received: &AtomicU64, stop: &AtomicBool) {
+fn receive_loop(
+    mode: Mode,
+    rx: &UdpSocket,
+    received: &AtomicU64,
+    stop: &AtomicBool,
+    spin: Duration,
+) -> Duration {
+    let cpu0 = thread_cpu();
+    let mut idle_since: Option<Instant> = None;
+    let mut idle = |poller: &mut Poller| {
+        let now = Instant::now();
+        let since = *idle_since.get_or_insert(now);
+        if now - since >= spin {
+            poller.wait(Some(Duration::from_millis(1))).unwrap();
+            idle_since = None;
+        }
+    };
     let mut poller = Poller::new(rx).unwrap();
     let buf_len = if rx.gro_enabled() { GRO_BUF_LEN } else { 8192 };
     let mut storage = vec![vec![0u8; buf_len]; BATCH_SIZE];
@@ -251,9 +300,7 @@ fn receive_loop(mode: Mode, rx: &UdpSocket, received: &AtomicU64, stop: &AtomicB
                 Ok(_) => {
                     received.fetch_add(1, Ordering::Release);
                 }
-                Err(_) => {
-                    poller.wait(Some(Duration::from_millis(1))).unwrap();
-                }
+                Err(_) => idle(&mut poller),
             }
             continue;
         }
@@ -264,12 +311,11 @@ fn receive_loop(mode: Mode, rx: &UdpSocket, received: &AtomicU64, stop: &AtomicB
                 let segs: usize = meta[..n].iter().map(RecvMeta::segments).sum();
                 received.fetch_add(segs as u64, Ordering::Release);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                poller.wait(Some(Duration::from_millis(1))).unwrap();
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => idle(&mut poller),
             Err(e) => panic!("recv: {e}"),
         }
     }
+    thread_cpu() - cpu0
 }
 
 /// Returns RTT p50, p99 and mean in microseconds.

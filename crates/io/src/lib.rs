@@ -1,6 +1,100 @@
 //! Datagram I/O for softrdma: moves UDP datagrams and nothing else.
 //!
-//! (Linux only.) Work in progress; findings are documented below.
+//! One RDMA device's progress thread owns a [`UdpSocket`] and a [`Poller`].
+//! It receives batches with [`UdpSocket::recv`], hands them to the sans-I/O
+//! core, sends what the core produces with [`UdpSocket::send`] or
+//! [`UdpSocket::send_gather`], busy-polls while there is work, and sleeps
+//! in [`Poller::wait`] when idle; application threads wake it through a
+//! [`Waker`]. Linux only (`sendmmsg`, `recvmmsg`, UDP GSO/GRO, epoll,
+//! eventfd); this crate is the project's only home for socket `unsafe`,
+//! each block with a `SAFETY` comment. The design follows quinn-udp's
+//! `unix.rs` (fixed batch size, GSO/GRO with fallback, send errors counted
+//! and dropped).
+//!
+//! # Sending
+//!
+//! A [`Transmit`] is one datagram, or with `segment_size` a run of
+//! equal-sized datagrams (the last may be shorter) to one destination that
+//! goes to the kernel as one UDP GSO super-datagram. A [`GatherTransmit`]
+//! is the same with the payload in several slices (header, payload straight
+//! from registered memory, ICRC), so nothing is copied together; segment
+//! boundaries are byte offsets of the concatenation. Per datagram: TOS /
+//! traffic class, TTL / hop limit and source address, as control messages.
+//!
+//! `send` returns how many transmits it consumed. Fewer than given means the
+//! socket buffer is full; anything else that fails (no route, EMSGSIZE, ...)
+//! is counted in [`Stats`] and dropped, because the RDMA transport
+//! retransmits. If the kernel refuses a GSO send (EIO / EINVAL), GSO is
+//! switched off for the socket and the run is split in user space.
+//!
+//! # Receiving
+//!
+//! `recv` fills up to [`BATCH_SIZE`] buffers with one `recvmmsg`. With GRO,
+//! one buffer may hold several datagrams of one sender, `stride` bytes each
+//! (the last may be shorter); [`RecvMeta::datagrams`] splits them. Each
+//! [`RecvMeta`] also gives the destination address (which GID), TOS and TTL.
+//!
+//! # What the kernel puts on the wire (measured)
+//!
+//! The RoCE v2 ICRC covers the IPv4 *identification* and *flags* fields
+//! (TOS, TTL and the header checksum are masked), so whoever computes an
+//! ICRC must know the identification the kernel will write. Test
+//! `tests/netns.rs::ipv4_identification_on_the_wire` (root; skips loudly
+//! otherwise) captures our own sends with an AF_PACKET socket; on Linux
+//! 6.18 it finds, for an unconnected socket with `IP_PMTUDISC_DO`:
+//!
+//! | path | single datagram | UDP GSO run (4 × 1000 B + 500 B) |
+//! | --- | --- | --- |
+//! | loopback (`lo`, sender's outgoing frames) | id 0, DF | one 4,500-byte frame, id 0, DF (never segmented) |
+//! | veth between two namespaces (frames at the peer) | id 0, DF | one 4,500-byte frame, id 0, DF (veth passes GSO packets whole) |
+//! | veth with `gso_max_segs 1` (software segmentation, like a NIC without USO) | id 0, DF | five frames, ids 0, 1, 2, 3, 4, each DF |
+//!
+//! So: **a single DF datagram from an unconnected socket carries
+//! identification 0; segment *i* of a GSO run carries identification *i*
+//! (the run's base, 0, plus the segment index), DF on every segment.** The
+//! kernel's `ip_select_ident_segs` gives 0 to DF datagrams of unconnected
+//! sockets and `inet_gso_segment` numbers segments upward from the base. (A
+//! *connected* socket instead uses a per-socket counter; this crate never
+//! connects.) Whether a run arrives segmented depends on the path, so a
+//! sender computing the ICRC of segment *i* must use identification *i*.
+//!
+//! A receiver on a UDP socket never sees the identification, and peers such
+//! as Linux rxe fill it from the kernel's hashed generator, not 0; GRO may
+//! also merge datagrams with unrelated identifications. The receiving side
+//! therefore cannot assume a value: `softrdma_wire::icrc::solve_ipv4_id`
+//! recovers the identification that makes the ICRC match.
+//!
+//! IPv6: with `UDP_NO_CHECK6_TX` (the default, [`SocketConfig::ipv6_zero_checksum_tx`])
+//! the UDP checksum on the wire is 0, like rxe's (test
+//! `ipv6_zero_udp_checksum_on_the_wire`), and `UDP_NO_CHECK6_RX` makes the
+//! socket accept such datagrams, which a default Linux socket drops
+//! (`tests/loopback.rs::ipv6_zero_checksum_datagrams_are_accepted`). But
+//! the kernel refuses UDP GSO on a socket with zero IPv6 checksums
+//! (EINVAL), so a default IPv6 socket has no GSO; turn the option off to
+//! get GSO with real checksums, which every RoCE receiver accepts too.
+//!
+//! # Intra-host path (not built)
+//!
+//! Two softrdma processes on one host still pay for two kernel crossings
+//! and two copies per datagram. A shared-memory path could bypass the
+//! kernel: at connection setup, when both ends find the peer address is
+//! local, one side creates a `memfd` holding two single-producer /
+//! single-consumer rings of fixed-size slots (datagram bytes plus a small
+//! `RecvMeta`) and passes it over a Unix socket (`SCM_RIGHTS`) together
+//! with one eventfd per direction for wake-ups when the consumer sleeps.
+//! Slots carry the same RoCE datagrams, so the core and ICRC logic are
+//! unchanged and a capture still reads as RoCE. The link would implement
+//! the same send/recv/wait interface as [`UdpSocket`]; the wake protocol is
+//! the one [`Waker`] uses (set a flag, write the eventfd only if it was
+//! clear). Going further, payloads of RDMA WRITE/READ could be copied
+//! directly between registered regions if both processes map each other's
+//! memory (`process_vm_writev`, or regions allocated from shared memfds),
+//! which keeps "zero copies beyond the wire" with a single copy in total.
+//!
+//! # Measured
+//!
+//! See `examples/udp_bw.rs` (`cargo run --release -p softrdma-io --example
+//! udp_bw`) and the crate's report in the commit history for figures.
 
 #![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]
 

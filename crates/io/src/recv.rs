@@ -84,7 +84,7 @@ impl UdpSocket {
         // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
         let mut msgs: [libc::mmsghdr; BATCH_SIZE] = unsafe { std::mem::zeroed() };
         let mut names = [RawAddr::zeroed(); BATCH_SIZE];
-        let mut cmsgs = [CmsgBuf::<RECV_CMSG_LEN>::new(); BATCH_SIZE];
+        let mut cmsgs = [CmsgBuf::<RECV_CMSG_LEN>::uninit(); BATCH_SIZE];
         for i in 0..n {
             let h = &mut msgs[i].msg_hdr;
             h.msg_name = names[i].as_mut_ptr().cast();
@@ -92,7 +92,7 @@ impl UdpSocket {
             // `IoSliceMut` is documented as ABI-compatible with `iovec`.
             h.msg_iov = (&mut bufs[i] as *mut IoSliceMut<'_>).cast::<libc::iovec>();
             h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            h.msg_control = cmsgs[i].as_mut_ptr().cast();
             h.msg_controllen = RECV_CMSG_LEN as _;
         }
         let got = loop {
@@ -130,7 +130,10 @@ impl UdpSocket {
             if h.msg_flags & libc::MSG_TRUNC != 0 {
                 self.counters.recv_truncated.fetch_add(1, Ordering::Relaxed);
             }
-            for c in CmsgIter::new(&cmsgs[i], h.msg_controllen as usize) {
+            // SAFETY: the kernel wrote `msg_controllen` bytes of control
+            // messages into this buffer.
+            let cmsgs_i = unsafe { CmsgIter::new(&cmsgs[i], h.msg_controllen as usize) };
+            for c in cmsgs_i {
                 match (c.level, c.ty) {
                     (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
                         m.dst_ip = c.read::<libc::in_pktinfo>().map(|p| pktinfo_dst_v4(&p));

@@ -221,7 +221,7 @@ impl Batch {
             // SAFETY: as above.
             iovs: unsafe { std::mem::zeroed() },
             addrs: [RawAddr::zeroed(); BATCH_SIZE],
-            cmsgs: [CmsgBuf::new(); BATCH_SIZE],
+            cmsgs: [CmsgBuf::uninit(); BATCH_SIZE],
             datagrams: [0; BATCH_SIZE],
         }
     }
@@ -290,7 +290,7 @@ fn fill_msg(
         msg.msg_control = std::ptr::null_mut();
         msg.msg_controllen = 0;
     } else {
-        msg.msg_control = cmsg.0.as_mut_ptr().cast();
+        msg.msg_control = cmsg.as_mut_ptr().cast();
         msg.msg_controllen = used as _;
     }
 }
@@ -437,7 +437,7 @@ impl UdpSocket {
         let total = t.len();
         let mut piece: Vec<libc::iovec> = Vec::with_capacity(count.min(64) + 1);
         let mut addr = RawAddr::zeroed();
-        let mut cmsg = CmsgBuf::<SEND_CMSG_LEN>::new();
+        let mut cmsg = CmsgBuf::<SEND_CMSG_LEN>::uninit();
         let mut offset = 0;
         while offset < total {
             let gso_max = self.gso_segments.load(Ordering::Relaxed);

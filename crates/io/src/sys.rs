@@ -5,7 +5,7 @@
 //! three syscall sites (`sendmmsg`, `recvmmsg`, `epoll_wait`).
 
 use std::io;
-use std::mem::{self, size_of};
+use std::mem::{self, size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -179,13 +179,24 @@ const fn cmsg_len(len: usize) -> usize {
 }
 
 /// A control-message buffer aligned like `cmsghdr` (8 bytes on 64-bit).
+///
+/// Left uninitialised: the encoder writes (and zero-pads) what it uses, and
+/// the kernel writes what it reports; only those bytes are ever read.
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
-pub(crate) struct CmsgBuf<const N: usize>(pub(crate) [u8; N]);
+pub(crate) struct CmsgBuf<const N: usize>(MaybeUninit<[u8; N]>);
 
 impl<const N: usize> CmsgBuf<N> {
-    pub(crate) const fn new() -> Self {
-        Self([0; N])
+    pub(crate) const fn uninit() -> Self {
+        Self(MaybeUninit::uninit())
+    }
+
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        self.0.as_ptr().cast()
     }
 }
 
@@ -212,14 +223,13 @@ impl<'a, const N: usize> CmsgEncoder<'a, N> {
         hdr.cmsg_len = cmsg_len(size_of::<T>()) as _;
         hdr.cmsg_level = level;
         hdr.cmsg_type = ty;
-        let base = self.buf.0.as_mut_ptr();
-        // SAFETY: `used + space <= N` was checked, so the header and the data
-        // (`cmsg_hdr_len() + size_of::<T>() <= space` bytes from `used`) are
-        // inside the buffer. The buffer is 8-aligned and `used` is a multiple
-        // of the cmsg alignment, but writes are unaligned anyway to be safe
-        // for any `T`.
+        // SAFETY: `used + space <= N` was checked, so the `space` bytes from
+        // `used` (header, data and padding) are inside the buffer; they are
+        // zeroed first so every byte up to `len()` is initialised. Writes are
+        // unaligned to be safe for any `T`.
         unsafe {
-            let at = base.add(self.used);
+            let at = self.buf.as_mut_ptr().add(self.used);
+            at.write_bytes(0, space);
             at.cast::<libc::cmsghdr>().write_unaligned(hdr);
             at.add(cmsg_hdr_len()).cast::<T>().write_unaligned(value);
         }
@@ -262,18 +272,29 @@ impl Cmsg<'_> {
     }
 }
 
-/// Iterates the control messages in the first `len` bytes of `buf`, as the
-/// kernel filled them in. Stops at the first malformed header.
+/// Iterates the control messages in the first `len` bytes of a buffer the
+/// kernel (or a [`CmsgEncoder`]) filled in. Reads only headers and their
+/// data, never the alignment padding between messages (which the kernel
+/// leaves unwritten). Stops at the first malformed header.
 pub(crate) struct CmsgIter<'a> {
-    buf: &'a [u8],
+    base: *const u8,
+    len: usize,
     pos: usize,
+    _buf: std::marker::PhantomData<&'a [u8]>,
 }
 
 impl<'a> CmsgIter<'a> {
-    pub(crate) fn new<const N: usize>(buf: &'a CmsgBuf<N>, len: usize) -> Self {
+    /// # Safety
+    ///
+    /// Every control message (header and data) within the first `len` bytes
+    /// of `buf` must be initialised, as after `recvmsg` reported
+    /// `msg_controllen = len`, or after encoding `len` bytes.
+    pub(crate) unsafe fn new<const N: usize>(buf: &'a CmsgBuf<N>, len: usize) -> Self {
         Self {
-            buf: &buf.0[..len.min(N)],
+            base: buf.as_ptr(),
+            len: len.min(N),
             pos: 0,
+            _buf: std::marker::PhantomData,
         }
     }
 }
@@ -282,19 +303,33 @@ impl<'a> Iterator for CmsgIter<'a> {
     type Item = Cmsg<'a>;
 
     fn next(&mut self) -> Option<Cmsg<'a>> {
-        let rest = self.buf.get(self.pos..)?;
-        if rest.len() < size_of::<libc::cmsghdr>() {
+        let rest = self.len.checked_sub(self.pos)?;
+        if rest < size_of::<libc::cmsghdr>() {
             return None;
         }
-        // SAFETY: `rest` holds at least one full cmsghdr; read unaligned.
-        let hdr: libc::cmsghdr = unsafe { rest.as_ptr().cast::<libc::cmsghdr>().read_unaligned() };
+        // SAFETY: a full header lies within the first `len` bytes, which the
+        // constructor's contract says are initialised where messages are.
+        let hdr: libc::cmsghdr = unsafe {
+            self.base
+                .add(self.pos)
+                .cast::<libc::cmsghdr>()
+                .read_unaligned()
+        };
         // `cmsg_len` is size_t on glibc but u32 on musl.
         #[allow(clippy::unnecessary_cast)]
         let total = hdr.cmsg_len as usize;
-        if total < cmsg_hdr_len() || total > rest.len() {
+        if total < cmsg_hdr_len() || total > rest {
             return None;
         }
-        let data = &rest[cmsg_hdr_len()..total];
+        // SAFETY: header plus `total - hdr` data bytes lie within `len` and
+        // were written as this message's data; the borrow of the buffer
+        // lives for 'a.
+        let data = unsafe {
+            std::slice::from_raw_parts(
+                self.base.add(self.pos + cmsg_hdr_len()),
+                total - cmsg_hdr_len(),
+            )
+        };
         self.pos += cmsg_align(total);
         Some(Cmsg {
             level: hdr.cmsg_level,
@@ -359,13 +394,14 @@ mod tests {
 
     #[test]
     fn cmsg_encode_decode() {
-        let mut buf = CmsgBuf::<128>::new();
+        let mut buf = CmsgBuf::<128>::uninit();
         let mut enc = CmsgEncoder::new(&mut buf);
         enc.push(libc::SOL_UDP, libc::UDP_SEGMENT, 4128u16);
         enc.push(libc::IPPROTO_IP, libc::IP_TOS, 0x62 as libc::c_int);
         let len = enc.len();
         assert_eq!(len, cmsg_space(2) + cmsg_space(4));
-        let got: Vec<_> = CmsgIter::new(&buf, len)
+        // SAFETY: the encoder initialised the first `len` bytes.
+        let got: Vec<_> = unsafe { CmsgIter::new(&buf, len) }
             .map(|c| (c.level, c.ty, c.read_int()))
             .collect();
         assert_eq!(
@@ -376,6 +412,7 @@ mod tests {
             ]
         );
         // A truncated buffer yields no message instead of reading past it.
-        assert_eq!(CmsgIter::new(&buf, 10).count(), 0);
+        // SAFETY: as above; 10 < len.
+        assert_eq!(unsafe { CmsgIter::new(&buf, 10) }.count(), 0);
     }
 }

@@ -377,3 +377,41 @@ fn bind_reports_capabilities_and_buffers() {
     let taken = UdpSocket::bind(s.local_addr()).unwrap_err();
     assert_eq!(taken.raw_os_error(), Some(libc::EADDRINUSE));
 }
+
+/// IPv6 datagrams with UDP checksum 0 (as Linux rxe sends them): a default
+/// Linux socket drops them, ours accepts them. The zero-checksum datagrams
+/// come from one of our sockets (`UDP_NO_CHECK6_TX`; `tests/netns.rs`
+/// confirms the 0 on the wire). Loopback delivers in order, so "the
+/// plain socket's first datagram is the checksummed one sent after" proves
+/// the drop without waiting on a clock.
+#[test]
+fn ipv6_zero_checksum_datagrams_are_accepted() {
+    let zero = bind("[::1]:0");
+    let mut cfg = SocketConfig::default();
+    cfg.ipv6_zero_checksum_tx = false;
+    let summed = bind_with("[::1]:0", &cfg);
+
+    let ours = bind("[::1]:0");
+    let plain = std::net::UdpSocket::bind("[::1]:0").unwrap();
+    plain.set_nonblocking(true).unwrap();
+    for dst in [ours.local_addr(), plain.local_addr().unwrap()] {
+        assert_eq!(zero.send(&[Transmit::new(dst, b"zero")]).unwrap(), 1);
+        assert_eq!(summed.send(&[Transmit::new(dst, b"summed")]).unwrap(), 1);
+    }
+    let got: Vec<Vec<u8>> = recv_datagrams(&ours, 2)
+        .into_iter()
+        .map(|r| r.data)
+        .collect();
+    assert_eq!(got, vec![b"zero".to_vec(), b"summed".to_vec()]);
+
+    let mut poller = softrdma_io::Poller::new(&plain).unwrap();
+    assert!(poller.wait(Some(PATIENCE)).unwrap().readable);
+    let mut buf = [0u8; 16];
+    let (n, from) = plain.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"summed", "a default socket accepted checksum 0");
+    assert_eq!(from, summed.local_addr());
+    assert_eq!(
+        plain.recv_from(&mut buf).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+}
