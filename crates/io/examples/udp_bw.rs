@@ -69,7 +69,7 @@ fn parse_args() -> Args {
             "--only" => a.only = Some(v),
             "--spin-us" => a.spin = Duration::from_micros(v.parse().expect("--spin-us MICROS")),
             _ => {
-                eprintln!("usage: udp_bw [--secs S] [--payload BYTES] [--spin-us US] [--only std|batch|gso|gso-gro|gather|pingpong]");
+                eprintln!("usage: udp_bw [--secs S] [--payload BYTES] [--spin-us US] [--only std|batch|gso|gso-gro|gather|timer|pingpong]");
                 std::process::exit(2);
             }
         }
@@ -146,6 +146,22 @@ fn main() {
             o.rx_cpu.as_secs_f64() / secs * 100.0,
             bytes / o.rx_cpu.as_secs_f64() / 1e9,
         );
+    }
+    if want("timer") {
+        let sock = UdpSocket::bind(addr("127.0.0.1:0")).unwrap();
+        let mut poller = Poller::new(&sock).unwrap();
+        for us in [50u64, 200, 1500] {
+            let t = Duration::from_micros(us);
+            let n = 200;
+            let start = Instant::now();
+            for _ in 0..n {
+                poller.wait(Some(t)).unwrap();
+            }
+            let per = start.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+            println!(
+                "   timer: wait({us} us) with nothing to do returns after {per:6.1} us on average"
+            );
+        }
     }
     if want("pingpong") {
         for size in [64, dgram] {

@@ -161,28 +161,13 @@ impl Poller {
     }
 
     /// Sleeps until the socket is ready, a wake happens, or `timeout`
-    /// passes (`None`: no timeout; `Some(ZERO)`: just look). The timeout is
-    /// rounded up to whole milliseconds. A signal makes it return an empty
-    /// [`Readiness`].
+    /// passes (`None`: no timeout; `Some(ZERO)`: just look). The timeout has
+    /// nanosecond resolution where the kernel has `epoll_pwait2` (5.11+) and
+    /// is rounded up to whole milliseconds elsewhere. A signal makes it
+    /// return an empty [`Readiness`].
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Readiness> {
-        let timeout_ms: libc::c_int = match timeout {
-            None => -1,
-            Some(d) => {
-                let ms = d.as_nanos().div_ceil(1_000_000);
-                ms.min(libc::c_int::MAX as u128) as libc::c_int
-            }
-        };
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 2];
-        // SAFETY: `events` is a live array of 2 entries and we pass 2; the
-        // kernel writes at most that many.
-        let ret = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as libc::c_int,
-                timeout_ms,
-            )
-        };
+        let ret = epoll_wait(self.epoll.as_raw_fd(), &mut events, timeout);
         let n = match cvt(ret) {
             Ok(n) => n as usize,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(Readiness::default()),
@@ -237,6 +222,64 @@ impl std::fmt::Debug for Poller {
             .field("socket", &self.socket)
             .finish()
     }
+}
+
+/// Whether `epoll_pwait2` may work here; cleared the first time the kernel
+/// (or a seccomp filter) refuses it.
+static PWAIT2: AtomicBool = AtomicBool::new(cfg!(target_pointer_width = "64"));
+
+/// `epoll_pwait2` with a nanosecond timeout when available, else
+/// `epoll_wait` with the timeout rounded up to milliseconds.
+fn epoll_wait(
+    epfd: RawFd,
+    events: &mut [libc::epoll_event],
+    timeout: Option<Duration>,
+) -> libc::c_int {
+    let max = events.len() as libc::c_int;
+    if let Some(d) = timeout {
+        if PWAIT2.load(Ordering::Relaxed) {
+            // The syscall takes a `__kernel_timespec` (64-bit seconds), which
+            // is `libc::timespec` on 64-bit targets (the only ones enabling
+            // this path).
+            let ts = libc::timespec {
+                tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: d.subsec_nanos() as _,
+            };
+            // SAFETY: `events` is a live array of `max` entries the kernel
+            // may fill; `ts` is a live timespec; a null sigmask means "keep
+            // the current mask" (its size argument is then ignored).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    epfd,
+                    events.as_mut_ptr(),
+                    max,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            };
+            let refused = r == -1
+                && matches!(
+                    io::Error::last_os_error().raw_os_error(),
+                    Some(libc::ENOSYS) | Some(libc::EPERM)
+                );
+            if !refused {
+                return r as libc::c_int;
+            }
+            PWAIT2.store(false, Ordering::Relaxed);
+        }
+    }
+    let timeout_ms: libc::c_int = match timeout {
+        None => -1,
+        Some(d) => {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            ms.min(libc::c_int::MAX as u128) as libc::c_int
+        }
+    };
+    // SAFETY: `events` is a live array of `max` entries; the kernel writes
+    // at most that many.
+    unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max, timeout_ms) }
 }
 
 fn ctl(
