@@ -1,6 +1,7 @@
 //! Batched receiving: `recvmmsg` with GRO and ancillary data.
 
 use std::io::{self, IoSliceMut};
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -81,13 +82,17 @@ impl UdpSocket {
         if n == 0 {
             return Ok(0);
         }
-        // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
-        let mut msgs: [libc::mmsghdr; BATCH_SIZE] = unsafe { std::mem::zeroed() };
-        let mut names = [RawAddr::zeroed(); BATCH_SIZE];
+        // Entries `0..n` are written below; the rest stay untouched, so a
+        // poll that finds nothing does not clear kilobytes of headers.
+        let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH_SIZE];
+        let mut names = [const { MaybeUninit::<RawAddr>::uninit() }; BATCH_SIZE];
         let mut cmsgs = [CmsgBuf::<RECV_CMSG_LEN>::uninit(); BATCH_SIZE];
         for i in 0..n {
-            let h = &mut msgs[i].msg_hdr;
-            h.msg_name = names[i].as_mut_ptr().cast();
+            let name = names[i].write(RawAddr::zeroed());
+            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
+            let m = msgs[i].write(unsafe { std::mem::zeroed() });
+            let h = &mut m.msg_hdr;
+            h.msg_name = name.as_mut_ptr().cast();
             h.msg_namelen = RawAddr::CAPACITY;
             // `IoSliceMut` is documented as ABI-compatible with `iovec`.
             h.msg_iov = (&mut bufs[i] as *mut IoSliceMut<'_>).cast::<libc::iovec>();
@@ -104,7 +109,7 @@ impl UdpSocket {
             let ret = unsafe {
                 libc::recvmmsg(
                     self.fd.as_raw_fd(),
-                    msgs.as_mut_ptr(),
+                    msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
                     n as libc::c_uint,
                     0,
                     std::ptr::null_mut(),
@@ -119,10 +124,13 @@ impl UdpSocket {
             }
         };
         for i in 0..got {
-            let h = &msgs[i].msg_hdr;
-            let len = msgs[i].msg_len as usize;
+            // SAFETY: entries below `n` (and `got <= n`) were initialised
+            // above and updated by the kernel.
+            let (msg, name) = unsafe { (msgs[i].assume_init_ref(), names[i].assume_init_ref()) };
+            let h = &msg.msg_hdr;
+            let len = msg.msg_len as usize;
             let mut m = RecvMeta {
-                addr: names[i].decode().unwrap_or(RecvMeta::default().addr),
+                addr: name.decode().unwrap_or(RecvMeta::default().addr),
                 len,
                 stride: len,
                 ..RecvMeta::default()
@@ -132,6 +140,8 @@ impl UdpSocket {
             }
             // SAFETY: the kernel wrote `msg_controllen` bytes of control
             // messages into this buffer.
+            // (`msg_controllen` is size_t on glibc, socklen_t on musl.)
+            #[allow(clippy::unnecessary_cast)]
             let cmsgs_i = unsafe { CmsgIter::new(&cmsgs[i], h.msg_controllen as usize) };
             for c in cmsgs_i {
                 match (c.level, c.ty) {

@@ -2,6 +2,7 @@
 //! and UDP GSO, with a fallback that splits GSO transmits in user space.
 
 use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -92,7 +93,7 @@ trait Tx {
     fn src_ip(&self) -> Option<IpAddr>;
     fn len(&self) -> usize;
     /// The contents as iovecs: either the caller's own slices or `scratch`.
-    fn iov(&self, scratch: &mut libc::iovec) -> (*mut libc::iovec, usize);
+    fn iov(&self, scratch: &mut MaybeUninit<libc::iovec>) -> (*mut libc::iovec, usize);
 }
 
 impl Tx for Transmit<'_> {
@@ -114,12 +115,14 @@ impl Tx for Transmit<'_> {
     fn len(&self) -> usize {
         self.contents.len()
     }
-    fn iov(&self, scratch: &mut libc::iovec) -> (*mut libc::iovec, usize) {
+    fn iov(&self, scratch: &mut MaybeUninit<libc::iovec>) -> (*mut libc::iovec, usize) {
         // The kernel only reads through iov_base on send; the cast to *mut
         // is what the C type requires.
-        scratch.iov_base = self.contents.as_ptr() as *mut libc::c_void;
-        scratch.iov_len = self.contents.len();
-        (scratch as *mut libc::iovec, 1)
+        let v = scratch.write(libc::iovec {
+            iov_base: self.contents.as_ptr() as *mut libc::c_void,
+            iov_len: self.contents.len(),
+        });
+        (v as *mut libc::iovec, 1)
     }
 }
 
@@ -142,7 +145,7 @@ impl Tx for GatherTransmit<'_> {
     fn len(&self) -> usize {
         self.contents.iter().map(|s| s.len()).sum()
     }
-    fn iov(&self, _scratch: &mut libc::iovec) -> (*mut libc::iovec, usize) {
+    fn iov(&self, _scratch: &mut MaybeUninit<libc::iovec>) -> (*mut libc::iovec, usize) {
         // `IoSlice` is documented as ABI-compatible with `iovec` on Unix, so
         // the caller's slice array is passed to the kernel as is; the kernel
         // only reads it on send.
@@ -203,11 +206,13 @@ fn wire_is_v4(dst: &SocketAddr) -> bool {
     }
 }
 
-/// Per-message storage for one `sendmmsg` call.
+/// Per-message storage for one `sendmmsg` call. Left uninitialised (a
+/// one-datagram send should not clear 8 KiB); entry `i` is written in full
+/// before message `i` is passed to the kernel.
 struct Batch {
-    msgs: [libc::mmsghdr; BATCH_SIZE],
-    iovs: [libc::iovec; BATCH_SIZE],
-    addrs: [RawAddr; BATCH_SIZE],
+    msgs: [MaybeUninit<libc::mmsghdr>; BATCH_SIZE],
+    iovs: [MaybeUninit<libc::iovec>; BATCH_SIZE],
+    addrs: [MaybeUninit<RawAddr>; BATCH_SIZE],
     cmsgs: [CmsgBuf<SEND_CMSG_LEN>; BATCH_SIZE],
     datagrams: [u64; BATCH_SIZE],
 }
@@ -215,12 +220,9 @@ struct Batch {
 impl Batch {
     fn new() -> Self {
         Self {
-            // SAFETY: mmsghdr and iovec are plain C structs for which all-zero
-            // (null pointers, zero lengths) is a valid value.
-            msgs: unsafe { std::mem::zeroed() },
-            // SAFETY: as above.
-            iovs: unsafe { std::mem::zeroed() },
-            addrs: [RawAddr::zeroed(); BATCH_SIZE],
+            msgs: [const { MaybeUninit::uninit() }; BATCH_SIZE],
+            iovs: [const { MaybeUninit::uninit() }; BATCH_SIZE],
+            addrs: [const { MaybeUninit::uninit() }; BATCH_SIZE],
             cmsgs: [CmsgBuf::uninit(); BATCH_SIZE],
             datagrams: [0; BATCH_SIZE],
         }
@@ -231,7 +233,7 @@ impl Batch {
 #[allow(clippy::too_many_arguments)]
 fn fill_msg(
     msg: &mut libc::msghdr,
-    addr: &mut RawAddr,
+    addr: &mut MaybeUninit<RawAddr>,
     cmsg: &mut CmsgBuf<SEND_CMSG_LEN>,
     v6_socket: bool,
     dst: &SocketAddr,
@@ -243,7 +245,7 @@ fn fill_msg(
     gso: Option<u16>,
 ) {
     let (raw, len) = RawAddr::encode(dst, v6_socket);
-    *addr = raw;
+    let addr = addr.write(raw);
     msg.msg_name = addr.as_mut_ptr().cast();
     msg.msg_namelen = len;
     msg.msg_iov = iov;
@@ -355,8 +357,11 @@ impl UdpSocket {
                     Plan::Split { .. } => break,
                 };
                 let (iov, iovlen) = t.iov(&mut b.iovs[n]);
+                // SAFETY: all-zero is a valid mmsghdr (null pointers, zero
+                // lengths); fill_msg then sets every field that matters.
+                let m = b.msgs[n].write(unsafe { std::mem::zeroed() });
                 fill_msg(
-                    &mut b.msgs[n].msg_hdr,
+                    &mut m.msg_hdr,
                     &mut b.addrs[n],
                     &mut b.cmsgs[n],
                     self.v6,
@@ -371,15 +376,15 @@ impl UdpSocket {
                 b.datagrams[n] = datagrams;
                 n += 1;
             }
-            // SAFETY: the first `n` entries of `b.msgs` point at names,
-            // iovecs and control buffers inside `b` (a local that does not
-            // move during the call) or at the caller's `txs` contents, all
-            // live for this call; the kernel reads them and writes only
-            // `msg_len`.
+            // SAFETY: the first `n` entries of `b.msgs` were just written and
+            // point at names, iovecs and control buffers inside `b` (a local
+            // that does not move during the call) or at the caller's `txs`
+            // contents, all live for this call; the kernel reads them and
+            // writes only `msg_len`.
             let ret = unsafe {
                 libc::sendmmsg(
                     self.fd.as_raw_fd(),
-                    b.msgs.as_mut_ptr(),
+                    b.msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
                     n as libc::c_uint,
                     0,
                 )
@@ -426,17 +431,14 @@ impl UdpSocket {
     /// chunks of `max_gso_segments` segments (single datagrams when GSO is
     /// off). Would-block before the last chunk returns `WouldBlock`.
     fn send_split<T: Tx>(&self, t: &T, segment: usize) -> io::Result<()> {
-        let mut scratch = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
+        let mut scratch = MaybeUninit::uninit();
         let (base, count) = t.iov(&mut scratch);
         // SAFETY: `t.iov` returns a pointer to `count` initialised iovecs
         // that live as long as `t` (or `scratch`, which outlives this use).
         let base: &[libc::iovec] = unsafe { std::slice::from_raw_parts(base, count) };
         let total = t.len();
         let mut piece: Vec<libc::iovec> = Vec::with_capacity(count.min(64) + 1);
-        let mut addr = RawAddr::zeroed();
+        let mut addr = MaybeUninit::uninit();
         let mut cmsg = CmsgBuf::<SEND_CMSG_LEN>::uninit();
         let mut offset = 0;
         while offset < total {
