@@ -11,6 +11,41 @@
 //! `unix.rs` (fixed batch size, GSO/GRO with fallback, send errors counted
 //! and dropped).
 //!
+//! ```
+//! use std::io::IoSliceMut;
+//! use softrdma_io::{Poller, RecvMeta, Transmit, UdpSocket, BATCH_SIZE, GRO_BUF_LEN};
+//!
+//! let a = UdpSocket::bind("127.0.0.1:0".parse()?)?;
+//! let b = UdpSocket::bind("127.0.0.1:0".parse()?)?;
+//! let run = vec![7u8; 3 * 1000 + 10]; // three 1000-byte datagrams and a 10-byte one
+//! let mut t = Transmit::new(b.local_addr(), &run);
+//! t.segment_size = Some(1000); // one GSO send
+//! t.tos = 0x02; // ECT(0)
+//! assert_eq!(a.send(&[t])?, 1);
+//!
+//! let mut poller = Poller::new(&b)?;
+//! let mut storage = vec![vec![0u8; GRO_BUF_LEN]; BATCH_SIZE];
+//! let mut meta = [RecvMeta::default(); BATCH_SIZE];
+//! let mut datagrams = Vec::new();
+//! while datagrams.len() < 4 {
+//!     let mut bufs: Vec<_> = storage.iter_mut().map(|s| IoSliceMut::new(s)).collect();
+//!     match b.recv(&mut bufs, &mut meta) {
+//!         Ok(n) => {
+//!             for (m, buf) in meta[..n].iter().zip(&storage) {
+//!                 assert_eq!((m.addr, m.tos), (a.local_addr(), 0x02));
+//!                 datagrams.extend(m.datagrams(buf).map(<[u8]>::len));
+//!             }
+//!         }
+//!         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+//!             poller.wait(Some(std::time::Duration::from_secs(5)))?;
+//!         }
+//!         Err(e) => return Err(e.into()),
+//!     }
+//! }
+//! assert_eq!(datagrams, [1000, 1000, 1000, 10]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Sending
 //!
 //! A [`Transmit`] is one datagram, or with `segment_size` a run of

@@ -215,6 +215,7 @@ struct Batch {
     addrs: [MaybeUninit<RawAddr>; BATCH_SIZE],
     cmsgs: [CmsgBuf<SEND_CMSG_LEN>; BATCH_SIZE],
     datagrams: [u64; BATCH_SIZE],
+    gso: [Option<u16>; BATCH_SIZE],
 }
 
 impl Batch {
@@ -225,6 +226,7 @@ impl Batch {
             addrs: [const { MaybeUninit::uninit() }; BATCH_SIZE],
             cmsgs: [CmsgBuf::uninit(); BATCH_SIZE],
             datagrams: [0; BATCH_SIZE],
+            gso: [None; BATCH_SIZE],
         }
     }
 }
@@ -297,11 +299,32 @@ fn fill_msg(
     }
 }
 
-/// `errno` values that mean "the kernel or device refuses GSO" when the
-/// failing message carried UDP_SEGMENT (as quinn-udp observed: EIO from
-/// devices without checksum offload, EINVAL e.g. with UDP_NO_CHECK6_TX).
-fn is_gso_refusal(errno: i32) -> bool {
-    errno == libc::EIO || errno == libc::EINVAL
+/// What to do about a failed send.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// EINTR: try again.
+    Retry,
+    /// Would block: the socket buffer is full.
+    Full,
+    /// EIO / EINVAL on a GSO message: maybe the kernel or device refuses
+    /// GSO (quinn-udp saw EIO from devices without checksum offload; the
+    /// kernel gives EINVAL with `UDP_NO_CHECK6_TX`), maybe the run itself
+    /// is bad (a segment larger than the MTU is EINVAL too).
+    GsoRefused,
+    /// A bug on our side or a closed socket: report it.
+    Fatal,
+    /// Anything else (no route, EMSGSIZE, ENOBUFS, ...): drop and count.
+    Drop,
+}
+
+fn classify(err: &io::Error, had_gso: bool) -> Failure {
+    match err.raw_os_error() {
+        Some(libc::EINTR) => Failure::Retry,
+        Some(libc::EAGAIN) => Failure::Full,
+        Some(libc::EIO | libc::EINVAL) if had_gso => Failure::GsoRefused,
+        Some(libc::EBADF | libc::ENOTSOCK | libc::EFAULT) => Failure::Fatal,
+        _ => Failure::Drop,
+    }
 }
 
 impl UdpSocket {
@@ -314,14 +337,18 @@ impl UdpSocket {
     ///   means nothing was sent.
     /// - Any other error (unreachable destination, EMSGSIZE, ...) drops that
     ///   transmit: it counts as consumed, and [`crate::Stats::send_errors`]
-    ///   grows by its datagram count. Retransmission covers it.
+    ///   grows by its datagram count. Retransmission covers it. `Err` is
+    ///   only for errors about the socket itself (EBADF, ENOTSOCK, EFAULT).
     /// - GSO: a transmit with `segment_size` goes out as one UDP GSO
     ///   super-datagram when [`UdpSocket::max_gso_segments`] allows;
     ///   otherwise it is split in user space. If the kernel refuses a GSO
-    ///   send (EIO / EINVAL), GSO is switched off for this socket and the
-    ///   transmit is retried split. If a split transmit hits would-block
-    ///   part-way, it counts as not consumed, so a retry may send its first
-    ///   datagrams twice (RoCE receivers drop duplicates by PSN).
+    ///   send (EIO / EINVAL), the run is retried as single datagrams; if
+    ///   those go out, GSO was at fault and is switched off for this socket
+    ///   ([`crate::Stats::gso_disabled`]); if they fail too, the run itself
+    ///   was bad (say, segments larger than the MTU) and GSO stays on.
+    /// - If a run being split hits would-block part-way, it counts as not
+    ///   consumed, so a retry may send its first datagrams twice (RoCE
+    ///   receivers drop duplicates by PSN).
     /// - The kernel's limits: each datagram must fit the path MTU (DF is
     ///   set), and a GSO super-datagram must fit the UDP length field
     ///   ([`crate::max_gso_segments_for`]).
@@ -340,8 +367,8 @@ impl UdpSocket {
         while done < txs.len() {
             let gso_max = self.gso_segments.load(Ordering::Relaxed);
             if let Plan::Split { segment } = plan(&txs[done], gso_max) {
-                match self.send_split(&txs[done], segment) {
-                    Ok(()) => {
+                match self.send_split(&txs[done], segment, true) {
+                    Ok(_) => {
                         done += 1;
                         continue;
                     }
@@ -374,6 +401,7 @@ impl UdpSocket {
                     gso,
                 );
                 b.datagrams[n] = datagrams;
+                b.gso[n] = gso;
                 n += 1;
             }
             // SAFETY: the first `n` entries of `b.msgs` were just written and
@@ -401,23 +429,29 @@ impl UdpSocket {
                 continue;
             }
             let err = io::Error::last_os_error();
-            let errno = err.raw_os_error().unwrap_or(0);
-            match err.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(done),
-                _ => {}
+            match classify(&err, b.gso[0].is_some()) {
+                Failure::Retry => continue,
+                Failure::Full => return Ok(done),
+                Failure::Fatal => return Err(err),
+                Failure::GsoRefused => {
+                    let segment = usize::from(b.gso[0].unwrap_or(u16::MAX));
+                    match self.send_split(&txs[done], segment, false) {
+                        Ok(sent) => {
+                            if sent > 0 {
+                                self.disable_gso();
+                            }
+                            done += 1;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Failure::Drop => {
+                    self.counters
+                        .send_error(b.datagrams[0], err.raw_os_error().unwrap_or(0));
+                    done += 1;
+                }
             }
-            if b.datagrams[0] > 1 && is_gso_refusal(errno) {
-                // The first message was a GSO send: switch GSO off and retry
-                // it split (the loop re-plans it).
-                self.disable_gso();
-                continue;
-            }
-            if errno == libc::EBADF || errno == libc::ENOTSOCK || errno == libc::EFAULT {
-                return Err(err);
-            }
-            self.counters.send_error(b.datagrams[0], errno);
-            done += 1;
         }
         Ok(done)
     }
@@ -427,23 +461,42 @@ impl UdpSocket {
         self.counters.gso_disabled.store(true, Ordering::Relaxed);
     }
 
-    /// Sends one transmit whose segments cannot go in one GSO send: in
-    /// chunks of `max_gso_segments` segments (single datagrams when GSO is
-    /// off). Would-block before the last chunk returns `WouldBlock`.
-    fn send_split<T: Tx>(&self, t: &T, segment: usize) -> io::Result<()> {
+    /// Sends one run that cannot go in one GSO send: in chunks of
+    /// [`UdpSocket::max_gso_segments`] segments with `allow_gso`, else one
+    /// datagram at a time. Returns how many datagrams went out; failures
+    /// are counted and dropped as in `send`. Would-block is `Err`.
+    fn send_split<T: Tx>(&self, t: &T, segment: usize, allow_gso: bool) -> io::Result<u64> {
         let mut scratch = MaybeUninit::uninit();
         let (base, count) = t.iov(&mut scratch);
         // SAFETY: `t.iov` returns a pointer to `count` initialised iovecs
         // that live as long as `t` (or `scratch`, which outlives this use).
         let base: &[libc::iovec] = unsafe { std::slice::from_raw_parts(base, count) };
-        let total = t.len();
-        let mut piece: Vec<libc::iovec> = Vec::with_capacity(count.min(64) + 1);
+        self.send_range(t, base, 0, t.len(), segment, allow_gso)
+    }
+
+    /// `send_split` for bytes `[start, start + len)` of the run.
+    fn send_range<T: Tx>(
+        &self,
+        t: &T,
+        base: &[libc::iovec],
+        start: usize,
+        len: usize,
+        segment: usize,
+        allow_gso: bool,
+    ) -> io::Result<u64> {
+        let mut piece: Vec<libc::iovec> = Vec::with_capacity(base.len().min(64) + 1);
         let mut addr = MaybeUninit::uninit();
         let mut cmsg = CmsgBuf::<SEND_CMSG_LEN>::uninit();
-        let mut offset = 0;
-        while offset < total {
-            let gso_max = self.gso_segments.load(Ordering::Relaxed);
-            let chunk = (total - offset).min(segment * gso_max);
+        let mut sent = 0;
+        let mut offset = start;
+        let end = start + len;
+        while offset < end {
+            let max = if allow_gso {
+                self.gso_segments.load(Ordering::Relaxed)
+            } else {
+                1
+            };
+            let chunk = (end - offset).min(segment * max);
             let gso = (chunk > segment).then_some(segment as u16);
             let datagrams = chunk.div_ceil(segment) as u64;
             piece.clear();
@@ -470,27 +523,29 @@ impl UdpSocket {
                 self.counters
                     .datagrams_sent
                     .fetch_add(datagrams, Ordering::Relaxed);
+                sent += datagrams;
                 offset += chunk;
                 continue;
             }
             let err = io::Error::last_os_error();
-            let errno = err.raw_os_error().unwrap_or(0);
-            match err.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Err(err),
-                _ => {}
+            match classify(&err, gso.is_some()) {
+                Failure::Retry => continue,
+                Failure::Full | Failure::Fatal => return Err(err),
+                Failure::GsoRefused => {
+                    let ok = self.send_range(t, base, offset, chunk, segment, false)?;
+                    if ok > 0 {
+                        self.disable_gso();
+                    }
+                    sent += ok;
+                }
+                Failure::Drop => {
+                    self.counters
+                        .send_error(datagrams, err.raw_os_error().unwrap_or(0));
+                }
             }
-            if gso.is_some() && is_gso_refusal(errno) {
-                self.disable_gso();
-                continue;
-            }
-            if errno == libc::EBADF || errno == libc::ENOTSOCK || errno == libc::EFAULT {
-                return Err(err);
-            }
-            self.counters.send_error(datagrams, errno);
             offset += chunk;
         }
-        Ok(())
+        Ok(sent)
     }
 }
 

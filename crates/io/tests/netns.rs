@@ -468,3 +468,35 @@ fn unreachable_routes_do_not_fail_the_batch() {
     assert_eq!(s.datagrams_sent, 3);
     assert!(!s.gso_disabled, "a routing error must not switch GSO off");
 }
+
+/// A GSO run whose segments exceed the MTU is refused (EINVAL) like a
+/// GSO-less device would be; the retry as single datagrams fails too
+/// (EMSGSIZE), which shows the run, not GSO, was at fault: the datagrams are
+/// counted and dropped and GSO stays on for the next, valid run.
+#[test]
+fn oversized_gso_segments_do_not_switch_gso_off() {
+    if !root_or_skip("oversized_gso_segments_do_not_switch_gso_off") {
+        return;
+    }
+    let pair = Pair::new().unwrap();
+    ip(&["-n", &pair.a, "link", "set", "lo", "mtu", "1500"]).unwrap();
+    let mut no_gro = SocketConfig::default();
+    no_gro.gro = false;
+    let rx = bind_in(&pair.a, "127.0.0.1:0", no_gro);
+    let tx = bind_in(&pair.a, "127.0.0.1:0", SocketConfig::default());
+    let dst = rx.local_addr();
+    let big = vec![1u8; 3 * 2000];
+    let mut bad = Transmit::new(dst, &big);
+    bad.segment_size = Some(2000);
+    let good_run = vec![2u8; 3 * 1000];
+    let mut good = Transmit::new(dst, &good_run);
+    good.segment_size = Some(1000);
+    assert_eq!(tx.send(&[bad, good]).unwrap(), 2);
+    let s = tx.stats();
+    assert!(!s.gso_disabled, "{s:?}");
+    assert_eq!(tx.max_gso_segments(), softrdma_io::MAX_GSO_SEGMENTS);
+    assert_eq!((s.send_errors, s.datagrams_sent), (3, 3), "{s:?}");
+    assert_eq!(s.last_send_errno, libc::EMSGSIZE);
+    let got = recv_datagrams(&rx, 3);
+    assert!(got.iter().all(|r| r.data == vec![2u8; 1000]));
+}
