@@ -310,6 +310,24 @@ impl Device {
         self.mrs.register(&mut self.rng, pd, va, mem, access)
     }
 
+    /// [`Device::reg_mr`] with a key the caller chooses (lkey = rkey = `key`).
+    ///
+    /// For replaying captured traffic and for tests, where the peer's
+    /// requests already carry the R_Key; applications use `reg_mr`, whose
+    /// keys are unguessable. Fails with `InvalidArgument` for key 0 and with
+    /// `Busy` when a region already has the key.
+    pub fn reg_mr_with_key(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Arc<dyn RegionMemory>,
+        access: Access,
+        key: u32,
+    ) -> VerbsResult<u32> {
+        self.check_pd(pd)?;
+        self.mrs.register_with_key(key, pd, va, mem, access)
+    }
+
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, key: u32) -> VerbsResult<()> {
         self.mrs.deregister(key)
@@ -497,6 +515,42 @@ impl Device {
     /// `ibv_create_qp`: returns the QP number. Capabilities are checked
     /// against the limits and rounded up to at least 1.
     pub fn create_qp(&mut self, init: &QpInit) -> VerbsResult<(Qpn, QpCap)> {
+        let cap = self.check_qp_init(init)?;
+        let qpn = loop {
+            let q = self.next_qpn;
+            self.next_qpn = if self.next_qpn >= 0xff_ffff {
+                0x11
+            } else {
+                self.next_qpn + 1
+            };
+            if !self.qpn_map.contains_key(&q) {
+                break Qpn::new(q);
+            }
+        };
+        self.insert_qp(init, cap, qpn);
+        Ok((qpn, cap))
+    }
+
+    /// [`Device::create_qp`] with a QP number the caller chooses.
+    ///
+    /// For replaying captured traffic and for tests, where the peer's
+    /// packets already name the QP; applications use `create_qp`. Fails with
+    /// `InvalidArgument` for the special QPs 0 and 1, and with `Busy` when a
+    /// QP already has the number.
+    pub fn create_qp_with_qpn(&mut self, init: &QpInit, qpn: Qpn) -> VerbsResult<QpCap> {
+        if qpn.value() <= Qpn::GSI.value() {
+            return Err(VerbsError::InvalidArgument("QPs 0 and 1 are reserved"));
+        }
+        if self.qpn_map.contains_key(&qpn.value()) {
+            return Err(VerbsError::Busy);
+        }
+        let cap = self.check_qp_init(init)?;
+        self.insert_qp(init, cap, qpn);
+        Ok(cap)
+    }
+
+    /// Validates `create_qp` arguments; returns the capabilities granted.
+    fn check_qp_init(&self, init: &QpInit) -> VerbsResult<QpCap> {
         self.check_pd(init.pd)?;
         if self.cqs.get(init.send_cq.0).is_none() || self.cqs.get(init.recv_cq.0).is_none() {
             return Err(VerbsError::InvalidArgument("unknown CQ"));
@@ -520,7 +574,7 @@ impl Device {
         if self.qps.len() >= limits::MAX_QP {
             return Err(VerbsError::NoMemory);
         }
-        let cap = QpCap {
+        Ok(QpCap {
             max_send_wr: c.max_send_wr.max(1),
             max_recv_wr: if init.srq.is_some() {
                 0
@@ -535,18 +589,10 @@ impl Device {
             },
             // Inline data is always possible up to the device limit.
             max_inline_data: limits::MAX_INLINE_DATA.max(c.max_inline_data),
-        };
-        let qpn = loop {
-            let q = self.next_qpn;
-            self.next_qpn = if self.next_qpn >= 0xff_ffff {
-                0x11
-            } else {
-                self.next_qpn + 1
-            };
-            if !self.qpn_map.contains_key(&q) {
-                break Qpn::new(q);
-            }
-        };
+        })
+    }
+
+    fn insert_qp(&mut self, init: &QpInit, cap: QpCap, qpn: Qpn) {
         let mut init2 = *init;
         init2.cap = cap;
         let idx = self.qps.insert(Qp::new(qpn, &init2));
@@ -559,7 +605,6 @@ impl Device {
         if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(s.0)) {
             s.users += 1;
         }
-        Ok((qpn, cap))
     }
 
     /// `ibv_destroy_qp`. Outstanding work is dropped without completions.

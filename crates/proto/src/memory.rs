@@ -182,6 +182,44 @@ impl MrTable {
         mem: Arc<dyn RegionMemory>,
         access: Access,
     ) -> VerbsResult<u32> {
+        Self::check_region(va, mem.len() as u64, access)?;
+        if self.by_key.len() >= crate::limits::MAX_MR {
+            return Err(VerbsError::NoMemory);
+        }
+        let key = loop {
+            let k = rng.next_u32();
+            if k != 0 && !self.by_key.contains_key(&k) {
+                break k;
+            }
+        };
+        self.insert(key, pd, va, mem, access);
+        Ok(key)
+    }
+
+    /// Registers a region under a key the caller chooses (replays, tests).
+    pub fn register_with_key(
+        &mut self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        mem: Arc<dyn RegionMemory>,
+        access: Access,
+    ) -> VerbsResult<u32> {
+        Self::check_region(va, mem.len() as u64, access)?;
+        if key == 0 {
+            return Err(VerbsError::InvalidArgument("key 0"));
+        }
+        if self.by_key.contains_key(&key) {
+            return Err(VerbsError::Busy);
+        }
+        if self.by_key.len() >= crate::limits::MAX_MR {
+            return Err(VerbsError::NoMemory);
+        }
+        self.insert(key, pd, va, mem, access);
+        Ok(key)
+    }
+
+    fn check_region(va: u64, len: u64, access: Access) -> VerbsResult<()> {
         if access.0 & !Access::SUPPORTED != 0 {
             return Err(VerbsError::InvalidArgument("unsupported access flag"));
         }
@@ -193,19 +231,14 @@ impl MrTable {
                 "remote write/atomic access needs local write",
             ));
         }
-        let len = mem.len() as u64;
         if len > crate::limits::MAX_MR_SIZE || va.checked_add(len).is_none() {
             return Err(VerbsError::InvalidArgument("region too large"));
         }
-        if self.by_key.len() >= crate::limits::MAX_MR {
-            return Err(VerbsError::NoMemory);
-        }
-        let key = loop {
-            let k = rng.next_u32();
-            if k != 0 && !self.by_key.contains_key(&k) {
-                break k;
-            }
-        };
+        Ok(())
+    }
+
+    fn insert(&mut self, key: u32, pd: PdId, va: u64, mem: Arc<dyn RegionMemory>, access: Access) {
+        let len = mem.len() as u64;
         self.by_key.insert(
             key,
             Mr {
@@ -220,7 +253,6 @@ impl MrTable {
             },
         );
         *self.pds.entry(pd.0).or_default() += 1;
-        Ok(key)
     }
 
     /// Removes a region.
