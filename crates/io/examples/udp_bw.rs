@@ -165,17 +165,25 @@ fn main() {
     }
     if want("pingpong") {
         for size in [64, dgram] {
-            for busy in [true, false] {
-                let (p50, p99, mean) = ping_pong(size, busy, 20_000);
+            for (busy, ancillary) in [(true, true), (true, false), (false, true)] {
+                let (p50, p99, mean) = ping_pong(size, busy, ancillary, 20_000);
                 println!(
                     "pingpong {size:>5} B {}: RTT p50 {:5.1} us, p99 {:5.1} us, mean {:5.1} us (one-way p50 {:4.1} us)",
-                    if busy { "busy-poll " } else { "epoll wait" },
+                    match (busy, ancillary) {
+                        (true, true) => "busy-poll ",
+                        (true, false) => "busy, bare",
+                        _ => "epoll wait",
+                    },
                     p50,
                     p99,
                     mean,
                     p50 / 2.0
                 );
             }
+            let (p50, p99, mean) = ping_pong_std(size, 20_000);
+            println!(
+                "pingpong {size:>5} B std busy : RTT p50 {p50:5.1} us, p99 {p99:5.1} us, mean {mean:5.1} us (std::net::UdpSocket, nonblocking recv_from spin)"
+            );
         }
     }
 }
@@ -335,9 +343,15 @@ fn receive_loop(
 }
 
 /// Returns RTT p50, p99 and mean in microseconds.
-fn ping_pong(size: usize, busy: bool, iters: usize) -> (f64, f64, f64) {
-    let a = UdpSocket::bind(addr("127.0.0.1:0")).unwrap();
-    let b = Arc::new(UdpSocket::bind(addr("127.0.0.1:0")).unwrap());
+/// With `ancillary` off, no control messages are received ("bare").
+fn ping_pong(size: usize, busy: bool, ancillary: bool, iters: usize) -> (f64, f64, f64) {
+    let mut cfg = SocketConfig::default();
+    cfg.recv_dst_ip = ancillary;
+    cfg.recv_tos = ancillary;
+    cfg.recv_ttl = ancillary;
+    cfg.recv_drop_count = ancillary;
+    let a = UdpSocket::bind_with(addr("127.0.0.1:0"), &cfg).unwrap();
+    let b = Arc::new(UdpSocket::bind_with(addr("127.0.0.1:0"), &cfg).unwrap());
     let a_addr = a.local_addr();
     let b_addr = b.local_addr();
     let warmup = 2_000;
@@ -381,6 +395,43 @@ fn ping_pong(size: usize, busy: bool, iters: usize) -> (f64, f64, f64) {
                 }
             }
         }
+        if i >= warmup {
+            rtts.push(t0.elapsed().as_nanos() as f64 / 1e3);
+        }
+    }
+    echo.join().unwrap();
+    rtts.sort_by(f64::total_cmp);
+    let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
+    (rtts[rtts.len() / 2], rtts[rtts.len() * 99 / 100], mean)
+}
+
+/// The baseline: std::net::UdpSocket, nonblocking `recv_from` spinning.
+fn ping_pong_std(size: usize, iters: usize) -> (f64, f64, f64) {
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let a_addr = a.local_addr().unwrap();
+    let b_addr = b.local_addr().unwrap();
+    let warmup = 2_000;
+    let total = warmup + iters;
+    let echo = thread::spawn(move || {
+        let mut buf = vec![0u8; GRO_BUF_LEN];
+        let mut n = 0;
+        while n < total {
+            if let Ok((len, _)) = b.recv_from(&mut buf) {
+                b.send_to(&buf[..len], a_addr).unwrap();
+                n += 1;
+            }
+        }
+    });
+    let msg = vec![0x77u8; size];
+    let mut buf = vec![0u8; GRO_BUF_LEN];
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..total {
+        let t0 = Instant::now();
+        a.send_to(&msg, b_addr).unwrap();
+        while a.recv_from(&mut buf).is_err() {}
         if i >= warmup {
             rtts.push(t0.elapsed().as_nanos() as f64 / 1e3);
         }

@@ -415,3 +415,26 @@ fn ipv6_zero_checksum_datagrams_are_accepted() {
         std::io::ErrorKind::WouldBlock
     );
 }
+
+/// Ancillary data can be switched off; then nothing is reported.
+#[test]
+fn ancillary_data_can_be_switched_off() {
+    let tx = bind("127.0.0.50:0");
+    let mut cfg = SocketConfig::default();
+    cfg.recv_dst_ip = false;
+    cfg.recv_tos = false;
+    cfg.recv_ttl = false;
+    cfg.recv_drop_count = false;
+    let rx = bind_with("127.0.0.51:0", &cfg);
+    let mut t = Transmit::new(rx.local_addr(), b"quiet");
+    t.tos = 0x62;
+    t.ttl = Some(9);
+    assert_eq!(tx.send(&[t]).unwrap(), 1);
+    let got = recv_datagrams(&rx, 1);
+    assert_eq!(got[0].data, b"quiet");
+    assert_eq!(
+        (got[0].meta.dst_ip, got[0].meta.tos, got[0].meta.ttl),
+        (None, 0, None)
+    );
+    assert_eq!(got[0].meta.addr, tx.local_addr());
+}
