@@ -535,7 +535,7 @@ impl<R: Read> CaptureReader<R> {
                 "smaller than the 12-byte minimum",
             ));
         }
-        if len % 4 != 0 {
+        if !len.is_multiple_of(4) {
             return Err(bad_len(
                 start + 4,
                 "block total length",
@@ -590,7 +590,7 @@ impl<R: Read> CaptureReader<R> {
             ));
         }
         // The byte-order magic is part of the body already read.
-        if len % 4 != 0 {
+        if !len.is_multiple_of(4) {
             return Err(bad_len(
                 start + 4,
                 "block total length",
@@ -958,7 +958,7 @@ pub(crate) mod tests {
         }
         pub fn block(&mut self, ty: u32, body: &[u8]) {
             let mut body = body.to_vec();
-            while body.len() % 4 != 0 {
+            while !body.len().is_multiple_of(4) {
                 body.push(0);
             }
             let len = 12 + body.len() as u32;
@@ -1018,7 +1018,7 @@ pub(crate) mod tests {
             body.extend_from_slice(&self.b32(data.len() as u32));
             body.extend_from_slice(&self.b32(orig));
             body.extend_from_slice(data);
-            while body.len() % 4 != 0 {
+            while !body.len().is_multiple_of(4) {
                 body.push(0);
             }
             // An epb_flags option after the data.

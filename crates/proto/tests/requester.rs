@@ -514,3 +514,14 @@ fn uc_requests_complete_without_acks() {
     assert_eq!(r.send_cq()[0].status, WcStatus::Success);
     assert!(r.dev.poll_timeout().is_none(), "no transport timer on UC");
 }
+
+#[test]
+fn a_long_message_goes_out_in_one_burst() {
+    let mut r = Rig::new(Setup {
+        mtu: Mtu::M4096,
+        ..Default::default()
+    });
+    r.post_send(send(1, 0, 60_000));
+    let out = r.sent();
+    assert_eq!(out.len(), 15);
+}

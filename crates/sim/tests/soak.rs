@@ -26,7 +26,7 @@ pub fn soak_config(seed: u64) -> Config {
         mtu: mtus[((seed / 5) % 5) as usize],
     };
     c.nodes = 2 + (seed % 3) as usize;
-    if seed % 50 == 0 {
+    if seed.is_multiple_of(50) {
         // Many QPs at once.
         c.pairs = 72;
         c.ops_per_pair = 30;

@@ -26,7 +26,7 @@ pub fn check(data: &[u8]) {
                         frames += 1;
                         assert_eq!(f.number, frames);
                         assert!(f.offset < len);
-                        assert!(last_offset.map_or(true, |o| f.offset > o));
+                        assert!(last_offset.is_none_or(|o| f.offset > o));
                         last_offset = Some(f.offset);
                         assert!(f.data.len() as u64 <= len);
                     }

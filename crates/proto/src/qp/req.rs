@@ -332,7 +332,13 @@ impl Qp {
         } else {
             self.mtu()
         };
-        let tx = self.build_request(idx, psn, mtu, ctx, buf)?;
+        // The packet that fills the window asks for an ACK, or the window
+        // would only reopen on a timeout.
+        let fills_window = rc
+            && self
+                .oldest_unacked()
+                .is_some_and(|old| psn.distance_from(old) + 1 >= self.req.cwnd);
+        let tx = self.build_request(idx, psn, mtu, fills_window, ctx, buf)?;
         // Advance.
         if self.sq[idx].wr.opcode == WrOpcode::RdmaRead {
             self.sq[idx].resp_start = self.req.cur_pkt;
@@ -373,6 +379,7 @@ impl Qp {
         idx: usize,
         psn: Psn,
         mtu: u32,
+        fills_window: bool,
         ctx: &Ctx,
         buf: &mut [u8],
     ) -> Option<Transmit> {
@@ -396,7 +403,7 @@ impl Qp {
             psn,
         };
         if self.qp_type == QpType::Rc {
-            bth.ack_req = last || (k + 1) % ACK_REQ_EVERY_PKTS == 0;
+            bth.ack_req = last || fills_window || (k + 1).is_multiple_of(ACK_REQ_EVERY_PKTS);
         }
         let mut repr = PacketRepr::new(bth, &[]);
         let mut av = self.attr.ah_attr;

@@ -1,0 +1,374 @@
+//! Opening a device: address selection, the socket, the progress thread.
+
+use crate::engine::{self, Shared};
+use crate::error::{Error, Result};
+use crate::event::CompletionChannel;
+use crate::pcap::PcapWriter;
+use crate::verbs::{CompletionQueue, ProtectionDomain};
+use softrdma_io::{Poller, SocketConfig, UdpSocket};
+use softrdma_proto::device::DeviceAttr;
+use softrdma_proto::{AsyncEvent, Counters, DeviceConfig};
+use softrdma_wire::grh::gid_of;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The UDP port of RoCE v2.
+pub const ROCE_PORT: u16 = softrdma_wire::ROCE_V2_PORT;
+
+/// How to open a device.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    /// Local address. `None`: `SOFTRDMA_ADDR` from the environment, else the
+    /// first free loopback address 127.0.0.1, 127.0.0.2, … (so several
+    /// processes on one host each get their own, with no setup).
+    pub addr: Option<IpAddr>,
+    /// UDP port (4791: RoCE v2 peers always send there).
+    pub port: u16,
+    /// Active MTU of the port in bytes (256–4096).
+    pub mtu: u32,
+    /// Capture every packet to this pcap file (`SOFTRDMA_PCAP` when `None`);
+    /// `{addr}` in the path is replaced by the device's address.
+    pub pcap: Option<PathBuf>,
+    /// Busy-poll window of the progress thread after activity
+    /// (`SOFTRDMA_SPIN_US`, default 50 µs; 0 sleeps in epoll at once).
+    pub spin: Option<Duration>,
+    /// Use UDP GSO to send runs of equal-sized packets in one system call.
+    pub gso: bool,
+    /// Use UDP GRO to receive them.
+    pub gro: bool,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            addr: None,
+            port: ROCE_PORT,
+            mtu: 4096,
+            pcap: None,
+            spin: None,
+            gso: true,
+            gro: true,
+        }
+    }
+}
+
+impl DeviceOptions {
+    /// Options for a device bound to `addr`.
+    pub fn at(addr: IpAddr) -> Self {
+        DeviceOptions {
+            addr: Some(addr),
+            ..Default::default()
+        }
+    }
+}
+
+/// Highest loopback address tried by automatic selection.
+const LOOPBACK_TRIES: u32 = 4096;
+
+fn bind(opts: &DeviceOptions) -> Result<UdpSocket> {
+    let mut cfg = SocketConfig::default();
+    cfg.gso = opts.gso;
+    cfg.gro = opts.gro;
+    let explicit = opts.addr.or_else(|| {
+        std::env::var("SOFTRDMA_ADDR")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    });
+    if let Some(ip) = explicit {
+        let a = SocketAddr::new(ip, opts.port);
+        return UdpSocket::bind_with(a, &cfg).map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (another device already uses it; pick another address)"
+            } else if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                " (no interface has this address)"
+            } else {
+                ""
+            };
+            Error::io(format!("binding {a}{hint}"), e)
+        });
+    }
+    for i in 0..LOOPBACK_TRIES {
+        let n = i + 1;
+        let ip = Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, (n & 0xff) as u8);
+        if ip.octets()[3] == 0 || ip.octets()[3] == 255 {
+            continue;
+        }
+        match UdpSocket::bind_with(SocketAddr::new(IpAddr::V4(ip), opts.port), &cfg) {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(Error::io(format!("binding {ip}:{}", opts.port), e)),
+        }
+    }
+    Err(Error::InvalidArgument(
+        "no free loopback address for a device (set SOFTRDMA_ADDR)".into(),
+    ))
+}
+
+pub(crate) struct DeviceInner {
+    pub shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    pub name: String,
+}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        self.shared.stop();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A softrdma device: one address, one UDP socket, one progress thread,
+/// and the RNIC state machine. Cloning is cheap; the device closes when the
+/// last clone and every object created from it are gone.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Device({} at {})",
+            self.inner.name, self.inner.shared.local
+        )
+    }
+}
+
+/// Port attributes (`ibv_port_attr`, the parts that mean something here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Active MTU in bytes.
+    pub active_mtu: u32,
+    /// Largest MTU in bytes.
+    pub max_mtu: u32,
+    /// Entries of the GID table (one).
+    pub gid_tbl_len: u32,
+    /// Entries of the P_Key table (one: 0xffff).
+    pub pkey_tbl_len: u16,
+}
+
+impl Device {
+    /// Opens a device (binds the socket, starts the progress thread).
+    pub fn open(opts: DeviceOptions) -> Result<Device> {
+        if !(256..=4096).contains(&opts.mtu) {
+            return Err(Error::InvalidArgument(format!(
+                "MTU {} outside 256..=4096",
+                opts.mtu
+            )));
+        }
+        let socket = bind(&opts)?;
+        let local = socket.local_addr();
+        let seed = {
+            let mut b = [0u8; 8];
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos() as u64;
+            // getrandom through std's RandomState: no extra dependency.
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(t);
+            h.write_u32(std::process::id());
+            b.copy_from_slice(&h.finish().to_le_bytes());
+            u64::from_le_bytes(b)
+        };
+        let mut cfg = DeviceConfig::new(local.ip(), seed);
+        cfg.udp_src_port = local.port();
+        cfg.udp_dst_port = local.port();
+        cfg.port_mtu = opts.mtu;
+        let core = softrdma_proto::Device::new(cfg);
+        // `{addr}` in the path becomes the device's address, so several
+        // devices of one process can capture to separate files.
+        let pcap_path = opts
+            .pcap
+            .clone()
+            .or_else(|| std::env::var_os("SOFTRDMA_PCAP").map(PathBuf::from))
+            .map(|p| {
+                PathBuf::from(
+                    p.to_string_lossy()
+                        .replace("{addr}", &local.ip().to_string()),
+                )
+            });
+        let pcap = match &pcap_path {
+            Some(p) => Some(
+                PcapWriter::create(p)
+                    .map_err(|e| Error::io(format!("creating {}", p.display()), e))?,
+            ),
+            None => None,
+        };
+        let spin = opts.spin.unwrap_or_else(|| {
+            Duration::from_micros(
+                std::env::var("SOFTRDMA_SPIN_US")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(50),
+            )
+        });
+        let poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
+        let waker = poller.waker();
+        let shared = Arc::new(
+            Shared::new(core, socket, waker, pcap, spin, opts.gso)
+                .map_err(|e| Error::io("creating the device", e))?,
+        );
+        let s2 = shared.clone();
+        let name = format!("softrdma{}", device_index(local.ip()));
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-progress"))
+            .spawn(move || engine::run(s2, poller))
+            .map_err(|e| Error::io("starting the progress thread", e))?;
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                shared,
+                thread: Mutex::new(Some(thread)),
+                name,
+            }),
+        })
+    }
+
+    /// Opens a device with default options.
+    pub fn open_default() -> Result<Device> {
+        Device::open(DeviceOptions::default())
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// Name, `softrdma<N>`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The address and UDP port the device sends from and receives on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.shared.local
+    }
+
+    /// GID index 0: the RoCE v2 GID of the address (`::ffff:a.b.c.d` for IPv4).
+    pub fn gid(&self) -> [u8; 16] {
+        gid_of(self.local_addr().ip())
+    }
+
+    /// Device attributes.
+    pub fn query_device(&self) -> DeviceAttr {
+        self.shared().peek_core(|c| c.query_device())
+    }
+
+    /// Port attributes.
+    pub fn query_port(&self) -> PortAttr {
+        let mtu = self.shared().peek_core(|c| c.config().port_mtu);
+        PortAttr {
+            active_mtu: mtu,
+            max_mtu: 4096,
+            gid_tbl_len: 1,
+            pkey_tbl_len: 1,
+        }
+    }
+
+    /// Counters of the device (every QP's included).
+    pub fn counters(&self) -> Counters {
+        self.shared().peek_core(|c| c.counters())
+    }
+
+    /// Datagrams the socket refused and the engine had to drop.
+    pub fn tx_dropped(&self) -> u64 {
+        self.shared()
+            .tx_dropped
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Statistics of the device's socket (send errors, receive-queue drops,
+    /// GSO state).
+    pub fn socket_stats(&self) -> softrdma_io::Stats {
+        self.shared().socket.stats()
+    }
+
+    /// A random 24-bit PSN for a new connection.
+    pub fn random_psn(&self) -> softrdma_wire::Psn {
+        self.shared().with_core(|c, _| c.random_psn())
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let id = self.shared().with_core(|c, _| c.alloc_pd())?;
+        Ok(ProtectionDomain::new(self.clone(), id))
+    }
+
+    /// `ibv_create_cq` (with a completion channel, if given).
+    pub fn create_cq(
+        &self,
+        depth: u32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        let id = self.shared().with_core(|c, _| c.create_cq(depth))?;
+        if let Some(ch) = channel {
+            self.shared()
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, ch.inner.clone());
+        }
+        Ok(CompletionQueue::new(self.clone(), id, channel.cloned()))
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        CompletionChannel::new()
+    }
+
+    /// The next asynchronous event, if any (`ibv_get_async_event` without
+    /// blocking).
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.shared().async_events.pop()
+    }
+
+    /// Waits up to `timeout` for an asynchronous event.
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(e) = self.poll_async_event() {
+                return Ok(Some(e));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(l) => Some(l),
+                    None => return Ok(None),
+                },
+                None => None,
+            };
+            self.shared()
+                .async_events
+                .fd
+                .wait(left)
+                .map_err(|e| Error::io("waiting for an async event", e))?;
+        }
+    }
+
+    /// A file descriptor readable while an asynchronous event is pending.
+    pub fn async_fd(&self) -> std::os::fd::RawFd {
+        self.shared().async_events.fd.raw()
+    }
+
+    /// Receives and processes whatever has arrived, in the calling thread.
+    /// Returns the number of datagrams processed. Programs that spin on
+    /// memory rather than on a CQ may call this in their loop; it is never
+    /// needed for correctness (the progress thread does the same).
+    pub fn progress(&self) -> usize {
+        self.shared().poll_rx()
+    }
+}
+
+/// A small number derived from the address, for the device name.
+fn device_index(ip: IpAddr) -> u32 {
+    match ip {
+        IpAddr::V4(a) if a.is_loopback() => u32::from(a) & 0x00ff_ffff,
+        _ => 0,
+    }
+    .saturating_sub(1)
+}

@@ -1,0 +1,450 @@
+//! The engine: drives the sans-I/O core over a UDP socket.
+//!
+//! One progress thread per device receives datagrams in batches, feeds them
+//! to the core, runs its timers and sends what it produces. Application
+//! threads never wait for it to send: a verb that makes the core produce
+//! packets (`post_send`, `post_recv` after an RNR…) sends them from the
+//! calling thread, in order, before returning. A thread polling an empty CQ
+//! also makes progress itself (receives and processes what has arrived), so
+//! a program spinning on its CQ gets its completions without a thread
+//! switch; the progress thread is what makes one-sided operations land while
+//! the program does something else entirely.
+//!
+//! Idle policy: after activity the progress thread keeps polling the socket
+//! for `spin` (busy-poll, configurable), then sleeps in epoll until a
+//! datagram, a timer deadline or a wake-up.
+//!
+//! Locks: `core` (the state machine) is always taken before `tx` (the send
+//! queue). Packets are pulled from the core and queued under both, then sent
+//! under `tx` alone, so concurrent senders can never reorder them.
+
+use crate::event::{AsyncQueue, ChannelShared};
+use crate::pcap::{PcapWriter, Record};
+use softrdma_io::{GatherTransmit, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
+use softrdma_proto::device::MIN_TX_BUF;
+use softrdma_proto::{CqId, Device as Core, Event, Instant, RecvMeta};
+use std::collections::{HashMap, VecDeque};
+use std::io::{IoSlice, IoSliceMut};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Datagrams received per batch.
+const RX_BATCH: usize = 32;
+/// Receive buffer per batch slot: a GRO super-datagram.
+const RX_BUF: usize = 64 * 1024;
+/// Packets pulled from the core per flush before they are sent.
+const TX_BATCH: usize = 64;
+/// Datagrams queued while the socket is full before the core is left to
+/// hold the rest (it retransmits what a reliable QP loses).
+const TX_QUEUE_MAX: usize = 4096;
+
+/// A datagram waiting to be sent.
+struct Pending {
+    buf: Vec<u8>,
+    len: usize,
+    dst: SocketAddr,
+    tos: u8,
+    ttl: u8,
+}
+
+#[derive(Default)]
+struct TxQueue {
+    pending: VecDeque<Pending>,
+    pool: Vec<Vec<u8>>,
+}
+
+struct RxBufs {
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<IoMeta>,
+}
+
+/// What the device and its handles share.
+pub(crate) struct Shared {
+    core: Mutex<Core>,
+    tx: Mutex<TxQueue>,
+    rx: Mutex<RxBufs>,
+    pub socket: UdpSocket,
+    waker: Waker,
+    stop: AtomicBool,
+    epoch: std::time::Instant,
+    pcap: Option<Mutex<PcapWriter>>,
+    pub local: SocketAddr,
+    pub channels: Mutex<HashMap<CqId, Arc<ChannelShared>>>,
+    pub async_events: AsyncQueue,
+    /// Busy-poll window after activity.
+    spin: Duration,
+    /// Time of the last datagram in or out (ns since epoch).
+    last_activity: AtomicU64,
+    /// When the progress thread sleeps: until this time (ns since epoch);
+    /// `u64::MAX` while it is awake.
+    sleep_until: AtomicU64,
+    /// Datagrams the socket refused (queue overflow): lost, counted.
+    pub tx_dropped: AtomicU64,
+    gso: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the state consistent enough to
+    // keep going (every mutation is a complete step of the core).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn new(
+        core: Core,
+        socket: UdpSocket,
+        poller_waker: Waker,
+        pcap: Option<PcapWriter>,
+        spin: Duration,
+        gso: bool,
+    ) -> std::io::Result<Shared> {
+        let local = socket.local_addr();
+        Ok(Shared {
+            core: Mutex::new(core),
+            tx: Mutex::new(TxQueue::default()),
+            rx: Mutex::new(RxBufs {
+                bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
+                meta: vec![IoMeta::default(); RX_BATCH],
+            }),
+            socket,
+            waker: poller_waker,
+            stop: AtomicBool::new(false),
+            epoch: std::time::Instant::now(),
+            pcap: pcap.map(Mutex::new),
+            local,
+            channels: Mutex::new(HashMap::new()),
+            async_events: AsyncQueue::new()?,
+            spin,
+            last_activity: AtomicU64::new(0),
+            sleep_until: AtomicU64::new(u64::MAX),
+            tx_dropped: AtomicU64::new(0),
+            gso,
+        })
+    }
+
+    /// The core's clock.
+    pub fn now(&self) -> Instant {
+        Instant(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Runs `f` on the core, then delivers its events and sends the packets
+    /// it produced. Every verb goes through here.
+    pub fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        let now = self.now();
+        let mut core = lock(&self.core);
+        let r = f(&mut core, now);
+        self.after(core, now);
+        r
+    }
+
+    /// Like [`Self::with_core`] for reads that produce nothing to send.
+    pub fn peek_core<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
+        f(&lock(&self.core))
+    }
+
+    fn after<'a>(&'a self, mut core: MutexGuard<'a, Core>, now: Instant) {
+        self.route_events(&mut core);
+        // A new deadline earlier than the sleeping progress thread's wake-up
+        // (a request just sent arms its retransmission timer): wake it.
+        if let Some(d) = core.poll_timeout() {
+            if d.0 < self.sleep_until.load(Ordering::Relaxed) {
+                self.waker.wake();
+            }
+        }
+        if core.wants_transmit() {
+            self.flush(core, now);
+        } else {
+            drop(core);
+            // Datagrams left from an earlier full socket.
+            if !lock(&self.tx).pending.is_empty() {
+                self.send_pending();
+            }
+        }
+    }
+
+    fn route_events(&self, core: &mut Core) {
+        while let Some(e) = core.poll_event() {
+            match e {
+                Event::Completion(cq) => {
+                    if let Some(ch) = lock(&self.channels).get(&cq) {
+                        ch.notify(cq);
+                    }
+                }
+                Event::Async(a) => self.async_events.push(a),
+            }
+        }
+    }
+
+    /// Pulls packets from the core and sends them, in order, until the
+    /// core has nothing more or the socket is full.
+    fn flush<'a>(&'a self, mut core: MutexGuard<'a, Core>, now: Instant) {
+        loop {
+            let mut tx = lock(&self.tx);
+            let mut n = 0;
+            while n < TX_BATCH && tx.pending.len() < TX_QUEUE_MAX {
+                let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
+                match core.poll_transmit(now, &mut buf) {
+                    Some(t) => {
+                        tx.pending.push_back(Pending {
+                            buf,
+                            len: t.len,
+                            dst: t.dst,
+                            tos: t.traffic_class,
+                            ttl: t.hop_limit,
+                        });
+                        n += 1;
+                    }
+                    None => {
+                        tx.pool.push(buf);
+                        break;
+                    }
+                }
+            }
+            let more = n == TX_BATCH && core.wants_transmit();
+            if !more {
+                drop(core);
+                self.send_locked(&mut tx);
+                return;
+            }
+            // Keep the order: send this batch before releasing `tx`, but let
+            // other threads use the core meanwhile.
+            drop(core);
+            let full = self.send_locked(&mut tx);
+            drop(tx);
+            if full {
+                return;
+            }
+            core = lock(&self.core);
+        }
+    }
+
+    fn send_pending(&self) {
+        let mut tx = lock(&self.tx);
+        self.send_locked(&mut tx);
+    }
+
+    /// Sends queued datagrams; returns true when the socket is full.
+    fn send_locked(&self, tx: &mut TxQueue) -> bool {
+        if tx.pending.is_empty() {
+            return false;
+        }
+        self.last_activity.store(self.now().0, Ordering::Relaxed);
+        if let Some(p) = &self.pcap {
+            let mut w = lock(p);
+            for d in &tx.pending {
+                let _ = w.write(&Record {
+                    src: self.local,
+                    dst: d.dst,
+                    traffic_class: d.tos,
+                    hop_limit: d.ttl,
+                    payload: &d.buf[..d.len],
+                    received: false,
+                });
+            }
+        }
+        while !tx.pending.is_empty() {
+            let sent = self.send_some(tx);
+            match sent {
+                Ok(0) | Err(_) => {
+                    if tx.pending.len() >= TX_QUEUE_MAX {
+                        // The socket stays full: drop the oldest; reliable
+                        // QPs retransmit, unreliable ones lose them as a
+                        // network would.
+                        let drop_n = tx.pending.len() / 2;
+                        for d in tx.pending.drain(..drop_n) {
+                            tx.pool.push(d.buf);
+                        }
+                        self.tx_dropped.fetch_add(drop_n as u64, Ordering::Relaxed);
+                    }
+                    return true;
+                }
+                Ok(n) => {
+                    for d in tx.pending.drain(..n) {
+                        if tx.pool.len() < 1024 {
+                            tx.pool.push(d.buf);
+                        }
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// One sendmmsg worth of the queue, GSO-coalescing runs of equal-sized
+    /// datagrams to the same destination. Returns datagrams sent.
+    fn send_some(&self, tx: &TxQueue) -> std::io::Result<usize> {
+        let max_seg = if self.gso {
+            self.socket.max_gso_segments()
+        } else {
+            1
+        };
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(tx.pending.len().min(1024));
+        let mut groups: Vec<(usize, usize, usize)> = Vec::new(); // (first slice, count, datagrams)
+        let mut i = 0;
+        let items: Vec<&Pending> = tx
+            .pending
+            .iter()
+            .take(softrdma_io::BATCH_SIZE * max_seg)
+            .collect();
+        while i < items.len() && groups.len() < softrdma_io::BATCH_SIZE {
+            let first = items[i];
+            let mut j = i + 1;
+            // Segments must be equal; only the last may be shorter.
+            // A GSO super-datagram stays under the 64 KiB UDP limit.
+            let seg_limit = max_seg.min(softrdma_io::max_gso_segments_for(&first.dst, first.len));
+            while j < items.len()
+                && j - i < seg_limit
+                && items[j].dst == first.dst
+                && items[j].tos == first.tos
+                && items[j].ttl == first.ttl
+                && items[j - 1].len == first.len
+                && items[j].len <= first.len
+            {
+                j += 1;
+            }
+            groups.push((slices.len(), j - i, j - i));
+            for d in &items[i..j] {
+                slices.push(IoSlice::new(&d.buf[..d.len]));
+            }
+            i = j;
+        }
+        let mut transmits = Vec::with_capacity(groups.len());
+        for &(start, count, _) in &groups {
+            // Slices were pushed one per datagram, in order.
+            let d = items[start];
+            let mut t = GatherTransmit::new(d.dst, &slices[start..start + count]);
+            t.tos = d.tos;
+            t.ttl = Some(d.ttl);
+            if count > 1 {
+                t.segment_size = Some(d.len);
+            }
+            transmits.push(t);
+        }
+        let groups_sent = self.socket.send_gather(&transmits)?;
+        Ok(groups[..groups_sent].iter().map(|g| g.2).sum())
+    }
+
+    /// Receives and processes what has arrived, if no other thread is doing
+    /// it. Returns the number of datagrams processed.
+    pub fn poll_rx(&self) -> usize {
+        let Ok(mut rx) = self.rx.try_lock() else {
+            return 0;
+        };
+        let rx = &mut *rx;
+        let mut slices: Vec<IoSliceMut<'_>> =
+            rx.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        let n = match self.socket.recv(&mut slices, &mut rx.meta) {
+            Ok(n) => n,
+            Err(_) => return 0,
+        };
+        drop(slices);
+        if n == 0 {
+            return 0;
+        }
+        let now = self.now();
+        self.last_activity.store(now.0, Ordering::Relaxed);
+        let mut count = 0;
+        let mut core = lock(&self.core);
+        for (m, buf) in rx.meta[..n].iter().zip(rx.bufs.iter()) {
+            for dgram in m.datagrams(&buf[..m.len]) {
+                let meta = RecvMeta {
+                    src: m.addr,
+                    dst: m.dst_ip.unwrap_or(self.local.ip()),
+                    len: dgram.len(),
+                    traffic_class: m.tos,
+                    hop_limit: m.ttl.unwrap_or(64),
+                };
+                if let Some(p) = &self.pcap {
+                    let _ = lock(p).write(&Record {
+                        src: m.addr,
+                        dst: SocketAddr::new(meta.dst, self.local.port()),
+                        traffic_class: meta.traffic_class,
+                        hop_limit: meta.hop_limit,
+                        payload: dgram,
+                        received: true,
+                    });
+                }
+                core.handle_datagram(now, &meta, dgram);
+                count += 1;
+            }
+        }
+        self.after(core, now);
+        count
+    }
+
+    /// Runs due timers. Returns the next deadline.
+    fn poll_timers(&self) -> Option<Instant> {
+        let now = self.now();
+        let mut core = lock(&self.core);
+        if core.poll_timeout().is_some_and(|d| d <= now) {
+            core.handle_timeout(now);
+        }
+        let next = core.poll_timeout();
+        self.after(core, now);
+        next
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.waker.wake();
+        if let Some(p) = &self.pcap {
+            let _ = lock(p).flush();
+        }
+    }
+
+    /// Flushes the capture file.
+    pub fn flush_pcap(&self) {
+        if let Some(p) = &self.pcap {
+            let _ = lock(p).flush();
+        }
+    }
+}
+
+/// The progress thread's loop.
+pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let got = shared.poll_rx();
+        let next = shared.poll_timers();
+        if !lock(&shared.tx).pending.is_empty() {
+            shared.send_pending();
+        }
+        if got > 0 {
+            continue;
+        }
+        let now = shared.now();
+        let idle_ns = now
+            .0
+            .saturating_sub(shared.last_activity.load(Ordering::Relaxed));
+        if idle_ns < shared.spin.as_nanos() as u64 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let timeout = next.map(|d| Duration::from_nanos(d.0.saturating_sub(now.0)));
+        // Sleep until a datagram, a wake-up or the next deadline (at most
+        // a second, to notice `stop` even without a wake; briefly when the
+        // socket was full and datagrams wait).
+        let mut t = timeout
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        if !lock(&shared.tx).pending.is_empty() {
+            t = t.min(Duration::from_micros(100));
+        }
+        if t.is_zero() {
+            continue;
+        }
+        shared
+            .sleep_until
+            .store(now.0.saturating_add(t.as_nanos() as u64), Ordering::SeqCst);
+        // Re-check after publishing: a deadline set in between is seen.
+        let again = lock(&shared.core).poll_timeout();
+        if again.is_none_or(|d| d.0 >= now.0 + t.as_nanos() as u64) {
+            let _ = poller.wait(Some(t));
+        }
+        shared.sleep_until.store(u64::MAX, Ordering::SeqCst);
+        if shared.pcap.is_some() {
+            shared.flush_pcap();
+        }
+    }
+}

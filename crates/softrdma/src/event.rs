@@ -1,0 +1,180 @@
+//! Completion channels and asynchronous events: file descriptors a program
+//! can wait on with poll/epoll, or block on.
+
+use crate::error::{Error, Result};
+use softrdma_proto::{AsyncEvent, CqId};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A Linux eventfd: a counter that is readable while non-zero.
+#[derive(Debug)]
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor we own.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds one to the counter (wakes waiters).
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64. EAGAIN (counter
+        // saturated) still leaves it readable, which is all we need.
+        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets the counter; returns whether it was non-zero.
+    pub fn drain(&self) -> bool {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        n == 8 && v > 0
+    }
+
+    /// Waits until readable or `timeout` passes. Returns whether readable.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
+        loop {
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, ms) };
+            if r >= 0 {
+                return Ok(r > 0);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// State shared between a channel handle and the device that signals it.
+#[derive(Debug)]
+pub(crate) struct ChannelShared {
+    pub fd: EventFd,
+    /// CQs that got a notification and were not yet picked up.
+    pub ready: Mutex<VecDeque<CqId>>,
+}
+
+impl ChannelShared {
+    pub fn notify(&self, cq: CqId) {
+        let mut q = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        if !q.contains(&cq) {
+            q.push_back(cq);
+        }
+        drop(q);
+        self.fd.signal();
+    }
+}
+
+/// A completion channel (`ibv_comp_channel`): CQs created with it signal
+/// its file descriptor when an armed notification fires
+/// ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify)).
+/// The descriptor is readable while a notification is pending, so it can
+/// be put in any poll/epoll/select loop or an async reactor.
+#[derive(Clone, Debug)]
+pub struct CompletionChannel {
+    pub(crate) inner: Arc<ChannelShared>,
+}
+
+impl CompletionChannel {
+    pub(crate) fn new() -> Result<CompletionChannel> {
+        Ok(CompletionChannel {
+            inner: Arc::new(ChannelShared {
+                fd: EventFd::new().map_err(|e| Error::io("eventfd", e))?,
+                ready: Mutex::new(VecDeque::new()),
+            }),
+        })
+    }
+
+    /// Waits up to `timeout` (forever with `None`) for a notification and
+    /// returns the CQ handle it is for (`ibv_get_cq_event`). `Ok(None)` on
+    /// timeout.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<CqId>> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(cq) = self.try_get_event() {
+                return Ok(Some(cq));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(l) => Some(l),
+                    None => return Ok(None),
+                },
+                None => None,
+            };
+            self.inner
+                .fd
+                .wait(left)
+                .map_err(|e| Error::io("waiting on the completion channel", e))?;
+        }
+    }
+
+    /// A pending notification, without waiting.
+    pub fn try_get_event(&self) -> Option<CqId> {
+        let mut q = self.inner.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let cq = q.pop_front();
+        if q.is_empty() {
+            self.inner.fd.drain();
+        }
+        cq
+    }
+}
+
+impl AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.fd.raw()
+    }
+}
+
+/// The device's asynchronous event queue (`ibv_get_async_event`).
+#[derive(Debug)]
+pub(crate) struct AsyncQueue {
+    pub fd: EventFd,
+    pub q: Mutex<VecDeque<AsyncEvent>>,
+}
+
+impl AsyncQueue {
+    pub fn new() -> io::Result<AsyncQueue> {
+        Ok(AsyncQueue {
+            fd: EventFd::new()?,
+            q: Mutex::new(VecDeque::new()),
+        })
+    }
+    pub fn push(&self, e: AsyncEvent) {
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: a program that never reads events keeps the newest ones.
+        if q.len() >= 4096 {
+            q.pop_front();
+        }
+        q.push_back(e);
+        drop(q);
+        self.fd.signal();
+    }
+    pub fn pop(&self) -> Option<AsyncEvent> {
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let e = q.pop_front();
+        if q.is_empty() {
+            self.fd.drain();
+        }
+        e
+    }
+}

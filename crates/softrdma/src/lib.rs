@@ -1,0 +1,64 @@
+//! softrdma: RDMA in software.
+//!
+//! The InfiniBand transport as RoCE v2 carries it (IBTA headers over UDP port
+//! 4791, with ICRC), run in user space behind the verbs model: protection
+//! domains, registered memory regions, completion queues, RC/UC/UD queue
+//! pairs, SEND/RECV, RDMA WRITE/READ, atomics, immediate data, shared
+//! receive queues. Its packets are the bytes a RoCE v2 NIC or Linux rxe
+//! sends, so it talks to them.
+//!
+//! ```no_run
+//! use softrdma::{Access, ConnectOptions, Device, DeviceOptions, QpType, SendWr, WrOpcode};
+//! # fn main() -> softrdma::Result<()> {
+//! let dev = Device::open(DeviceOptions::default())?;          // 127.0.0.x:4791, picked for you
+//! let pd = dev.alloc_pd()?;
+//! let mr = pd.alloc_mr(1 << 20, Access::LOCAL_WRITE)?;
+//! let cq = dev.create_cq(256, None)?;
+//! // Out-of-band exchange with a server started with `Listener::accept_rc`.
+//! let conn = softrdma::cm::connect_rc("127.0.0.1:18515", &pd, &cq, QpType::Rc, Some(&mr),
+//!                                     &ConnectOptions::default())?;
+//! mr.write(0, b"hello");
+//! let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
+//! wr.sg_list = vec![mr.sge(0, 5)];
+//! wr.remote_addr = conn.remote.va;
+//! wr.rkey = conn.remote.rkey;
+//! conn.qp.post_send(wr)?;
+//! let wc = cq.wait(1, std::time::Duration::from_secs(5))?;
+//! assert_eq!(wc[0].status, softrdma::WcStatus::Success);
+//! # Ok(()) }
+//! ```
+//!
+//! One-sided operations land while the target program does nothing: each
+//! device has a progress thread (see [`engine`](crate) docs in the source).
+//! Several processes on one host need no setup: each device takes its own
+//! loopback address. `SOFTRDMA_ADDR` binds a real interface instead, and
+//! `SOFTRDMA_PCAP=FILE` captures every packet.
+
+#![warn(missing_docs)]
+
+pub mod cm;
+mod device;
+mod engine;
+mod error;
+mod event;
+pub mod memory;
+pub mod pcap;
+#[cfg(feature = "tokio")]
+mod stream;
+mod verbs;
+
+pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
+pub use error::{Error, Result};
+pub use event::CompletionChannel;
+pub use softrdma_proto::device::DeviceAttr;
+pub use softrdma_proto::{
+    Access, AddressVector, AsyncEvent, AttrMask, Counters, CqId, Mtu, QpAttr, QpCap, QpState,
+    QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
+pub use softrdma_wire::{Psn, QKey, Qpn, RKey};
+#[cfg(feature = "tokio")]
+pub use stream::WcStream;
+pub use verbs::{
+    AddressHandle, CompletionQueue, ConnectOptions, MemoryRegion, ProtectionDomain, QpBuilder,
+    QpEndpoint, QueuePair, SharedReceiveQueue, EMPTY_WC,
+};

@@ -1,0 +1,787 @@
+//! Verbs objects: protection domains, memory regions, completion queues,
+//! queue pairs, shared receive queues, address handles. Each handle frees
+//! its object when dropped.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::event::CompletionChannel;
+use crate::memory::{self, RawRegion};
+use softrdma_proto::*;
+use softrdma_wire::grh::addr_of_gid;
+use softrdma_wire::{Psn, QKey, Qpn, RKey};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+struct PdInner {
+    dev: Device,
+    id: PdId,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self.dev.shared().with_core(|c, _| c.dealloc_pd(id));
+    }
+}
+
+/// A protection domain: regions, QPs, SRQs and address handles created from
+/// it can only be used together.
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    inner: Arc<PdInner>,
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProtectionDomain({:?})", self.inner.id)
+    }
+}
+
+impl ProtectionDomain {
+    pub(crate) fn new(dev: Device, id: PdId) -> Self {
+        ProtectionDomain {
+            inner: Arc::new(PdInner { dev, id }),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// The core's handle.
+    pub fn id(&self) -> PdId {
+        self.inner.id
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes and registers them.
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        let r = RawRegion::allocate(len)
+            .ok_or_else(|| Error::InvalidArgument(format!("cannot allocate {len} bytes")))?;
+        self.register(Arc::new(r), access)
+    }
+
+    /// Registers the program's own memory.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes until the returned
+    /// region is dropped **and** every work request that names it has
+    /// completed. The device may read and write those bytes at any time in
+    /// between (remote peers, if `access` allows; local SGEs otherwise), so
+    /// the program must not hold Rust references into them; see the
+    /// [`memory`](crate::memory) module for the rules.
+    pub unsafe fn register_mr(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        let p = NonNull::new(ptr).ok_or_else(|| Error::InvalidArgument("null pointer".into()))?;
+        // SAFETY: forwarded from the caller's contract.
+        let r = unsafe { RawRegion::borrowed(p, len) };
+        self.register(Arc::new(r), access)
+    }
+
+    fn register(&self, r: Arc<RawRegion>, access: Access) -> Result<MemoryRegion> {
+        let va = r.as_ptr() as u64;
+        let pd = self.inner.id;
+        let mem: Arc<dyn RegionMemory> = r.clone();
+        let key = self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.reg_mr(pd, va, mem, access))?;
+        Ok(MemoryRegion {
+            pd: self.clone(),
+            key,
+            region: r,
+            va,
+            access,
+        })
+    }
+
+    /// A builder for a queue pair of type `qp_type` on these CQs.
+    pub fn qp_builder<'a>(
+        &'a self,
+        qp_type: QpType,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> QpBuilder<'a> {
+        QpBuilder {
+            pd: self,
+            send_cq,
+            recv_cq,
+            srq: None,
+            init: QpInit {
+                qp_type,
+                pd: self.inner.id,
+                send_cq: send_cq.id,
+                recv_cq: recv_cq.id,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 256,
+                    max_recv_wr: 256,
+                    max_send_sge: 4,
+                    max_recv_sge: 4,
+                    max_inline_data: 256,
+                },
+                sq_sig_all: false,
+            },
+        }
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<SharedReceiveQueue> {
+        let pd = self.inner.id;
+        let id = self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.create_srq(pd, max_wr, max_sge, limit))?;
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                pd: self.clone(),
+                id,
+            }),
+        })
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&self, av: AddressVector) -> Result<AddressHandle> {
+        let pd = self.inner.id;
+        let id = self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.create_ah(pd, av))?;
+        Ok(AddressHandle {
+            inner: Arc::new(AhInner {
+                pd: self.clone(),
+                id,
+            }),
+        })
+    }
+
+    /// An address handle for a peer's GID (`::ffff:a.b.c.d` or IPv6).
+    pub fn create_ah_for_gid(&self, gid: [u8; 16]) -> Result<AddressHandle> {
+        self.create_ah(AddressVector::to(addr_of_gid(gid)))
+    }
+}
+
+/// A registered memory region. Its bytes are reached through the accessors
+/// below (or the raw pointer, under the rules of [`memory`](crate::memory)).
+pub struct MemoryRegion {
+    pd: ProtectionDomain,
+    key: u32,
+    region: Arc<RawRegion>,
+    va: u64,
+    access: Access,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MemoryRegion(va={:#x} len={} key={:#010x})",
+            self.va,
+            self.len(),
+            self.key
+        )
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let key = self.key;
+        let _ = self.pd.inner.dev.shared().with_core(|c, _| c.dereg_mr(key));
+    }
+}
+
+impl MemoryRegion {
+    /// Local key for SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+    /// Remote key for peers.
+    pub fn rkey(&self) -> RKey {
+        RKey(self.key)
+    }
+    /// Virtual address of the first byte (what SGEs and peers use).
+    pub fn addr(&self) -> u64 {
+        self.va
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Rights granted.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+    /// An SGE for `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.va + offset as u64,
+            length: len,
+            lkey: self.key,
+        }
+    }
+    /// Raw pointer to the first byte (see the module rules).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.region.as_ptr()
+    }
+    /// Copies bytes out with volatile reads (panics out of bounds).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+        memory::volatile_read(&self.region, offset, dst)
+    }
+    /// Copies bytes in with volatile writes (panics out of bounds).
+    pub fn write(&self, offset: usize, src: &[u8]) {
+        memory::volatile_write(&self.region, offset, src)
+    }
+    /// `len` bytes at `offset`.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(offset, &mut v);
+        v
+    }
+    /// One byte, with acquire ordering: spin on it to see a remote WRITE land.
+    pub fn load_u8(&self, offset: usize) -> u8 {
+        memory::load_u8(&self.region, offset)
+    }
+    /// The 8 bytes at `offset` (8-byte aligned) as an atomic, coherent with
+    /// remote atomics executed by the device.
+    pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
+        memory::atomic_u64(&self.region, offset)
+    }
+}
+
+struct CqInner {
+    dev: Device,
+    id: CqId,
+    channel: Option<CompletionChannel>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self.dev.shared().with_core(|c, _| c.destroy_cq(id));
+        if self.channel.is_some() {
+            self.dev
+                .shared()
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        }
+    }
+}
+
+/// A completion queue.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    inner: Arc<CqInner>,
+    id: CqId,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompletionQueue({:?})", self.id)
+    }
+}
+
+/// An empty completion, for filling arrays before polling.
+pub const EMPTY_WC: Wc = Wc {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    byte_len: 0,
+    imm_or_inv: 0,
+    qp_num: Qpn::new(0),
+    src_qp: Qpn::new(0),
+    wc_flags: WcFlags(0),
+    pkey_index: 0,
+    solicited: false,
+};
+
+impl CompletionQueue {
+    pub(crate) fn new(dev: Device, id: CqId, channel: Option<CompletionChannel>) -> Self {
+        CompletionQueue {
+            inner: Arc::new(CqInner { dev, id, channel }),
+            id,
+        }
+    }
+
+    /// The core's handle.
+    pub fn id(&self) -> CqId {
+        self.id
+    }
+
+    /// Non-blocking poll: moves up to `out.len()` completions into `out`.
+    /// When none is waiting, processes what has arrived on the socket first
+    /// (so a spinning poller needs no thread switch).
+    pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
+        let sh = self.inner.dev.shared();
+        let id = self.id;
+        let n = sh.with_core(|c, _| c.poll_cq(id, out))?;
+        if n > 0 {
+            return Ok(n);
+        }
+        if sh.poll_rx() > 0 {
+            return Ok(sh.with_core(|c, _| c.poll_cq(id, out))?);
+        }
+        Ok(0)
+    }
+
+    /// Polls until `n` completions arrived or `timeout` passed; returns them.
+    pub fn wait(&self, n: usize, timeout: std::time::Duration) -> Result<Vec<Wc>> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out = Vec::with_capacity(n);
+        let mut buf = [EMPTY_WC; 32];
+        while out.len() < n {
+            let k = self.poll(&mut buf[..(n - out.len()).min(32)])?;
+            out.extend_from_slice(&buf[..k]);
+            if k == 0 {
+                if std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Arms the completion channel for the next completion (or the next
+    /// solicited/error one).
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let id = self.id;
+        Ok(self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.req_notify_cq(id, solicited_only))?)
+    }
+
+    /// The channel, if the CQ has one.
+    pub fn channel(&self) -> Option<&CompletionChannel> {
+        self.inner.channel.as_ref()
+    }
+
+    /// Capacity.
+    pub fn depth(&self) -> Result<u32> {
+        let id = self.id;
+        Ok(self.inner.dev.shared().peek_core(|c| c.cq_depth(id))?)
+    }
+
+    /// `ibv_resize_cq`.
+    pub fn resize(&self, depth: u32) -> Result<()> {
+        let id = self.id;
+        Ok(self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.resize_cq(id, depth))?)
+    }
+
+    /// A stream of completions for async code (needs a channel).
+    #[cfg(feature = "tokio")]
+    pub fn stream(&self) -> Result<crate::stream::WcStream> {
+        crate::stream::WcStream::new(self.clone())
+    }
+}
+
+struct SrqInner {
+    pd: ProtectionDomain,
+    id: SrqId,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.destroy_srq(id));
+    }
+}
+
+/// A shared receive queue.
+#[derive(Clone)]
+pub struct SharedReceiveQueue {
+    inner: Arc<SrqInner>,
+}
+
+impl SharedReceiveQueue {
+    /// The core's handle.
+    pub fn id(&self) -> SrqId {
+        self.inner.id
+    }
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.post_srq_recv(id, wr))?)
+    }
+    /// Arms the limit event (0 disarms).
+    pub fn set_limit(&self, limit: u32) -> Result<()> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.modify_srq(id, None, Some(limit)))?)
+    }
+    /// (max_wr, max_sge, limit, queued).
+    pub fn query(&self) -> Result<(u32, u32, u32, u32)> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .pd
+            .inner
+            .dev
+            .shared()
+            .peek_core(|c| c.query_srq(id))?)
+    }
+}
+
+struct AhInner {
+    pd: ProtectionDomain,
+    id: AhId,
+}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.destroy_ah(id));
+    }
+}
+
+/// An address handle (UD destinations).
+#[derive(Clone)]
+pub struct AddressHandle {
+    inner: Arc<AhInner>,
+}
+
+impl AddressHandle {
+    /// The core's handle.
+    pub fn id(&self) -> AhId {
+        self.inner.id
+    }
+}
+
+/// Builds a queue pair.
+pub struct QpBuilder<'a> {
+    pd: &'a ProtectionDomain,
+    send_cq: &'a CompletionQueue,
+    recv_cq: &'a CompletionQueue,
+    srq: Option<&'a SharedReceiveQueue>,
+    init: QpInit,
+}
+
+impl<'a> QpBuilder<'a> {
+    /// Send queue depth.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.init.cap.max_send_wr = n;
+        self
+    }
+    /// Receive queue depth.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.init.cap.max_recv_wr = n;
+        self
+    }
+    /// SGEs per send.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.init.cap.max_send_sge = n;
+        self
+    }
+    /// SGEs per receive.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.init.cap.max_recv_sge = n;
+        self
+    }
+    /// Inline bytes per send.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.init.cap.max_inline_data = n;
+        self
+    }
+    /// Signal every send.
+    pub fn sq_sig_all(mut self, on: bool) -> Self {
+        self.init.sq_sig_all = on;
+        self
+    }
+    /// Take receives from a shared receive queue.
+    pub fn srq(mut self, srq: &'a SharedReceiveQueue) -> Self {
+        self.init.srq = Some(srq.id());
+        self.srq = Some(srq);
+        self
+    }
+    /// Creates the QP (in RESET).
+    pub fn build(self) -> Result<QueuePair> {
+        let init = self.init;
+        let (qpn, cap) = self
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.create_qp(&init))?;
+        Ok(QueuePair {
+            pd: self.pd.clone(),
+            _send_cq: self.send_cq.clone(),
+            _recv_cq: self.recv_cq.clone(),
+            _srq: self.srq.cloned(),
+            qpn,
+            qp_type: init.qp_type,
+            cap,
+        })
+    }
+}
+
+/// What a peer needs to know to connect to a QP (exchanged out of band).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpEndpoint {
+    /// GID of the device.
+    pub gid: [u8; 16],
+    /// QP number.
+    pub qpn: Qpn,
+    /// First PSN the QP sends.
+    pub psn: Psn,
+}
+
+/// Connection parameters for [`QueuePair::connect`].
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectOptions {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Remote rights granted on this QP.
+    pub access: Access,
+    /// Transport timer exponent (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = forever).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic, both ways.
+    pub max_rd_atomic: u8,
+    /// Q_Key (UD).
+    pub qkey: QKey,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            mtu: Mtu::M4096,
+            access: Access::REMOTE_WRITE
+                .with(Access::REMOTE_READ)
+                .with(Access::REMOTE_ATOMIC),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            qkey: QKey(0x1111_1111),
+            traffic_class: 0,
+        }
+    }
+}
+
+/// A queue pair.
+pub struct QueuePair {
+    pd: ProtectionDomain,
+    _send_cq: CompletionQueue,
+    _recv_cq: CompletionQueue,
+    _srq: Option<SharedReceiveQueue>,
+    qpn: Qpn,
+    qp_type: QpType,
+    cap: QpCap,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QueuePair({:?} {})", self.qp_type, self.qpn)
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let q = self.qpn;
+        let _ = self.pd.inner.dev.shared().with_core(|c, _| c.destroy_qp(q));
+    }
+}
+
+impl QueuePair {
+    /// QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Queue sizes granted.
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    fn core<R>(
+        &self,
+        f: impl FnOnce(&mut softrdma_proto::Device, softrdma_proto::Instant) -> R,
+    ) -> R {
+        self.pd.inner.dev.shared().with_core(f)
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr> {
+        let q = self.qpn;
+        Ok(self.pd.inner.dev.shared().peek_core(|c| c.query_qp(q))?.0)
+    }
+
+    /// Current state.
+    pub fn state(&self) -> Result<QpState> {
+        let q = self.qpn;
+        Ok(self.pd.inner.dev.shared().peek_core(|c| c.qp_state(q))?)
+    }
+
+    /// Counters of this QP.
+    pub fn counters(&self) -> Result<Counters> {
+        let q = self.qpn;
+        Ok(self.pd.inner.dev.shared().peek_core(|c| c.qp_counters(q))?)
+    }
+
+    /// `ibv_post_send` of one work request; its packets are on their way
+    /// when this returns.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.core(|c, now| c.post_send(now, q, wr))?)
+    }
+
+    /// Posts several work requests under one lock; stops at the first
+    /// failure and returns its index with the error (`bad_wr`).
+    pub fn post_send_batch(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let q = self.qpn;
+        self.core(|c, now| {
+            for (i, wr) in wrs.into_iter().enumerate() {
+                c.post_send(now, q, wr).map_err(|e| (i, Error::from(e)))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.core(|c, now| c.post_recv(now, q, wr))?)
+    }
+
+    /// What a peer needs to connect to this QP, sending from `psn`.
+    pub fn endpoint(&self, psn: Psn) -> QpEndpoint {
+        QpEndpoint {
+            gid: self.pd.inner.dev.gid(),
+            qpn: self.qpn,
+            psn,
+        }
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote` (for UD, `remote` only
+    /// supplies nothing: UD QPs have no peer). `local_psn` is the first PSN
+    /// this QP sends; the remote's is the first it expects.
+    pub fn connect(&self, local_psn: Psn, remote: &QpEndpoint, o: &ConnectOptions) -> Result<()> {
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            pkey_index: 0,
+            qp_access_flags: o.access.remote(),
+            qkey: o.qkey,
+            ..Default::default()
+        };
+        let base = AttrMask::STATE
+            .with(AttrMask::PKEY_INDEX)
+            .with(AttrMask::PORT);
+        let m = match self.qp_type {
+            QpType::Ud => base.with(AttrMask::QKEY),
+            _ => base.with(AttrMask::ACCESS_FLAGS),
+        };
+        self.modify(&init, m)?;
+        let mut av = AddressVector::to(addr_of_gid(remote.gid));
+        av.traffic_class = o.traffic_class;
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: o.mtu,
+            dest_qp_num: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: o.max_rd_atomic,
+            min_rnr_timer: o.min_rnr_timer,
+            ah_attr: av,
+            ..Default::default()
+        };
+        let m = match self.qp_type {
+            QpType::Rc => AttrMask::STATE
+                .with(AttrMask::AV)
+                .with(AttrMask::PATH_MTU)
+                .with(AttrMask::DEST_QPN)
+                .with(AttrMask::RQ_PSN)
+                .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                .with(AttrMask::MIN_RNR_TIMER),
+            QpType::Uc => AttrMask::STATE
+                .with(AttrMask::AV)
+                .with(AttrMask::PATH_MTU)
+                .with(AttrMask::DEST_QPN)
+                .with(AttrMask::RQ_PSN),
+            QpType::Ud => AttrMask::STATE,
+        };
+        self.modify(&rtr, m)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: local_psn,
+            timeout: o.timeout,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
+            max_rd_atomic: o.max_rd_atomic,
+            ..Default::default()
+        };
+        let m = match self.qp_type {
+            QpType::Rc => AttrMask::STATE
+                .with(AttrMask::SQ_PSN)
+                .with(AttrMask::TIMEOUT)
+                .with(AttrMask::RETRY_CNT)
+                .with(AttrMask::RNR_RETRY)
+                .with(AttrMask::MAX_QP_RD_ATOMIC),
+            _ => AttrMask::STATE.with(AttrMask::SQ_PSN),
+        };
+        self.modify(&rts, m)
+    }
+}
