@@ -102,7 +102,7 @@ fn thread_cpu() -> Duration {
 fn main() {
     let args = parse_args();
     let dgram = args.payload + ROCE_OVERHEAD;
-    let want = |name: &str| args.only.as_deref().map_or(true, |o| o == name);
+    let want = |name: &str| !matches!(args.only.as_deref(), Some(o) if o != name);
     println!(
         "udp_bw: {} B payload + {} B RoCE headers = {} B datagrams, {:.1} s per run, window {} datagrams, receiver spins {:?} before sleeping",
         args.payload, ROCE_OVERHEAD, dgram, args.secs, WINDOW, args.spin

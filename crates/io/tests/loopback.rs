@@ -438,3 +438,48 @@ fn ancillary_data_can_be_switched_off() {
     );
     assert_eq!(got[0].meta.addr, tx.local_addr());
 }
+
+/// A dual-stack IPv6 socket carries IPv4 too: IPv4 peers appear
+/// IPv4-mapped, ancillary data is reported for IPv4 datagrams, and sending
+/// to a plain IPv4 address (with TOS and TTL) works.
+#[test]
+fn dual_stack_socket_carries_ipv4() {
+    let mut cfg = SocketConfig::default();
+    cfg.ipv6_only = false;
+    let dual = bind_with("[::]:0", &cfg);
+    let port = dual.local_addr().port();
+    let v4 = bind("127.0.0.60:0");
+
+    let mut t = Transmit::new(
+        SocketAddr::new("127.0.0.61".parse().unwrap(), port),
+        b"to dual",
+    );
+    t.tos = 0x61;
+    t.ttl = Some(5);
+    assert_eq!(v4.send(&[t]).unwrap(), 1);
+    let got = recv_datagrams(&dual, 1);
+    let mapped: SocketAddr = format!("[::ffff:127.0.0.60]:{}", v4.local_addr().port())
+        .parse()
+        .unwrap();
+    assert_eq!(got[0].meta.addr, mapped);
+    assert_eq!(got[0].meta.dst_ip, Some("127.0.0.61".parse().unwrap()));
+    assert_eq!((got[0].meta.tos, got[0].meta.ttl), (0x61, Some(5)));
+
+    let mut back = Transmit::new(v4.local_addr(), b"from dual");
+    back.tos = 0x62;
+    back.ttl = Some(6);
+    assert_eq!(dual.send(&[back]).unwrap(), 1);
+    let got = recv_datagrams(&v4, 1);
+    assert_eq!(got[0].data, b"from dual");
+    assert_eq!((got[0].meta.tos, got[0].meta.ttl), (0x62, Some(6)));
+    assert_eq!(dual.stats().send_errors, 0);
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<UdpSocket>();
+    send_sync::<softrdma_io::Waker>();
+    send::<softrdma_io::Poller>();
+}

@@ -122,16 +122,24 @@ fn bind_in(ns: &str, addr: &str, cfg: SocketConfig) -> UdpSocket {
     in_netns(ns, move || UdpSocket::bind_with(addr, &cfg).unwrap())
 }
 
-fn root_or_skip(test: &str) -> bool {
+/// The namespace pair, or `None` (after a loud notice) where the test
+/// cannot run: not root, no `ip`, or namespaces refused (a container).
+fn pair_or_skip(test: &str) -> Option<Pair> {
     if !is_root() {
         skip(test, "needs root for network namespaces and AF_PACKET");
-        return false;
+        return None;
     }
     if Command::new("ip").arg("-V").output().is_err() {
         skip(test, "needs iproute2's `ip`");
-        return false;
+        return None;
     }
-    true
+    match Pair::new() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            skip(test, &format!("cannot set up network namespaces: {e}"));
+            None
+        }
+    }
 }
 
 // --- AF_PACKET capture ---------------------------------------------------------
@@ -333,10 +341,9 @@ fn check_ids(frames: &[Frame], place: &str) -> String {
 /// software. The ICRC covers this field, so the engine's ICRC must match.
 #[test]
 fn ipv4_identification_on_the_wire() {
-    if !root_or_skip("ipv4_identification_on_the_wire") {
+    let Some(pair) = pair_or_skip("ipv4_identification_on_the_wire") else {
         return;
-    }
-    let pair = Pair::new().unwrap();
+    };
     let mut report = Vec::new();
 
     // (1) Loopback inside namespace a: the sender's outgoing frames.
@@ -396,10 +403,9 @@ fn ipv4_identification_on_the_wire() {
 /// on the wire, and a default-config receiver accepts it.
 #[test]
 fn ipv6_zero_udp_checksum_on_the_wire() {
-    if !root_or_skip("ipv6_zero_udp_checksum_on_the_wire") {
+    let Some(pair) = pair_or_skip("ipv6_zero_udp_checksum_on_the_wire") else {
         return;
-    }
-    let pair = Pair::new().unwrap();
+    };
     let cap = Capture::open(&pair.b, &pair.veth_b);
     let rx = bind_in(&pair.b, &format!("[{B6}]:0"), SocketConfig::default());
     let zero = bind_in(&pair.a, &format!("[{A6}]:0"), SocketConfig::default());
@@ -427,10 +433,9 @@ fn ipv6_zero_udp_checksum_on_the_wire() {
 /// rest of the batch is delivered.
 #[test]
 fn unreachable_routes_do_not_fail_the_batch() {
-    if !root_or_skip("unreachable_routes_do_not_fail_the_batch") {
+    let Some(pair) = pair_or_skip("unreachable_routes_do_not_fail_the_batch") else {
         return;
-    }
-    let pair = Pair::new().unwrap();
+    };
     ip(&[
         "-n",
         &pair.a,
@@ -475,10 +480,9 @@ fn unreachable_routes_do_not_fail_the_batch() {
 /// counted and dropped and GSO stays on for the next, valid run.
 #[test]
 fn oversized_gso_segments_do_not_switch_gso_off() {
-    if !root_or_skip("oversized_gso_segments_do_not_switch_gso_off") {
+    let Some(pair) = pair_or_skip("oversized_gso_segments_do_not_switch_gso_off") else {
         return;
-    }
-    let pair = Pair::new().unwrap();
+    };
     ip(&["-n", &pair.a, "link", "set", "lo", "mtu", "1500"]).unwrap();
     let mut no_gro = SocketConfig::default();
     no_gro.gro = false;
