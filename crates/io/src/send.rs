@@ -60,13 +60,13 @@ pub struct GatherTransmit<'a> {
     pub destination: SocketAddr,
     /// The UDP payload, in pieces.
     pub contents: &'a [IoSlice<'a>],
-    /// UDP GSO segment size, as in [`Transmit::segment_size`].
+    /// UDP GSO segment size, as in [`Transmit`]'s `segment_size`.
     pub segment_size: Option<usize>,
-    /// As in [`Transmit::tos`].
+    /// As in [`Transmit`]'s `tos`.
     pub tos: u8,
-    /// As in [`Transmit::ttl`].
+    /// As in [`Transmit`]'s `ttl`.
     pub ttl: Option<u8>,
-    /// As in [`Transmit::src_ip`].
+    /// As in [`Transmit`]'s `src_ip`.
     pub src_ip: Option<IpAddr>,
 }
 
