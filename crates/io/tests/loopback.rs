@@ -64,42 +64,54 @@ fn batch_round_trip_ipv6() {
     batch_round_trip("[::1]:0", "[::1]:0", 1000);
 }
 
-/// One GSO send of four full segments and a short fifth, received once with
-/// GRO (one buffer, stride = segment) and once without (five datagrams).
+/// One GSO send of four full segments and a short fifth, with TOS and TTL,
+/// over IPv4 and IPv6 (with real checksums, which GSO needs), received once
+/// with GRO (one buffer, stride = segment) and once without (five
+/// datagrams); every datagram carries the TOS and TTL.
 #[test]
 fn gso_send_with_short_last_segment_gro_and_plain_receive() {
-    let tx = bind("127.0.0.4:0");
-    assert!(
-        tx.max_gso_segments() > 1,
-        "this kernel has UDP GSO (4.18+); detection failed"
-    );
-    let seg = 1200;
-    let data = payload(7, 4 * seg + 200);
-    for gro in [true, false] {
-        let rx = if gro {
-            bind("127.0.0.5:0")
-        } else {
-            bind_with("127.0.0.5:0", &no_gro())
-        };
-        assert_eq!(rx.gro_enabled(), gro);
-        let mut t = Transmit::new(rx.local_addr(), &data);
-        t.segment_size = Some(seg);
-        assert_eq!(tx.send(&[t]).unwrap(), 1);
-        let got = recv_datagrams(&rx, 5);
-        let dgrams: Vec<Vec<u8>> = got.iter().flat_map(|r| r.datagrams()).collect();
-        let want: Vec<Vec<u8>> = data.chunks(seg).map(<[u8]>::to_vec).collect();
-        assert_eq!(dgrams, want);
-        if gro {
-            // Loopback hands the GSO super-datagram to a GRO socket whole.
-            assert_eq!(got.len(), 1, "{got:?}");
-            assert_eq!(got[0].meta.stride, seg);
-            assert_eq!(got[0].meta.len, data.len());
-        } else {
-            assert_eq!(got.len(), 5);
-            assert!(got.iter().all(|r| r.meta.stride == r.meta.len));
+    let mut v6_summed = SocketConfig::default();
+    v6_summed.ipv6_zero_checksum_tx = false;
+    for (tx_addr, rx_addr) in [("127.0.0.4:0", "127.0.0.5:0"), ("[::1]:0", "[::1]:0")] {
+        let tx = bind_with(tx_addr, &v6_summed);
+        assert!(
+            tx.max_gso_segments() > 1,
+            "this kernel has UDP GSO (4.18+); detection failed"
+        );
+        let seg = 1200;
+        let data = payload(7, 4 * seg + 200);
+        for gro in [true, false] {
+            let rx = if gro {
+                bind(rx_addr)
+            } else {
+                bind_with(rx_addr, &no_gro())
+            };
+            assert_eq!(rx.gro_enabled(), gro);
+            let mut t = Transmit::new(rx.local_addr(), &data);
+            t.segment_size = Some(seg);
+            t.tos = 0x02;
+            t.ttl = Some(33);
+            assert_eq!(tx.send(&[t]).unwrap(), 1);
+            let got = recv_datagrams(&rx, 5);
+            let dgrams: Vec<Vec<u8>> = got.iter().flat_map(|r| r.datagrams()).collect();
+            let want: Vec<Vec<u8>> = data.chunks(seg).map(<[u8]>::to_vec).collect();
+            assert_eq!(dgrams, want, "{tx_addr} gro={gro}");
+            assert!(got
+                .iter()
+                .all(|r| r.meta.tos == 0x02 && r.meta.ttl == Some(33)));
+            if gro {
+                // Loopback hands the GSO super-datagram to a GRO socket whole.
+                assert_eq!(got.len(), 1, "{got:?}");
+                assert_eq!(got[0].meta.stride, seg);
+                assert_eq!(got[0].meta.len, data.len());
+            } else {
+                assert_eq!(got.len(), 5);
+                assert!(got.iter().all(|r| r.meta.stride == r.meta.len));
+            }
         }
+        assert_eq!(tx.stats().datagrams_sent, 10);
+        assert!(!tx.stats().gso_disabled);
     }
-    assert_eq!(tx.stats().datagrams_sent, 10);
 }
 
 /// Gather transmits: header + payload + trailer slices, alone and as a GSO

@@ -111,7 +111,10 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Prints a loud skip notice (visible with `--nocapture` / nextest output).
+/// Prints a loud skip notice. Written to the stderr handle directly, which
+/// libtest's output capture (it only intercepts the print macros) lets
+/// through; nextest shows it with `--success-output immediate`.
 pub fn skip(test: &str, why: &str) {
-    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {test}: {why} ***\n");
 }
