@@ -66,8 +66,8 @@ pub struct SocketConfig {
     /// also carries IPv4 (addresses appear IPv4-mapped).
     pub ipv6_only: bool,
     /// `SO_BUSY_POLL` in microseconds, if set. Only NAPI drivers honour it
-    /// (not loopback); raising it above `net.core.busy_read` needs
-    /// `CAP_NET_ADMIN`.
+    /// (not loopback or veth). On Linux 6.18 an unprivileged process may
+    /// set it (checked running the tests as `nobody`).
     pub busy_poll_us: Option<u32>,
     /// Report each datagram's destination address ([`crate::RecvMeta::dst_ip`];
     /// `IP_PKTINFO` / `IPV6_RECVPKTINFO`).
@@ -308,7 +308,7 @@ impl UdpSocket {
 
     /// Sets `SO_BUSY_POLL`: how long a blocking receive or `epoll_wait`
     /// spins on the device queue before sleeping. Only NAPI drivers honour
-    /// it; values above `net.core.busy_read` need `CAP_NET_ADMIN`.
+    /// it (see [`SocketConfig::busy_poll_us`]).
     pub fn set_busy_poll(&self, spin: Duration) -> io::Result<()> {
         let us = spin.as_micros().min(i32::MAX as u128) as libc::c_int;
         setsockopt_int(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_BUSY_POLL, us)

@@ -495,3 +495,34 @@ fn handles_are_send_and_sync() {
     send_sync::<softrdma_io::Waker>();
     send::<softrdma_io::Poller>();
 }
+
+/// SO_BUSY_POLL set through the socket and through the config sticks (no
+/// privilege needed on this kernel, as root or not).
+#[test]
+fn busy_poll_setting() {
+    let get = |s: &UdpSocket| {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a live c_int with its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_BUSY_POLL,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        v
+    };
+    let s = bind("127.0.0.70:0");
+    assert_eq!(get(&s), 0);
+    s.set_busy_poll(std::time::Duration::from_micros(50))
+        .unwrap();
+    assert_eq!(get(&s), 50);
+    let mut cfg = SocketConfig::default();
+    cfg.busy_poll_us = Some(20);
+    let c = UdpSocket::bind_with("127.0.0.70:0".parse().unwrap(), &cfg).unwrap();
+    assert_eq!(get(&c), 20);
+}
