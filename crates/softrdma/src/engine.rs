@@ -40,6 +40,10 @@ const TX_BATCH: usize = 64;
 /// hold the rest (it retransmits what a reliable QP loses).
 const TX_QUEUE_MAX: usize = 4096;
 
+/// How recently a program thread must have driven progress for the
+/// progress thread to leave the socket to it.
+const APP_ACTIVE_NS: u64 = 500_000;
+
 /// A datagram waiting to be sent.
 struct Pending {
     buf: Vec<u8>,
@@ -80,6 +84,8 @@ pub(crate) struct Shared {
     /// When the progress thread sleeps: until this time (ns since epoch);
     /// `u64::MAX` while it is awake.
     sleep_until: AtomicU64,
+    /// Last time a program thread drove progress itself (ns since epoch).
+    app_progress: AtomicU64,
     /// Datagrams the socket refused (queue overflow): lost, counted.
     pub tx_dropped: AtomicU64,
     gso: bool,
@@ -119,6 +125,7 @@ impl Shared {
             spin,
             last_activity: AtomicU64::new(0),
             sleep_until: AtomicU64::new(u64::MAX),
+            app_progress: AtomicU64::new(0),
             tx_dropped: AtomicU64::new(0),
             gso,
         })
@@ -139,6 +146,23 @@ impl Shared {
         r
     }
 
+    /// Like [`Self::with_core`] for posting work: while a program thread is
+    /// driving progress (spinning on its CQ), the packets are left for its
+    /// next poll, which sends everything queued in one batch — a thread
+    /// posting many requests then polling pays one system call per batch,
+    /// not one per request. Otherwise they are sent now.
+    pub fn with_core_post<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        let now = self.now();
+        let mut core = lock(&self.core);
+        let r = f(&mut core, now);
+        if self.app_driving(now) {
+            self.route_events(&mut core);
+        } else {
+            self.after(core, now);
+        }
+        r
+    }
+
     /// Like [`Self::with_core`] for reads that produce nothing to send.
     pub fn peek_core<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
         f(&lock(&self.core))
@@ -149,7 +173,8 @@ impl Shared {
         // A new deadline earlier than the sleeping progress thread's wake-up
         // (a request just sent arms its retransmission timer): wake it.
         if let Some(d) = core.poll_timeout() {
-            if d.0 < self.sleep_until.load(Ordering::Relaxed) {
+            let s = self.sleep_until.load(Ordering::Relaxed);
+            if s != u64::MAX && d.0 < s {
                 self.waker.wake();
             }
         }
@@ -374,6 +399,34 @@ impl Shared {
         count
     }
 
+    /// Progress driven by a program thread (polling a CQ, or
+    /// `Device::progress`): receive, run timers, send what is waiting. While
+    /// program threads do this, the progress thread stays out of their way.
+    pub fn progress_inline(&self) -> usize {
+        self.app_progress.store(self.now().0, Ordering::Relaxed);
+        let n = self.poll_rx();
+        // Timers, and whatever posts left queued in the core.
+        self.poll_timers();
+        n
+    }
+
+    /// A program thread stops driving progress (it is about to block):
+    /// the progress thread takes over at once.
+    pub fn app_idle(&self) {
+        self.app_progress.store(0, Ordering::Relaxed);
+        let now = self.now();
+        let core = lock(&self.core);
+        self.after(core, now);
+        self.waker.wake();
+    }
+
+    /// A program thread drove progress within the last `APP_ACTIVE_NS`.
+    fn app_driving(&self, now: Instant) -> bool {
+        now.0
+            .saturating_sub(self.app_progress.load(Ordering::Relaxed))
+            < APP_ACTIVE_NS
+    }
+
     /// Runs due timers. Returns the next deadline.
     fn poll_timers(&self) -> Option<Instant> {
         let now = self.now();
@@ -405,6 +458,18 @@ impl Shared {
 /// The progress thread's loop.
 pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
     while !shared.stop.load(Ordering::Relaxed) {
+        // A program thread is spinning on its CQ and making progress itself:
+        // competing for the socket and the core lock would only cost both
+        // of us (two cores, several spinners). Check back shortly.
+        let now = shared.now();
+        if shared.app_driving(now) {
+            let left = APP_ACTIVE_NS
+                - now
+                    .0
+                    .saturating_sub(shared.app_progress.load(Ordering::Relaxed));
+            std::thread::sleep(Duration::from_nanos(left.clamp(50_000, APP_ACTIVE_NS)));
+            continue;
+        }
         let got = shared.poll_rx();
         let next = shared.poll_timers();
         if !lock(&shared.tx).pending.is_empty() {

@@ -6,7 +6,7 @@ use softrdma_proto::{AsyncEvent, CqId};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// A Linux eventfd: a counter that is readable while non-zero.
@@ -70,6 +70,8 @@ impl EventFd {
 #[derive(Debug)]
 pub(crate) struct ChannelShared {
     pub fd: EventFd,
+    /// The device, told when a program thread is about to block here.
+    pub dev: Weak<crate::engine::Shared>,
     /// CQs that got a notification and were not yet picked up.
     pub ready: Mutex<VecDeque<CqId>>,
 }
@@ -96,10 +98,11 @@ pub struct CompletionChannel {
 }
 
 impl CompletionChannel {
-    pub(crate) fn new() -> Result<CompletionChannel> {
+    pub(crate) fn new(dev: Weak<crate::engine::Shared>) -> Result<CompletionChannel> {
         Ok(CompletionChannel {
             inner: Arc::new(ChannelShared {
                 fd: EventFd::new().map_err(|e| Error::io("eventfd", e))?,
+                dev,
                 ready: Mutex::new(VecDeque::new()),
             }),
         })
@@ -121,6 +124,10 @@ impl CompletionChannel {
                 },
                 None => None,
             };
+            // About to block: the progress thread must take over now.
+            if let Some(dev) = self.inner.dev.upgrade() {
+                dev.app_idle();
+            }
             self.inner
                 .fd
                 .wait(left)

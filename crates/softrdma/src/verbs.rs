@@ -335,7 +335,7 @@ impl CompletionQueue {
         if n > 0 {
             return Ok(n);
         }
-        if sh.poll_rx() > 0 {
+        if sh.progress_inline() > 0 {
             return Ok(sh.with_core(|c, _| c.poll_cq(id, out))?);
         }
         Ok(0)
@@ -679,11 +679,18 @@ impl QueuePair {
         Ok(self.pd.inner.dev.shared().peek_core(|c| c.qp_counters(q))?)
     }
 
-    /// `ibv_post_send` of one work request; its packets are on their way
-    /// when this returns.
+    /// `ibv_post_send` of one work request. Its packets are on their way
+    /// when this returns, or — while this program is spinning on a CQ — go
+    /// out with its next poll, batched with the other requests posted
+    /// meanwhile.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let q = self.qpn;
-        Ok(self.core(|c, now| c.post_send(now, q, wr))?)
+        Ok(self
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core_post(|c, now| c.post_send(now, q, wr))?)
     }
 
     /// Posts several work requests under one lock; stops at the first
@@ -693,7 +700,7 @@ impl QueuePair {
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> std::result::Result<(), (usize, Error)> {
         let q = self.qpn;
-        self.core(|c, now| {
+        self.pd.inner.dev.shared().with_core_post(|c, now| {
             for (i, wr) in wrs.into_iter().enumerate() {
                 c.post_send(now, q, wr).map_err(|e| (i, Error::from(e)))?;
             }
