@@ -116,7 +116,9 @@
 //! (`tests/loopback.rs::ipv6_zero_checksum_datagrams_are_accepted`). But
 //! the kernel refuses UDP GSO on a socket with zero IPv6 checksums
 //! (EINVAL), so a default IPv6 socket has no GSO; turn the option off to
-//! get GSO with real checksums, which every RoCE receiver accepts too.
+//! get GSO with real checksums (a Linux receiver, rxe included, verifies
+//! and accepts a non-zero checksum; RFC 6935 zero-checksum receivers are
+//! expected to as well).
 //!
 //! # Intra-host path (not built)
 //!

@@ -59,7 +59,7 @@ pub struct SocketConfig {
     /// IPv6 only: send UDP checksum 0 (`UDP_NO_CHECK6_TX`), as Linux rxe
     /// does. The kernel refuses GSO on such a socket (`EINVAL`), so this
     /// turns GSO off for IPv6 sockets; set it to `false` to keep GSO and send
-    /// real checksums, which every RoCE receiver also accepts.
+    /// real checksums (which Linux receivers, rxe included, accept).
     /// Receiving checksum-0 datagrams (`UDP_NO_CHECK6_RX`) is always on.
     pub ipv6_zero_checksum_tx: bool,
     /// IPv6 only: `IPV6_V6ONLY`. With `false`, an IPv6 socket bound to `::`
