@@ -7,12 +7,12 @@ use crate::limits;
 use crate::memory::{MrTable, RegionMemory};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
 use crate::verbs::*;
-use crate::{Instant, Rng, Slab};
+use crate::{Instant, Rng, Slab, U32Map};
 use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
 use softrdma_wire::icrc::solve_ipv4_id;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
 use softrdma_wire::{IbPacket, PKey, PacketRepr, Qpn, Transport};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -180,11 +180,15 @@ pub struct Device {
     cqs: Slab<Cq>,
     srqs: Slab<Srq>,
     ahs: Slab<AddressVector>,
-    ah_pd: HashMap<u32, PdId>,
+    ah_pd: U32Map<PdId>,
     qps: Slab<Qp>,
-    qpn_map: HashMap<u32, u32>,
+    qpn_map: U32Map<u32>,
     next_qpn: u32,
     tx_ready: VecDeque<u32>,
+    /// Armed timers as (deadline, QP slot), one entry per QP whose
+    /// `deadline()` is set; `sync_timer` keeps them in step after every
+    /// input that reaches a QP, so the earliest is at hand without a scan.
+    timers: BTreeSet<(Instant, u32)>,
     events: VecDeque<Event>,
     /// Drops that belong to no QP, and the totals of destroyed QPs.
     counters: Counters,
@@ -220,11 +224,12 @@ impl Device {
             cqs: Slab::default(),
             srqs: Slab::default(),
             ahs: Slab::default(),
-            ah_pd: HashMap::new(),
+            ah_pd: U32Map::default(),
             qps: Slab::default(),
-            qpn_map: HashMap::new(),
+            qpn_map: U32Map::default(),
             next_qpn,
             tx_ready: VecDeque::new(),
+            timers: BTreeSet::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
         }
@@ -622,6 +627,9 @@ impl Device {
             s.users -= 1;
         }
         self.tx_ready.retain(|&i| i != idx);
+        if let Some(t) = qp.armed {
+            self.timers.remove(&(t, idx));
+        }
         Ok(())
     }
 
@@ -638,6 +646,7 @@ impl Device {
         let mut ctx = ctx!(self, now);
         qp.modify(attr, mask, &mut ctx)?;
         Self::wake(&mut self.tx_ready, qp, idx);
+        Self::sync_timer(&mut self.timers, qp, idx);
         Ok(())
     }
 
@@ -666,6 +675,7 @@ impl Device {
         let mut ctx = ctx!(self, now);
         qp.post_send(wr, &mut ctx)?;
         Self::wake(&mut self.tx_ready, qp, idx);
+        Self::sync_timer(&mut self.timers, qp, idx);
         Ok(())
     }
 
@@ -674,7 +684,9 @@ impl Device {
         let idx = self.qp_idx(qpn)?;
         let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
         let mut ctx = ctx!(self, now);
-        qp.post_recv(wr, &mut ctx)
+        let r = qp.post_recv(wr, &mut ctx);
+        Self::sync_timer(&mut self.timers, qp, idx);
+        r
     }
 
     /// Counters of the device: its own drops plus every QP's.
@@ -693,6 +705,20 @@ impl Device {
             .get(self.qp_idx(qpn)?)
             .ok_or(VerbsError::NoSuchObject)?
             .counters)
+    }
+
+    /// Makes the timer set agree with the QP's deadline.
+    fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp, idx: u32) {
+        let d = qp.deadline();
+        if d != qp.armed {
+            if let Some(old) = qp.armed {
+                timers.remove(&(old, idx));
+            }
+            if let Some(new) = d {
+                timers.insert((new, idx));
+            }
+            qp.armed = d;
+        }
     }
 
     fn wake(tx_ready: &mut VecDeque<u32>, qp: &mut Qp, idx: u32) {
@@ -759,6 +785,7 @@ impl Device {
             qp.handle_response(&repr, &mut ctx);
         }
         Self::wake(&mut self.tx_ready, qp, idx);
+        Self::sync_timer(&mut self.timers, qp, idx);
     }
 
     /// ICRC check with the headers a UDP socket cannot see reconstructed;
@@ -810,6 +837,7 @@ impl Device {
             let tx = qp
                 .poll_response(&mut ctx, buf)
                 .or_else(|| qp.poll_request(&mut ctx, buf));
+            Self::sync_timer(&mut self.timers, qp, idx);
             if let Some(tx) = tx {
                 qp.tx_queued = true;
                 self.tx_ready.push_back(idx);
@@ -822,17 +850,25 @@ impl Device {
     /// The earliest timer deadline.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.iter().filter_map(|(_, q)| q.deadline()).min()
+        let t = self.timers.first().map(|&(t, _)| t);
+        debug_assert_eq!(
+            t,
+            self.qps.iter().filter_map(|(_, q)| q.deadline()).min(),
+            "timer set out of step with the QPs"
+        );
+        t
     }
 
     /// Runs every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let due: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, q)| q.deadline().is_some_and(|d| d <= now))
-            .map(|(i, _)| i)
+        // The QPs due, in slot order (the order in which they wake).
+        let mut due: Vec<u32> = self
+            .timers
+            .range(..=(now, u32::MAX))
+            .map(|&(_, i)| i)
             .collect();
+        due.sort_unstable();
+        due.dedup();
         for idx in due {
             let Some(qp) = self.qps.get_mut(idx) else {
                 continue;
@@ -840,6 +876,7 @@ impl Device {
             let mut ctx = ctx!(self, now);
             qp.on_timer(&mut ctx);
             Self::wake(&mut self.tx_ready, qp, idx);
+            Self::sync_timer(&mut self.timers, qp, idx);
         }
     }
 

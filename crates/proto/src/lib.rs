@@ -87,6 +87,33 @@ impl Rng {
     }
 }
 
+/// Hasher of the core's tables keyed by a `u32` (QP numbers, memory keys):
+/// one multiplication and a fold, instead of SipHash on every packet. The
+/// keys in the tables are the device's own (QP numbers it assigned, memory
+/// keys from its generator or the application), so a peer cannot fill a
+/// table with colliding keys; it can only look keys up.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct U32Hasher(u64);
+
+impl std::hash::Hasher for U32Hasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(b as u32);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        let h = (self.0 ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A hash map keyed by `u32` with [`U32Hasher`].
+pub(crate) type U32Map<V> =
+    std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<U32Hasher>>;
+
 /// A vector of optional slots with reuse: object tables indexed by handle.
 #[derive(Debug)]
 pub(crate) struct Slab<T> {

@@ -7,9 +7,8 @@
 //! region's bounds, protection domain and access flags before any byte moves.
 
 use crate::verbs::{Access, PdId, Sge, VerbsError, VerbsResult};
-use crate::Rng;
+use crate::{Rng, U32Map};
 use softrdma_wire::RKey;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -115,8 +114,38 @@ impl fmt::Debug for Span {
 /// A checked scatter/gather list.
 #[derive(Clone, Debug, Default)]
 pub struct SgList {
-    spans: Vec<Span>,
+    spans: Spans,
     total: u64,
+}
+
+/// The spans of a list: most work requests have one SGE, and those need no
+/// allocation.
+#[derive(Clone, Debug, Default)]
+enum Spans {
+    #[default]
+    None,
+    One(Span),
+    Many(Vec<Span>),
+}
+
+impl Spans {
+    fn as_slice(&self) -> &[Span] {
+        match self {
+            Spans::None => &[],
+            Spans::One(s) => std::slice::from_ref(s),
+            Spans::Many(v) => v,
+        }
+    }
+    fn push(&mut self, s: Span) {
+        *self = match std::mem::take(self) {
+            Spans::None => Spans::One(s),
+            Spans::One(a) => Spans::Many(vec![a, s]),
+            Spans::Many(mut v) => {
+                v.push(s);
+                Spans::Many(v)
+            }
+        };
+    }
 }
 
 impl SgList {
@@ -131,7 +160,7 @@ impl SgList {
     /// Calls `f` for each piece of `[offset, offset+len)` across the list.
     fn for_range(&self, mut offset: u64, mut len: usize, mut f: impl FnMut(&Span, usize, usize)) {
         let mut done = 0usize;
-        for s in &self.spans {
+        for s in self.spans.as_slice() {
             if len == 0 {
                 break;
             }
@@ -168,8 +197,8 @@ impl SgList {
 /// Memory regions of a device, keyed by unguessable 32-bit keys.
 #[derive(Default)]
 pub struct MrTable {
-    by_key: HashMap<u32, Mr>,
-    pds: HashMap<u32, u32>, // pd -> number of regions in it
+    by_key: U32Map<Mr>,
+    pds: U32Map<u32>, // pd -> number of regions in it
 }
 
 impl MrTable {
@@ -297,10 +326,7 @@ impl MrTable {
         sges: &[Sge],
         need: Access,
     ) -> Result<SgList, AccessDenied> {
-        let mut list = SgList {
-            spans: Vec::with_capacity(sges.len()),
-            total: 0,
-        };
+        let mut list = SgList::default();
         for s in sges {
             if s.length == 0 {
                 continue;

@@ -135,6 +135,8 @@ pub(crate) struct Qp {
     pub tx_queued: bool,
     /// SQD entered with notification requested and not yet sent.
     pub sqd_notify: bool,
+    /// The deadline the device's timer set holds for this QP.
+    pub armed: Option<Instant>,
 }
 
 /// Attribute masks allowed per transition (IBA table 91 / `ib_modify_qp_is_ok`).
@@ -249,6 +251,7 @@ impl Qp {
             counters: Counters::default(),
             tx_queued: false,
             sqd_notify: false,
+            armed: None,
         }
     }
 

@@ -320,11 +320,10 @@ impl Qp {
         let rc = self.qp_type == QpType::Rc;
         let w = &self.sq[idx];
         let psn = w.first_psn.add(self.req.cur_pkt);
-        if rc {
-            if let Some(old) = self.oldest_unacked() {
-                if psn.distance_from(old) >= self.req.cwnd && psn != old {
-                    return None;
-                }
+        let oldest = if rc { self.oldest_unacked() } else { None };
+        if let Some(old) = oldest {
+            if psn.distance_from(old) >= self.req.cwnd && psn != old {
+                return None;
             }
         }
         let mtu = if self.qp_type == QpType::Ud {
@@ -334,10 +333,7 @@ impl Qp {
         };
         // The packet that fills the window asks for an ACK, or the window
         // would only reopen on a timeout.
-        let fills_window = rc
-            && self
-                .oldest_unacked()
-                .is_some_and(|old| psn.distance_from(old) + 1 >= self.req.cwnd);
+        let fills_window = oldest.is_some_and(|old| psn.distance_from(old) + 1 >= self.req.cwnd);
         let tx = self.build_request(idx, psn, mtu, fills_window, ctx, buf)?;
         // Advance.
         if self.sq[idx].wr.opcode == WrOpcode::RdmaRead {

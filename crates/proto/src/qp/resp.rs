@@ -733,6 +733,9 @@ impl Qp {
 
     /// The next response packet, if any.
     pub(crate) fn poll_response(&mut self, ctx: &mut Ctx, buf: &mut [u8]) -> Option<Transmit> {
+        if self.resp.out.is_empty() {
+            return None;
+        }
         if self.state == QpState::Reset {
             self.resp.out.clear();
             return None;
