@@ -317,8 +317,16 @@ impl Shared {
             let first = items[i];
             let mut j = i + 1;
             // Segments must be equal; only the last may be shorter.
-            // A GSO super-datagram stays under the 64 KiB UDP limit.
-            let seg_limit = max_seg.min(softrdma_io::max_gso_segments_for(&first.dst, first.len));
+            // A GSO super-datagram stays under the 64 KiB UDP limit. Only
+            // loopback peers get them: where a run is split in software
+            // (a NIC without segmentation offload, or the receiving host
+            // splitting it for rxe), segment i leaves with IPv4
+            // identification i, which the ICRC covers and we computed as 0.
+            let seg_limit = if first.dst.ip().is_loopback() {
+                max_seg.min(softrdma_io::max_gso_segments_for(&first.dst, first.len))
+            } else {
+                1
+            };
             while j < items.len()
                 && j - i < seg_limit
                 && items[j].dst == first.dst
