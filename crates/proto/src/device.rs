@@ -32,6 +32,15 @@ pub struct DeviceConfig {
     pub seed: u64,
     /// Node GUID.
     pub node_guid: u64,
+    /// Accept an IPv4 packet whose ICRC only checks with an identification
+    /// other than 0 (solved from the ICRC; see
+    /// `softrdma_wire::icrc::solve_ipv4_id`). Peers that are not softrdma —
+    /// Linux rxe, RoCE NICs — send such packets, and a receiver on a UDP
+    /// socket cannot see the field. The price: for those packets the ICRC
+    /// catches a corruption with probability 1 − 2^-15 instead of 1 − 2^-32
+    /// (Ethernet's FCS still guards the link). Never used for loopback
+    /// sources, whose senders are softrdma and send identification 0.
+    pub infer_ipv4_ident: bool,
 }
 
 impl DeviceConfig {
@@ -44,6 +53,7 @@ impl DeviceConfig {
             port_mtu: limits::MAX_MTU,
             seed,
             node_guid: guid_of(ip),
+            infer_ipv4_ident: true,
         }
     }
 }
@@ -799,6 +809,9 @@ impl Device {
         let stored = pkt.icrc();
         if computed == stored {
             return true;
+        }
+        if !self.cfg.infer_ipv4_ident || meta.src.ip().is_loopback() {
+            return false;
         }
         if let IpRepr::V4(v4) = d.ip {
             // Bytes after the identification: IPv4 bytes 6..20, UDP, transport.

@@ -19,6 +19,8 @@
 //! - everything finishes within the virtual time limit (no hang).
 //!
 //! Violations are collected in [`Report::violations`] together with the seed.
+//! With `HARNESS_DEBUG` set, every post and the byte range of a mismatching
+//! receive are printed (`SOFTRDMA_SIM_TRACE` adds every packet).
 
 use crate::net::{LinkConfig, NetStats, Sim};
 use softrdma_proto::*;
@@ -690,6 +692,13 @@ fn post_ops(
     while p.next_post < p.ops.len() && p.pending.len() < p.depth && !p.failed {
         let i = p.next_post;
         let tag = op_tag(cfg.seed, pi, i);
+        if std::env::var_os("HARNESS_DEBUG").is_some() {
+            let o = &p.ops[i];
+            eprintln!(
+                "{} post pair {pi} op {i} {:?} len {} slot {} signaled {} pending {:?}",
+                sim.now.0, o.kind, o.len, o.slot, o.signaled, p.pending
+            );
+        }
         let op = p.ops[i].clone();
         let coff = op.slot * p.slot_len;
         let data = pattern(tag, op.len);
@@ -1000,6 +1009,18 @@ fn check_recv_completions(
                     break;
                 }
                 if p.ty == QpType::Rc {
+                    if std::env::var_os("HARNESS_DEBUG").is_some() {
+                        let want = pattern(op_tag(cfg.seed, pi, i), op.len);
+                        let diffs: Vec<usize> = (0..op.len.min(got.len() - hdr))
+                            .filter(|&k| got[hdr + k] != want[k])
+                            .collect();
+                        eprintln!(
+                            "diff at {:?}..{:?} ({} bytes)",
+                            diffs.first(),
+                            diffs.last(),
+                            diffs.len()
+                        );
+                    }
                     rep.violations.push(format!(
                         "seed {}: pair {pi} (RC) receive {slot} does not match op {i} \
                          (len {len_ok} imm {imm_ok} opcode {opcode_ok} data {data_ok} se {solicited_ok}): {wc:?}",

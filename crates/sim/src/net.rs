@@ -26,6 +26,10 @@ pub struct LinkConfig {
     pub jitter_ns: u64,
     /// Largest IP datagram the link carries; larger ones are dropped.
     pub mtu: usize,
+    /// When non-zero, every packet whose BTH PSN is a multiple of this is
+    /// held back by `reorder_delay_ns` (a deterministic reordering, like a
+    /// slow lane that a hash sends some packets through).
+    pub reorder_psn_mod: u32,
 }
 
 impl Default for LinkConfig {
@@ -39,6 +43,7 @@ impl Default for LinkConfig {
             delay_ns: 5_000,
             jitter_ns: 0,
             mtu: 9000,
+            reorder_psn_mod: 0,
         }
     }
 }
@@ -157,7 +162,11 @@ impl Sim {
             (i >> 8) as u8,
             (i & 0xff) as u8 + 1,
         )));
-        let dev = Device::new(DeviceConfig::new(ip, seed));
+        let mut cfg = DeviceConfig::new(ip, seed);
+        // The simulator delivers exactly what was sent, identification 0
+        // included: keep the ICRC at full strength against its corruption.
+        cfg.infer_ipv4_ident = false;
+        let dev = Device::new(cfg);
         self.nodes.push(Node { dev, ip });
         i
     }
@@ -221,7 +230,10 @@ impl Sim {
         if l.jitter_ns > 0 {
             delay += self.rng.below(l.jitter_ns + 1);
         }
-        if self.rng.chance(l.reorder) {
+        let psn_slow = l.reorder_psn_mod != 0
+            && data.len() >= 12
+            && u32::from_be_bytes([0, data[9], data[10], data[11]]).is_multiple_of(l.reorder_psn_mod);
+        if psn_slow || self.rng.chance(l.reorder) {
             delay += l.reorder_delay_ns;
             self.stats.reordered += 1;
         }

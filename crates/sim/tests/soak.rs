@@ -24,6 +24,8 @@ pub fn soak_config(seed: u64) -> Config {
         delay_ns: 2_000 + (seed % 4) * 6_000,
         jitter_ns: (seed % 3) * 2_000,
         mtu: mtus[((seed / 5) % 5) as usize],
+        // Some seeds delay every 8th PSN behind the next ones.
+        reorder_psn_mod: if seed.is_multiple_of(11) { 8 } else { 0 },
     };
     c.nodes = 2 + (seed % 3) as usize;
     if seed.is_multiple_of(50) {

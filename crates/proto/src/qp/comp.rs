@@ -8,6 +8,10 @@ use crate::limits::{MAX_INFLIGHT_PKTS, MIN_CWND};
 use crate::verbs::*;
 use softrdma_wire::{NakCode, Operation, PacketRepr, Position, Psn, Syndrome};
 
+/// READ responses that may arrive past a missing one before the requester
+/// asks for it again.
+const READ_REORDER_TOLERANCE: u32 = 8;
+
 /// IBA 9.7.5.2.2 / table 44 → the requester's completion status.
 pub(crate) const fn nak_status(code: NakCode) -> WcStatus {
     match code {
@@ -269,15 +273,11 @@ impl Qp {
             self.counters.stale_responses += 1;
             return progress;
         }
-        let expected = w.first_psn.add(w.acked_pkts);
-        if psn != expected {
-            self.counters.stale_responses += 1;
-            if psn.after(expected) {
-                self.retry_from(expected);
-            }
-            return progress;
-        }
         if let Some(orig) = pkt.atomic_ack {
+            if psn != w.first_psn.add(w.acked_pkts) {
+                self.counters.stale_responses += 1;
+                return progress;
+            }
             if let Some(sgl) = &w.sgl {
                 sgl.write(0, &orig.to_ne_bytes());
             }
@@ -285,16 +285,14 @@ impl Qp {
             w.done = Some(WcStatus::Success);
             return progress + 1;
         }
-        let idx = w.acked_pkts;
+        // READ responses are placed by PSN, whatever order they come in
+        // (IBA 9.7.4.1.3 places each response at its offset): a response
+        // that overtook a delayed one is kept, not thrown away, so
+        // reordering costs nothing and a loss costs only the hole.
+        let _ = pos;
+        let idx = psn.distance_from(w.first_psn);
         let last_idx = w.npkts - 1;
-        let want = match (idx == w.resp_start, idx == last_idx) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, true) => Position::Last,
-            (false, false) => Position::Middle,
-        };
-        if pos != want {
-            // A response to an earlier copy of the request: the new one follows.
+        if idx < w.acked_pkts || w.rx_has(idx) {
             self.counters.stale_responses += 1;
             return progress;
         }
@@ -311,9 +309,26 @@ impl Qp {
         if let Some(sgl) = &w.sgl {
             sgl.write(offset, pkt.payload);
         }
-        w.acked_pkts += 1;
+        if idx == w.acked_pkts {
+            w.acked_pkts += 1;
+            while w.acked_pkts < w.npkts && w.rx_has(w.acked_pkts) {
+                w.acked_pkts += 1;
+            }
+        } else {
+            w.rx_set(idx);
+            w.ooo += 1;
+            // A hole: after enough later responses (or the last one) it is
+            // a loss, not reordering. Ask again from the hole.
+            if w.ooo >= READ_REORDER_TOLERANCE || idx == last_idx {
+                w.ooo = 0;
+                let hole = w.first_psn.add(w.acked_pkts);
+                self.retry_from(hole);
+                return progress + 1;
+            }
+        }
         if w.acked_pkts == w.npkts {
             w.done = Some(WcStatus::Success);
+            w.rx_map = Vec::new();
         }
         progress + 1
     }

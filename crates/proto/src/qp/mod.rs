@@ -38,6 +38,11 @@ pub(crate) struct SendWqe {
     /// READ: response index at which the latest copy of the request starts
     /// (its first response is FIRST or ONLY).
     pub resp_start: u32,
+    /// READ: responses received past `acked_pkts` (bit per response index;
+    /// allocated on the first out-of-order one).
+    pub rx_map: Vec<u64>,
+    /// READ: out-of-order responses since the last request for the hole.
+    pub ooo: u32,
     /// The outcome, once known; the completion is delivered in order.
     pub done: Option<WcStatus>,
     /// Generate a completion on success.
@@ -53,6 +58,20 @@ impl SendWqe {
     }
     pub fn is_read_or_atomic(&self) -> bool {
         self.wr.opcode.is_read_or_atomic()
+    }
+    /// Response `idx` of a READ already arrived (out of order).
+    pub fn rx_has(&self, idx: u32) -> bool {
+        self.rx_map
+            .get(idx as usize / 64)
+            .is_some_and(|w| w >> (idx % 64) & 1 != 0)
+    }
+    /// Records response `idx` of a READ.
+    pub fn rx_set(&mut self, idx: u32) {
+        let words = (self.npkts as usize).div_ceil(64);
+        if self.rx_map.len() < words {
+            self.rx_map.resize(words, 0);
+        }
+        self.rx_map[idx as usize / 64] |= 1 << (idx % 64);
     }
 }
 
@@ -536,6 +555,8 @@ impl Qp {
             started: false,
             acked_pkts: 0,
             resp_start: 0,
+            rx_map: Vec::new(),
+            ooo: 0,
             done: None,
             signaled,
         };
