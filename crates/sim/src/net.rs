@@ -232,7 +232,8 @@ impl Sim {
         }
         let psn_slow = l.reorder_psn_mod != 0
             && data.len() >= 12
-            && u32::from_be_bytes([0, data[9], data[10], data[11]]).is_multiple_of(l.reorder_psn_mod);
+            && u32::from_be_bytes([0, data[9], data[10], data[11]])
+                .is_multiple_of(l.reorder_psn_mod);
         if psn_slow || self.rng.chance(l.reorder) {
             delay += l.reorder_delay_ns;
             self.stats.reordered += 1;
