@@ -6,10 +6,11 @@ use softrdma_proto::Wc;
 use std::os::fd::{AsRawFd, RawFd};
 use tokio::io::unix::AsyncFd;
 
-struct Fd(RawFd);
+/// The channel's eventfd, kept open by holding the channel.
+struct Fd(std::sync::Arc<crate::event::ChannelShared>);
 impl AsRawFd for Fd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0
+        self.0.fd.raw()
     }
 }
 
@@ -25,8 +26,10 @@ impl WcStream {
         let ch = cq
             .channel()
             .ok_or_else(|| Error::InvalidArgument("the CQ has no completion channel".into()))?;
-        let fd =
-            AsyncFd::new(Fd(ch.as_raw_fd())).map_err(|e| Error::io("registering with tokio", e))?;
+        // SAFETY: `Fd` owns a reference to the channel, so its eventfd stays
+        // open and the same for as long as the `AsyncFd` lives.
+        let fd = unsafe { AsyncFd::register(Fd(ch.inner.clone())) }
+            .map_err(|e| Error::io("registering with tokio", e.into_parts().1))?;
         Ok(WcStream {
             cq,
             fd,
