@@ -1,7 +1,8 @@
 //! The `softrdma` command line tool as a library, so its parts can be tested
 //! and fuzzed: [`capture`] reads pcap and pcapng files, [`link`] strips
 //! link-layer headers, [`dump`] is the `softrdma dump` subcommand and [`json`] its `--json`
-//! output.
+//! output; [`devinfo`] is `softrdma devinfo` and [`perf`] the perftest-like
+//! `softrdma perf` tools.
 //!
 //! Each subcommand lives in its own module with a clap `Args` struct and a
 //! `run` function; `main.rs` only dispatches.
@@ -9,9 +10,11 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod devinfo;
 pub mod dump;
 pub mod json;
 pub mod link;
+pub mod perf;
 
 #[cfg(test)]
 mod encap_tests;

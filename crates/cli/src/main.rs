@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use softrdma_cli::dump;
+use softrdma_cli::{devinfo, dump, perf};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
@@ -16,6 +16,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show a softrdma device like ibv_devinfo: name, node GUID, port state,
+    /// MTU, GID table, link layer and limits.
+    Devinfo(devinfo::Args),
+    /// Bandwidth and latency tests on perftest's model: write-bw, write-lat,
+    /// read-bw, read-lat, send-bw, send-lat, atomic-bw, atomic-lat.
+    Perf(perf::Args),
     /// Decode the RoCE v2 packets of a pcap or pcapng capture: one line per
     /// packet, then per-QP totals and a summary.
     Dump(dump::Args),
@@ -24,6 +30,25 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Devinfo(args) => match devinfo::run(&args, &mut io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("softrdma devinfo: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Perf(args) => {
+            let (test, _) = args.test.split();
+            match perf::run(&args, &mut io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(perf::Error::Failed(m)) if m.contains("Broken pipe") => ExitCode::SUCCESS,
+                Err(e) => {
+                    let _ = io::stdout().flush();
+                    eprintln!("softrdma perf {}: {e}", test.name());
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
         Command::Dump(args) => {
             let stdout = io::stdout();
             let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());

@@ -1,4 +1,4 @@
-//! The `softrdma` binary end to end: the README's main job, damaged files
+//! The `softrdma dump` binary end to end: a capture against its snapshot, damaged files
 //! (message with the byte offset, exit status 1), usage errors.
 
 mod common;
@@ -22,7 +22,7 @@ fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 #[test]
-fn readme_main_job_prints_the_snapshot() {
+fn dump_of_write_bw_capture_matches_its_snapshot() {
     let file = common::data_dir().join("write_bw_1027.pcap");
     let out = softrdma(&["dump", file.to_str().unwrap()]);
     assert!(

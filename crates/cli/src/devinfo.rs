@@ -1,0 +1,241 @@
+//! `softrdma devinfo`: what `ibv_devinfo` shows for an RDMA device, for a
+//! softrdma device.
+//!
+//! ```text
+//! hca_id: softrdma0
+//!     transport:          InfiniBand (0)
+//!     node_guid:          0250:56ff:fe00:0001
+//!     ...
+//!         port:   1
+//!             state:          PORT_ACTIVE (4)
+//!             active_mtu:     4096 (5)
+//!             link_layer:     Ethernet
+//!             GID[  0]:       0000:0000:0000:0000:0000:ffff:7f00:0001, RoCE v2 (127.0.0.1)
+//! ```
+//!
+//! The device is opened like any program opens one: `-d ADDR`, else
+//! `SOFTRDMA_ADDR`, else the first free loopback address. Opening it binds
+//! UDP port 4791 on that address for as long as the command runs.
+
+use crate::perf::report::Json;
+use softrdma::{Device, DeviceAttr, DeviceOptions};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::net::IpAddr;
+
+/// Arguments of `softrdma devinfo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address of the device to open (else SOFTRDMA_ADDR, else a free
+    /// loopback address 127.0.0.x).
+    #[arg(short = 'd', long = "addr", value_name = "ADDR")]
+    pub addr: Option<IpAddr>,
+    /// Print every limit of the device (ibv_devinfo -v), not only the main
+    /// ones.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Print one JSON document (always with every limit).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why devinfo failed.
+#[derive(Debug)]
+pub enum Error {
+    /// The device did not open.
+    Open(softrdma::Error),
+    /// Writing the output failed.
+    Output(io::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Open(e) => write!(f, "opening a device: {e}"),
+            Error::Output(e) => write!(f, "writing output: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The `ibv_mtu` number of an MTU in bytes.
+fn mtu_enum(bytes: u32) -> u32 {
+    match bytes {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        _ => 5,
+    }
+}
+
+/// A GUID as ibv_devinfo prints it (four groups of 16 bits).
+pub fn guid_text(g: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        (g >> 48) & 0xffff,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    )
+}
+
+/// A GID as ibv_devinfo prints it (eight groups of 16 bits).
+pub fn gid_text(gid: &[u8; 16]) -> String {
+    let mut s = String::new();
+    for (i, c) in gid.chunks(2).enumerate() {
+        if i > 0 {
+            s.push(':');
+        }
+        let _ = write!(s, "{:02x}{:02x}", c[0], c[1]);
+    }
+    s
+}
+
+/// Every limit: (name as in `ibv_device_attr`, value, shown without `-v`).
+fn limits(a: &DeviceAttr) -> Vec<(&'static str, u64, bool)> {
+    vec![
+        ("max_mr_size", a.max_mr_size, true),
+        ("max_qp", a.max_qp as u64, true),
+        ("max_qp_wr", a.max_qp_wr as u64, true),
+        ("max_sge", a.max_sge as u64, true),
+        ("max_sge_rd", a.max_sge_rd as u64, false),
+        ("max_cq", a.max_cq as u64, true),
+        ("max_cqe", a.max_cqe as u64, true),
+        ("max_mr", a.max_mr as u64, true),
+        ("max_pd", a.max_pd as u64, true),
+        ("max_qp_rd_atom", a.max_qp_rd_atom as u64, true),
+        ("max_qp_init_rd_atom", a.max_qp_init_rd_atom as u64, false),
+        ("max_srq", a.max_srq as u64, false),
+        ("max_srq_wr", a.max_srq_wr as u64, false),
+        ("max_srq_sge", a.max_srq_sge as u64, false),
+        ("max_ah", a.max_ah as u64, false),
+        ("max_pkeys", a.max_pkeys as u64, false),
+        ("max_inline_data", a.max_inline_data as u64, false),
+    ]
+}
+
+/// Opens the device and describes it.
+pub fn run(args: &Args, out: &mut impl Write) -> Result<(), Error> {
+    let dev = Device::open(DeviceOptions {
+        addr: args.addr,
+        ..Default::default()
+    })
+    .map_err(Error::Open)?;
+    let text = if args.json {
+        json(&dev)
+    } else {
+        text(&dev, args.verbose)
+    };
+    out.write_all(text.as_bytes()).map_err(Error::Output)?;
+    out.flush().map_err(Error::Output)
+}
+
+/// The ibv_devinfo-style text.
+pub fn text(dev: &Device, verbose: bool) -> String {
+    let a = dev.query_device();
+    let port = dev.query_port();
+    let gid = dev.gid();
+    let mut s = String::new();
+    let _ = writeln!(s, "hca_id:\t{}", dev.name());
+    let _ = writeln!(s, "\ttransport:\t\t\tInfiniBand (0)");
+    let _ = writeln!(s, "\tfw_ver:\t\t\t\t{}", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(s, "\tnode_guid:\t\t\t{}", guid_text(a.node_guid));
+    let _ = writeln!(s, "\tsys_image_guid:\t\t\t{}", guid_text(a.node_guid));
+    let _ = writeln!(
+        s,
+        "\tdriver:\t\t\t\tsoftrdma (RoCE v2 over UDP, user space)"
+    );
+    let _ = writeln!(s, "\taddress:\t\t\t{}", dev.local_addr());
+    let _ = writeln!(s, "\tphys_port_cnt:\t\t\t1");
+    for (name, v, main) in limits(&a) {
+        if main || verbose {
+            let tabs = if name.len() >= 15 { "\t\t" } else { "\t\t\t" };
+            let _ = writeln!(s, "\t{name}:{tabs}{v}");
+        }
+    }
+    let _ = writeln!(s, "\t\tport:\t1");
+    let _ = writeln!(s, "\t\t\tstate:\t\t\tPORT_ACTIVE (4)");
+    let _ = writeln!(
+        s,
+        "\t\t\tmax_mtu:\t\t{} ({})",
+        port.max_mtu,
+        mtu_enum(port.max_mtu)
+    );
+    let _ = writeln!(
+        s,
+        "\t\t\tactive_mtu:\t\t{} ({})",
+        port.active_mtu,
+        mtu_enum(port.active_mtu)
+    );
+    let _ = writeln!(s, "\t\t\tsm_lid:\t\t\t0");
+    let _ = writeln!(s, "\t\t\tport_lid:\t\t0");
+    let _ = writeln!(s, "\t\t\tport_lmc:\t\t0x00");
+    let _ = writeln!(s, "\t\t\tlink_layer:\t\tEthernet");
+    if verbose {
+        let _ = writeln!(s, "\t\t\tgid_tbl_len:\t\t{}", port.gid_tbl_len);
+        let _ = writeln!(s, "\t\t\tpkey_tbl_len:\t\t{}", port.pkey_tbl_len);
+    }
+    let _ = writeln!(
+        s,
+        "\t\t\tGID[  0]:\t\t{}, RoCE v2 ({})",
+        gid_text(&gid),
+        dev.local_addr().ip()
+    );
+    s
+}
+
+/// The same as one JSON document (every limit).
+pub fn json(dev: &Device) -> String {
+    let a = dev.query_device();
+    let port = dev.query_port();
+    let gid = dev.gid();
+    let limits = Json::obj(limits(&a).into_iter().map(|(k, v, _)| (k, Json::Int(v))));
+    Json::obj([
+        ("name", Json::str(dev.name())),
+        ("transport", Json::str("InfiniBand")),
+        ("fw_ver", Json::str(env!("CARGO_PKG_VERSION"))),
+        ("node_guid", Json::str(guid_text(a.node_guid))),
+        ("address", Json::str(dev.local_addr().ip().to_string())),
+        ("udp_port", Json::Int(dev.local_addr().port() as u64)),
+        (
+            "ports",
+            Json::Arr(vec![Json::obj([
+                ("port", Json::Int(1)),
+                ("state", Json::str("PORT_ACTIVE")),
+                ("max_mtu", Json::Int(port.max_mtu as u64)),
+                ("active_mtu", Json::Int(port.active_mtu as u64)),
+                ("link_layer", Json::str("Ethernet")),
+                ("gid_tbl_len", Json::Int(port.gid_tbl_len as u64)),
+                ("pkey_tbl_len", Json::Int(port.pkey_tbl_len as u64)),
+                (
+                    "gids",
+                    Json::Arr(vec![Json::obj([
+                        ("index", Json::Int(0)),
+                        ("gid", Json::str(gid_text(&gid))),
+                        ("type", Json::str("RoCE v2")),
+                        ("address", Json::str(dev.local_addr().ip().to_string())),
+                    ])]),
+                ),
+            ])]),
+        ),
+        ("limits", limits),
+    ])
+    .to_document()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_and_gid_text() {
+        assert_eq!(guid_text(0x0011_2233_4455_6677), "0011:2233:4455:6677");
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(gid_text(&g), "0000:0000:0000:0000:0000:ffff:7f00:0001");
+    }
+}
