@@ -1,0 +1,86 @@
+//! The extended CQ polling API (`ibv_cq_ex`: `ibv_start_poll`,
+//! `ibv_next_poll`, `ibv_end_poll`, `ibv_wc_read_*`).
+//!
+//! Completions are taken one at a time from the same queue `ibv_poll_cq`
+//! uses (with the same inline progress), so the two APIs can be mixed.
+
+use crate::ffi::*;
+use crate::util::guard;
+use crate::verbs::cq_ex;
+use softrdma::{Wc, WcFlags};
+use std::ffi::{c_int, c_uint};
+
+pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    guard(libc::EIO, || {
+        let Some(q) = cq_ex(cq) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: NULL or a valid attribute structure.
+        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        q.poll_one()
+    })
+}
+
+pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    guard(libc::EIO, || match cq_ex(cq) {
+        Some(q) => q.poll_one(),
+        None => libc::EINVAL,
+    })
+}
+
+pub unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
+
+fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
+    guard(R::default(), || match cq_ex(cq) {
+        Some(q) => f(&q.current()),
+        None => R::default(),
+    })
+}
+
+pub unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
+    read(cq, |w| w.opcode as c_int)
+}
+
+pub unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+
+pub unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.byte_len)
+}
+
+pub unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| {
+        if w.wc_flags.contains(WcFlags::WITH_IMM) {
+            w.imm_or_inv.to_be()
+        } else {
+            w.imm_or_inv
+        }
+    })
+}
+
+pub unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.qp_num.value())
+}
+
+pub unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.src_qp.value())
+}
+
+pub unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
+    read(cq, |w| w.wc_flags.0)
+}
+
+pub unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+
+pub unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}
+
+pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}

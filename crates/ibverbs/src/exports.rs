@@ -1,0 +1,213 @@
+//! Every function of rdma-core 44's libibverbs.so.1, bound to its symbol
+//! version (libibverbs.map) through a `.symver` alias of a small jump.
+//!
+//! The Rust functions keep Rust-side names; each export is a global label
+//! `__softrdma_<name>_<version>` that jumps to it, renamed by `.symver` to
+//! `name@@VERSION` (the default a program links against) or `name@VERSION`
+//! (an old ABI kept for binaries linked long ago: here those fail, like the
+//! kernel-only `ibv_cmd_*` and provider entry points of
+//! IBVERBS_PRIVATE_34, which exist so that providers rdma-core installs
+//! alongside — libmlx5, librdmacm — still load against this library).
+//! rustc's own export list of the cdylib never names these labels, so its
+//! version script and ours do not collide.
+
+use crate::{device, misc, verbs};
+
+macro_rules! export {
+    ($name:ident $at:literal $ver:literal => $f:path) => {
+        #[cfg(not(test))]
+        std::arch::global_asm!(
+            ".text",
+            ".p2align 4",
+            concat!(".globl __softrdma_", stringify!($name), "_", $ver),
+            concat!(".type __softrdma_", stringify!($name), "_", $ver, ",@function"),
+            concat!("__softrdma_", stringify!($name), "_", $ver, ":"),
+            "endbr64",
+            "jmp {f}",
+            concat!(".size __softrdma_", stringify!($name), "_", $ver, ", .-__softrdma_", stringify!($name), "_", $ver),
+            concat!(".symver __softrdma_", stringify!($name), "_", $ver, ", ", stringify!($name), $at, $ver),
+            f = sym $f,
+        );
+    };
+}
+
+export!(ibv_ack_async_event "@" "IBVERBS_1.0" => misc::nothing);
+export!(ibv_ack_cq_events "@" "IBVERBS_1.0" => misc::nothing);
+export!(ibv_alloc_pd "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_attach_mcast "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_close_device "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_create_ah "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_create_cq "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_create_qp "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_create_srq "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_dealloc_pd "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_dereg_mr "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_destroy_ah "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_destroy_cq "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_destroy_qp "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_destroy_srq "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_detach_mcast "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_free_device_list "@" "IBVERBS_1.0" => misc::nothing);
+export!(ibv_get_async_event "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_get_cq_event "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_get_device_guid "@" "IBVERBS_1.0" => misc::zero);
+export!(ibv_get_device_list "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_get_device_name "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_modify_qp "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_modify_srq "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_open_device "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_query_device "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_query_gid "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_query_pkey "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_query_port "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_query_qp "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_query_srq "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_reg_mr "@" "IBVERBS_1.0" => misc::unsupported_null);
+export!(ibv_resize_cq "@" "IBVERBS_1.0" => misc::unsupported_errno);
+export!(ibv_register_driver "@" "IBVERBS_1.1" => misc::unsupported_errno);
+export!(ibv_copy_path_rec_from_kern "@@" "IBVERBS_1.0" => misc::nothing);
+export!(ibv_copy_path_rec_to_kern "@@" "IBVERBS_1.0" => misc::nothing);
+export!(ibv_copy_qp_attr_from_kern "@@" "IBVERBS_1.0" => misc::nothing);
+export!(ibv_create_comp_channel "@@" "IBVERBS_1.0" => verbs::create_comp_channel);
+export!(ibv_destroy_comp_channel "@@" "IBVERBS_1.0" => verbs::destroy_comp_channel);
+export!(ibv_get_sysfs_path "@@" "IBVERBS_1.0" => misc::get_sysfs_path);
+export!(ibv_rate_to_mult "@@" "IBVERBS_1.0" => misc::rate_to_mult);
+export!(ibv_read_sysfs_file "@@" "IBVERBS_1.0" => misc::read_sysfs_file);
+export!(mult_to_ibv_rate "@@" "IBVERBS_1.0" => misc::mult_to_rate);
+export!(ibv_ack_async_event "@@" "IBVERBS_1.1" => device::ack_async_event);
+export!(ibv_ack_cq_events "@@" "IBVERBS_1.1" => verbs::ack_cq_events);
+export!(ibv_alloc_pd "@@" "IBVERBS_1.1" => verbs::alloc_pd);
+export!(ibv_attach_mcast "@@" "IBVERBS_1.1" => verbs::attach_mcast);
+export!(ibv_close_device "@@" "IBVERBS_1.1" => device::close_device);
+export!(ibv_copy_ah_attr_from_kern "@@" "IBVERBS_1.1" => misc::nothing);
+export!(ibv_create_ah "@@" "IBVERBS_1.1" => verbs::create_ah);
+export!(ibv_create_ah_from_wc "@@" "IBVERBS_1.1" => verbs::create_ah_from_wc);
+export!(ibv_create_cq "@@" "IBVERBS_1.1" => verbs::create_cq);
+export!(ibv_create_qp "@@" "IBVERBS_1.1" => verbs::create_qp);
+export!(ibv_create_srq "@@" "IBVERBS_1.1" => verbs::create_srq);
+export!(ibv_dealloc_pd "@@" "IBVERBS_1.1" => verbs::dealloc_pd);
+export!(ibv_dereg_mr "@@" "IBVERBS_1.1" => verbs::dereg_mr);
+export!(ibv_destroy_ah "@@" "IBVERBS_1.1" => verbs::destroy_ah);
+export!(ibv_destroy_cq "@@" "IBVERBS_1.1" => verbs::destroy_cq);
+export!(ibv_destroy_qp "@@" "IBVERBS_1.1" => verbs::destroy_qp);
+export!(ibv_destroy_srq "@@" "IBVERBS_1.1" => verbs::destroy_srq);
+export!(ibv_detach_mcast "@@" "IBVERBS_1.1" => verbs::attach_mcast);
+export!(ibv_dofork_range "@@" "IBVERBS_1.1" => misc::fork_range);
+export!(ibv_dontfork_range "@@" "IBVERBS_1.1" => misc::fork_range);
+export!(ibv_event_type_str "@@" "IBVERBS_1.1" => device::event_type_str);
+export!(ibv_fork_init "@@" "IBVERBS_1.1" => misc::fork_init);
+export!(ibv_free_device_list "@@" "IBVERBS_1.1" => device::free_device_list);
+export!(ibv_get_async_event "@@" "IBVERBS_1.1" => device::get_async_event);
+export!(ibv_get_cq_event "@@" "IBVERBS_1.1" => verbs::get_cq_event);
+export!(ibv_get_device_guid "@@" "IBVERBS_1.1" => device::get_device_guid);
+export!(ibv_get_device_list "@@" "IBVERBS_1.1" => device::get_device_list);
+export!(ibv_get_device_name "@@" "IBVERBS_1.1" => device::get_device_name);
+export!(ibv_init_ah_from_wc "@@" "IBVERBS_1.1" => verbs::init_ah_from_wc);
+export!(ibv_modify_qp "@@" "IBVERBS_1.1" => verbs::modify_qp);
+export!(ibv_modify_srq "@@" "IBVERBS_1.1" => verbs::modify_srq);
+export!(ibv_node_type_str "@@" "IBVERBS_1.1" => device::node_type_str);
+export!(ibv_open_device "@@" "IBVERBS_1.1" => device::open_device);
+export!(ibv_port_state_str "@@" "IBVERBS_1.1" => device::port_state_str);
+export!(ibv_query_device "@@" "IBVERBS_1.1" => device::query_device);
+export!(ibv_query_gid "@@" "IBVERBS_1.1" => device::query_gid);
+export!(ibv_query_pkey "@@" "IBVERBS_1.1" => device::query_pkey);
+export!(ibv_query_port "@@" "IBVERBS_1.1" => device::query_port);
+export!(ibv_query_qp "@@" "IBVERBS_1.1" => verbs::query_qp);
+export!(ibv_query_srq "@@" "IBVERBS_1.1" => verbs::query_srq);
+export!(ibv_rate_to_mbps "@@" "IBVERBS_1.1" => misc::rate_to_mbps);
+export!(ibv_reg_mr "@@" "IBVERBS_1.1" => verbs::reg_mr);
+export!(ibv_rereg_mr "@@" "IBVERBS_1.1" => verbs::rereg_mr);
+export!(ibv_resize_cq "@@" "IBVERBS_1.1" => verbs::resize_cq);
+export!(ibv_resolve_eth_l2_from_gid "@@" "IBVERBS_1.1" => misc::unsupported_neg);
+export!(ibv_wc_status_str "@@" "IBVERBS_1.1" => device::wc_status_str);
+export!(mbps_to_ibv_rate "@@" "IBVERBS_1.1" => misc::mbps_to_rate);
+export!(ibv_import_device "@@" "IBVERBS_1.10" => misc::unsupported_null);
+export!(ibv_import_mr "@@" "IBVERBS_1.10" => misc::unsupported_null);
+export!(ibv_import_pd "@@" "IBVERBS_1.10" => misc::unsupported_null);
+export!(ibv_query_ece "@@" "IBVERBS_1.10" => misc::unsupported_errno);
+export!(ibv_set_ece "@@" "IBVERBS_1.10" => misc::unsupported_errno);
+export!(ibv_unimport_mr "@@" "IBVERBS_1.10" => misc::nothing);
+export!(ibv_unimport_pd "@@" "IBVERBS_1.10" => misc::nothing);
+export!(_ibv_query_gid_ex "@@" "IBVERBS_1.11" => device::query_gid_ex);
+export!(_ibv_query_gid_table "@@" "IBVERBS_1.11" => device::query_gid_table);
+export!(ibv_reg_dmabuf_mr "@@" "IBVERBS_1.12" => misc::unsupported_null);
+export!(ibv_import_dm "@@" "IBVERBS_1.13" => misc::unsupported_null);
+export!(ibv_is_fork_initialized "@@" "IBVERBS_1.13" => misc::is_fork_initialized);
+export!(ibv_unimport_dm "@@" "IBVERBS_1.13" => misc::nothing);
+export!(ibv_query_qp_data_in_order "@@" "IBVERBS_1.14" => misc::data_in_order);
+export!(ibv_get_pkey_index "@@" "IBVERBS_1.5" => device::get_pkey_index);
+export!(ibv_qp_to_qp_ex "@@" "IBVERBS_1.6" => verbs::qp_to_qp_ex);
+export!(ibv_reg_mr_iova "@@" "IBVERBS_1.7" => verbs::reg_mr_iova);
+export!(ibv_reg_mr_iova2 "@@" "IBVERBS_1.8" => verbs::reg_mr_iova2);
+export!(ibv_get_device_index "@@" "IBVERBS_1.9" => device::get_device_index);
+export!(__ioctl_final_num_attrs "@@" "IBVERBS_PRIVATE_34" => misc::zero);
+export!(__verbs_log "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+export!(_verbs_init_and_alloc_context "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
+export!(execute_ioctl "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_advise_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_alloc_dm "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_alloc_mw "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_alloc_pd "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_attach_mcast "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_close_xrcd "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_ah "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_counters "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_cq_ex "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_flow "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_flow_action_esp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_qp_ex "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_qp_ex2 "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_rwq_ind_table "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_srq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_srq_ex "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_create_wq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_dealloc_mw "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_dealloc_pd "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_dereg_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_ah "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_counters "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_flow "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_flow_action "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_rwq_ind_table "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_srq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_destroy_wq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_detach_mcast "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_free_dm "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_get_context "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_modify_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_modify_flow_action_esp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_modify_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_modify_qp_ex "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_modify_srq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_modify_wq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_open_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_open_xrcd "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_poll_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_post_recv "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_post_send "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_post_srq_recv "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_query_context "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_query_device_any "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_query_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_query_port "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_query_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_query_srq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_read_counters "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_reg_dm_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_reg_dmabuf_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_reg_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_req_notify_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_rereg_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_cmd_resize_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+export!(ibv_query_gid_type "@@" "IBVERBS_PRIVATE_34" => device::query_gid_type);
+export!(ibv_read_ibdev_sysfs_file "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_neg);
+export!(verbs_allow_disassociate_destroy "@@" "IBVERBS_PRIVATE_34" => misc::zero);
+export!(verbs_init_cq "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+export!(verbs_open_device "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
+export!(verbs_register_driver_34 "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+export!(verbs_set_ops "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+export!(verbs_uninit_context "@@" "IBVERBS_PRIVATE_34" => misc::nothing);

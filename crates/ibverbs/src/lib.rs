@@ -1,0 +1,45 @@
+//! softrdma-ibverbs: a libibverbs-compatible C library over softrdma.
+//!
+//! Built as `libibverbs.so` with soname `libibverbs.so.1` and the symbol
+//! versions of rdma-core 44 (Debian 12), so an unmodified verbs program —
+//! rdma-core's `ibv_*_pingpong`, perftest's `ib_*_bw`/`ib_*_lat` — runs
+//! over softrdma when this library comes first on `LD_LIBRARY_PATH`
+//! (`softrdma exec -- PROGRAM ARGS…` arranges it).
+//!
+//! - `ffi`: the C structures of `<infiniband/verbs.h>`, checked against the
+//!   real header at build time (build.rs).
+//! - `device`: discovery (`SOFTRDMA_ADDR`, `$SOFTRDMA_CONFIG` or
+//!   `/etc/softrdma.conf`, else a loopback address per process), contexts
+//!   (`verbs_context` with its extended entry points), queries, async
+//!   events.
+//! - `verbs`: the objects and the data path: `ibv_post_send`,
+//!   `ibv_poll_cq` (which, like softrdma's `CompletionQueue::poll`, drives
+//!   progress inline, so a spinning poller makes progress itself).
+//! - `qpex`, `cqex`: the `ibv_wr_*` post-send API and extended CQ polling.
+//! - `misc`, `exports`: everything else exported, and the symbol versions.
+//!
+//! Every exported function stops panics at the boundary (`util::guard`)
+//! and checks its pointers: control-path verbs against a registry of live
+//! objects, data-path verbs by a magic word.
+
+// Unit tests build without the exports (their `.symver`s need the version
+// script of the shared library), so most functions are unused there.
+#![cfg_attr(test, allow(dead_code, unused_imports))]
+
+#[allow(non_camel_case_types, non_snake_case, missing_docs, dead_code)]
+pub mod ffi;
+
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod cqex;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+pub mod device;
+#[allow(missing_docs)]
+mod exports;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod misc;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod qpex;
+#[allow(missing_docs)]
+mod util;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod verbs;

@@ -1,0 +1,166 @@
+//! The rest of libibverbs' exports: rate conversions, fork support, sysfs
+//! helpers, and the functions softrdma does not support (they fail the
+//! way libibverbs fails: NULL or -1 with errno, or an errno value).
+
+use crate::util::{guard, set_errno};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+/// `enum ibv_rate` → multiple of 2.5 Gb/s, as verbs.h documents the values.
+const RATES: [(c_int, c_int, c_int); 24] = [
+    // (enum value, multiple of 2.5 Gb/s, Mb/s)
+    (2, 1, 2500),
+    (5, 2, 5000),
+    (3, 4, 10000),
+    (6, 8, 20000),
+    (4, 12, 30000),
+    (7, 16, 40000),
+    (8, 24, 60000),
+    (9, 32, 80000),
+    (10, 48, 120000),
+    (11, 0, 14062),
+    (12, 0, 56250),
+    (13, 0, 112500),
+    (14, 0, 168750),
+    (15, 10, 25781),
+    (16, 40, 103125),
+    (17, 80, 206250),
+    (18, 120, 309375),
+    (19, 0, 28125),
+    (20, 20, 53125),
+    (21, 160, 425000),
+    (22, 240, 637500),
+    (23, 320, 850000),
+    (24, 480, 1275000),
+    (0, 0, 0),
+];
+
+pub extern "C" fn rate_to_mult(rate: c_int) -> c_int {
+    RATES
+        .iter()
+        .find(|r| r.0 == rate && r.1 != 0)
+        .map_or(-1, |r| r.1)
+}
+
+pub extern "C" fn mult_to_rate(mult: c_int) -> c_int {
+    RATES
+        .iter()
+        .find(|r| r.1 == mult && r.1 != 0)
+        .map_or(0, |r| r.0)
+}
+
+pub extern "C" fn rate_to_mbps(rate: c_int) -> c_int {
+    RATES
+        .iter()
+        .find(|r| r.0 == rate && r.2 != 0)
+        .map_or(-1, |r| r.2)
+}
+
+pub extern "C" fn mbps_to_rate(mbps: c_int) -> c_int {
+    RATES
+        .iter()
+        .find(|r| r.2 == mbps && r.2 != 0)
+        .map_or(0, |r| r.0)
+}
+
+/// `ibv_fork_init`: nothing to do (no pinned pages: the engine reads
+/// memory with ordinary loads), so it succeeds.
+pub extern "C" fn fork_init() -> c_int {
+    0
+}
+
+/// `ibv_is_fork_initialized`: IBV_FORK_UNNEEDED.
+pub extern "C" fn is_fork_initialized() -> c_int {
+    crate::ffi::IBV_FORK_UNNEEDED
+}
+
+/// `ibv_dontfork_range` / `ibv_dofork_range`: nothing pinned, so success.
+pub extern "C" fn fork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+pub extern "C" fn get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+/// `ibv_read_sysfs_file(dir, file, buf, size)`: reads a real file, strips
+/// the trailing newline; -1 if it does not exist (softrdma devices have
+/// no sysfs directory).
+pub unsafe extern "C" fn read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    guard(-1, || {
+        if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the caller passes NUL-terminated strings.
+        let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+        let path = format!("{}/{}", d.to_string_lossy(), f.to_string_lossy());
+        let mut data = match std::fs::read(&path) {
+            Ok(v) => v,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::ENOENT));
+                return -1;
+            }
+        };
+        data.truncate(size - 1);
+        if data.last() == Some(&b'\n') {
+            data.pop();
+        }
+        // SAFETY: `buf` holds `size` bytes; we write at most size - 1 + 1.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), data.len());
+            *buf.add(data.len()) = 0;
+        }
+        data.len() as c_int
+    })
+}
+
+/// Functions that convert kernel ABI structures (no kernel here) and
+/// `ibv_register_driver` (no providers): they do nothing.
+pub extern "C" fn nothing() {}
+
+/// Unsupported, for functions returning an errno value.
+pub extern "C" fn unsupported_errno() -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// Unsupported, for functions returning -1 with errno.
+pub extern "C" fn unsupported_neg() -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
+/// Unsupported, for functions returning a pointer (NULL with errno).
+pub extern "C" fn unsupported_null() -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+/// Unsupported, for functions returning a count or a flag (0).
+pub extern "C" fn zero() -> u64 {
+    0
+}
+
+/// `ibv_query_qp_data_in_order`: 0, "no ordering guarantee stated".
+pub extern "C" fn data_in_order() -> c_int {
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_round_trip() {
+        assert_eq!(rate_to_mult(3), 4); // IBV_RATE_10_GBPS
+        assert_eq!(mult_to_rate(4), 3);
+        assert_eq!(rate_to_mbps(16), 103125); // IBV_RATE_100_GBPS
+        assert_eq!(mbps_to_rate(103125), 16);
+        assert_eq!(rate_to_mult(99), -1);
+        assert_eq!(mult_to_rate(7), 0);
+    }
+}

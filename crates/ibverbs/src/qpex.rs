@@ -1,0 +1,326 @@
+//! The new post-send API (`ibv_qp_ex`, `ibv_wr_*`): perftest's default.
+//!
+//! `ibv_wr_start` opens a batch; each `ibv_wr_<opcode>` starts a request
+//! with the `wr_id`/`wr_flags` the program stored in the `ibv_qp_ex` just
+//! before; `ibv_wr_set_*` fill in its buffers or UD address;
+//! `ibv_wr_complete` posts the batch under one lock and returns 0 or an
+//! errno (the first error met while building discards the batch);
+//! `ibv_wr_abort` discards it. The functions return nothing, so a bad
+//! argument is remembered and reported by `ibv_wr_complete`.
+
+use crate::ffi::*;
+use crate::util::guard;
+use crate::verbs::{gather_inline, qp_fast, ud_dest, Qp, WrBatch};
+use softrdma::{RKey, SendFlags, SendWr, Sge, WrOpcode};
+use std::ffi::{c_int, c_void};
+
+/// Installs the `wr_*` function pointers of a new QP.
+pub fn fill_ops(c: &mut ibv_qp_ex) {
+    c.comp_mask = 0;
+    c.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    c.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    c.wr_bind_mw = Some(wr_bind_mw);
+    c.wr_local_inv = Some(wr_local_inv);
+    c.wr_rdma_read = Some(wr_rdma_read);
+    c.wr_rdma_write = Some(wr_rdma_write);
+    c.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    c.wr_send = Some(wr_send);
+    c.wr_send_imm = Some(wr_send_imm);
+    c.wr_send_inv = Some(wr_send_inv);
+    c.wr_send_tso = Some(wr_send_tso);
+    c.wr_set_ud_addr = Some(wr_set_ud_addr);
+    c.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    c.wr_set_inline_data = Some(wr_set_inline_data);
+    c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    c.wr_set_sge = Some(wr_set_sge);
+    c.wr_set_sge_list = Some(wr_set_sge_list);
+    c.wr_start = Some(wr_start);
+    c.wr_complete = Some(wr_complete);
+    c.wr_abort = Some(wr_abort);
+    c.wr_atomic_write = Some(wr_atomic_write);
+}
+
+/// Runs `f` on the QP's batch (nothing for a pointer that is not ours).
+fn with(q: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut WrBatch)) {
+    guard((), || {
+        if let Some(x) = qp_fast(q.cast()) {
+            let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
+            f(x, &mut b);
+        }
+    })
+}
+
+fn fail(b: &mut WrBatch, e: i32) {
+    b.err.get_or_insert(e);
+}
+
+/// Starts a request of `op` with the program's current wr_id and flags.
+fn begin<'b>(x: &Qp, b: &'b mut WrBatch, op: WrOpcode) -> &'b mut SendWr {
+    let c = x.c_ex();
+    // SAFETY: fields of the QP's C structure, written by the program before
+    // this call (never concurrently with it, by the API's contract).
+    let (id, flags) = unsafe { ((*c).wr_id, (*c).wr_flags) };
+    let mut wr = SendWr::new(id, op);
+    wr.flags = SendFlags(flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED));
+    b.wrs.push(wr);
+    b.wrs.last_mut().expect("just pushed")
+}
+
+/// The request being built, or an error recorded.
+fn last(b: &mut WrBatch) -> Option<&mut SendWr> {
+    if b.wrs.is_empty() {
+        fail(b, libc::EINVAL);
+    }
+    b.wrs.last_mut()
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    with(q, |x, b| {
+        let w = begin(x, b, WrOpcode::AtomicCmpAndSwp);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+        w.compare_add = compare;
+        w.swap = swap;
+    })
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+    with(q, |x, b| {
+        let w = begin(x, b, WrOpcode::AtomicFetchAndAdd);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+        w.compare_add = add;
+    })
+}
+
+unsafe extern "C" fn wr_bind_mw(
+    q: *mut ibv_qp_ex,
+    _mw: *mut ibv_mw,
+    _rkey: u32,
+    _info: *const ibv_mw_bind_info,
+) {
+    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+}
+
+unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    with(q, |x, b| {
+        begin(x, b, WrOpcode::LocalInv).invalidate_rkey = RKey(rkey)
+    })
+}
+
+unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    with(q, |x, b| {
+        let w = begin(x, b, WrOpcode::RdmaRead);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+    })
+}
+
+unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    with(q, |x, b| {
+        let w = begin(x, b, WrOpcode::RdmaWrite);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+    })
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+    with(q, |x, b| {
+        let w = begin(x, b, WrOpcode::RdmaWriteWithImm);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+        w.imm_data = u32::from_be(imm);
+    })
+}
+
+unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    with(q, |x, b| {
+        begin(x, b, WrOpcode::Send);
+    })
+}
+
+unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
+    with(q, |x, b| {
+        begin(x, b, WrOpcode::SendWithImm).imm_data = u32::from_be(imm)
+    })
+}
+
+unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    with(q, |x, b| {
+        begin(x, b, WrOpcode::SendWithInv).invalidate_rkey = RKey(rkey)
+    })
+}
+
+unsafe extern "C" fn wr_send_tso(q: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
+    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+}
+
+unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    with(q, |x, b| {
+        if !x.is_ud() {
+            return fail(b, libc::EINVAL);
+        }
+        match ud_dest(ah, qpn, qkey) {
+            Ok(d) => {
+                if let Some(w) = last(b) {
+                    w.ud = Some(d);
+                }
+            }
+            Err(e) => fail(b, e),
+        }
+    })
+}
+
+unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, _srqn: u32) {
+    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+}
+
+fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {
+    // SAFETY: the program's buffers, copied now (inline semantics).
+    match unsafe { gather_inline(bufs) } {
+        Ok(v) => {
+            if let Some(w) = last(b) {
+                if w.opcode.is_read_or_atomic() {
+                    b.err.get_or_insert(libc::EINVAL);
+                    return;
+                }
+                w.inline_data = v;
+                w.sg_list.clear();
+                w.flags = w.flags.with(SendFlags::INLINE);
+            }
+        }
+        Err(e) => fail(b, e),
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, len: usize) {
+    with(q, |_, b| {
+        let Ok(length) = u32::try_from(len) else {
+            return fail(b, libc::EINVAL);
+        };
+        set_inline(
+            b,
+            &[ibv_sge {
+                addr: addr as u64,
+                length,
+                lkey: 0,
+            }],
+        )
+    })
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut ibv_qp_ex,
+    n: usize,
+    bufs: *const ibv_data_buf,
+) {
+    with(q, |_, b| {
+        if n > 0 && bufs.is_null() || n > softrdma_proto::limits::MAX_SGE as usize {
+            return fail(b, libc::EINVAL);
+        }
+        let list = if n == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the program passes `n` buffers.
+            unsafe { std::slice::from_raw_parts(bufs, n) }
+        };
+        let mut sges = Vec::with_capacity(n);
+        for d in list {
+            let Ok(length) = u32::try_from(d.length) else {
+                return fail(b, libc::EINVAL);
+            };
+            sges.push(ibv_sge {
+                addr: d.addr as u64,
+                length,
+                lkey: 0,
+            });
+        }
+        set_inline(b, &sges)
+    })
+}
+
+unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    with(q, |_, b| {
+        if let Some(w) = last(b) {
+            w.sg_list.clear();
+            w.sg_list.push(Sge { addr, length, lkey });
+        }
+    })
+}
+
+unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, sges: *const ibv_sge) {
+    with(q, |_, b| {
+        if n > 0 && sges.is_null() || n > softrdma_proto::limits::MAX_SGE as usize {
+            return fail(b, libc::EINVAL);
+        }
+        let list = if n == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the program passes `n` entries.
+            unsafe { std::slice::from_raw_parts(sges, n) }
+        };
+        if let Some(w) = last(b) {
+            w.sg_list.clear();
+            w.sg_list.extend(list.iter().map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            }));
+        }
+    })
+}
+
+unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    with(q, |_, b| {
+        b.wrs.clear();
+        b.err = None;
+    })
+}
+
+unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+    guard(libc::EIO, || {
+        let Some(x) = qp_fast(q.cast()) else {
+            return libc::EINVAL;
+        };
+        let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = b.err.take() {
+            b.wrs.clear();
+            return e;
+        }
+        let wrs = std::mem::take(&mut b.wrs);
+        drop(b);
+        let n = wrs.len();
+        let r = if n == 1 {
+            let wr = wrs.into_iter().next().expect("one request");
+            x.qp.post_send(wr).map_err(|e| e.errno())
+        } else {
+            x.qp.post_send_batch(wrs).map_err(|(_, e)| e.errno())
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    with(q, |_, b| {
+        b.wrs.clear();
+        b.err = None;
+    })
+}
+
+unsafe extern "C" fn wr_atomic_write(
+    q: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _data: *const c_void,
+) {
+    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+}

@@ -1,0 +1,129 @@
+//! What every entry point needs: errno, panics stopped at the boundary,
+//! and a registry of live objects so a stale or foreign pointer is refused
+//! instead of followed.
+
+use std::collections::HashSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard};
+
+/// Sets the calling thread's `errno`.
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns the calling thread's errno slot,
+    // valid for the thread's lifetime.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    // SAFETY: as in `set_errno`.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Runs `f`, turning a panic into `on_panic` with errno EIO: a bug in the
+/// library must never unwind into C (undefined behaviour) or abort the
+/// program.
+pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+/// Like [`guard`] for functions that return an errno value (0 or positive):
+/// a panic returns EIO.
+pub fn guard_errno(f: impl FnOnce() -> i32) -> i32 {
+    guard(libc::EIO, f)
+}
+
+/// Like [`guard`] for functions that return 0 or -1 with errno set.
+pub fn guard_neg(f: impl FnOnce() -> Result<(), i32>) -> i32 {
+    guard(-1, || match f() {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+/// Like [`guard`] for functions that return a pointer, NULL with errno set
+/// on failure.
+pub fn guard_ptr<T>(f: impl FnOnce() -> Result<*mut T, i32>) -> *mut T {
+    guard(std::ptr::null_mut(), || match f() {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    })
+}
+
+/// Kinds of objects handed to C, for the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Device,
+    DeviceList,
+    Context,
+    Pd,
+    Mr,
+    Channel,
+    Cq,
+    Srq,
+    Qp,
+    Ah,
+}
+
+static LIVE: Mutex<Option<HashSet<(usize, Kind)>>> = Mutex::new(None);
+
+fn live() -> MutexGuard<'static, Option<HashSet<(usize, Kind)>>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records a pointer handed to C.
+pub fn register(p: *const (), kind: Kind) {
+    live()
+        .get_or_insert_with(HashSet::new)
+        .insert((p as usize, kind));
+}
+
+/// Forgets a pointer (its object is being freed). Returns whether it was
+/// live: a second destroy of the same object is refused.
+pub fn unregister(p: *const (), kind: Kind) -> bool {
+    live()
+        .as_mut()
+        .is_some_and(|s| s.remove(&(p as usize, kind)))
+}
+
+/// Whether `p` is a live object of this kind.
+pub fn is_live(p: *const (), kind: Kind) -> bool {
+    !p.is_null()
+        && live()
+            .as_ref()
+            .is_some_and(|s| s.contains(&(p as usize, kind)))
+}
+
+/// Copies `s` into a C char array, NUL-terminated and truncated to fit.
+pub fn copy_cstr(dst: &mut [core::ffi::c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as core::ffi::c_char;
+    }
+    if let Some(d) = dst.get_mut(n) {
+        *d = 0;
+    }
+}
+
+/// Writes the first `len` bytes of `src` to `dst` (for extensible output
+/// structures whose caller states its size).
+///
+/// # Safety
+/// `dst` must be valid for `len` bytes of writes.
+pub unsafe fn write_prefix<T>(dst: *mut T, src: &T, len: usize) {
+    let n = len.min(std::mem::size_of::<T>());
+    // SAFETY: `src` is a valid T (n ≤ its size) and the caller vouches for
+    // `dst..dst+len`; the two cannot overlap (src is a Rust value).
+    unsafe { std::ptr::copy_nonoverlapping((src as *const T).cast::<u8>(), dst.cast::<u8>(), n) };
+}
