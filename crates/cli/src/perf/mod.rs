@@ -164,7 +164,7 @@ pub struct Opts {
     #[arg(short = 's', long, value_name = "BYTES", value_parser = params::parse_size)]
     pub size: Option<u64>,
     /// Run every size from 2 B to 8 MiB, powers of two (UD: up to the MTU).
-    /// Without -n, big sizes run fewer iterations (at most 128 MiB per size
+    /// Without -n, big sizes run fewer iterations (at most 256 MiB per size
     /// for bandwidth tests, 16 MiB for latency tests; at least 5).
     #[arg(short = 'a', long, conflicts_with = "size")]
     pub all: bool,

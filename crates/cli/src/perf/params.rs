@@ -28,7 +28,7 @@ pub const GRH_LEN: u64 = 40;
 
 /// With `-a` and no `-n`, bandwidth tests move at most this many bytes per
 /// size (fewer iterations for big messages), so `-a` finishes quickly.
-pub const ALL_BW_BYTES: u64 = 128 << 20;
+pub const ALL_BW_BYTES: u64 = 256 << 20;
 /// With `-a` and no `-n`, latency tests move at most this many bytes per
 /// size and direction.
 pub const ALL_LAT_BYTES: u64 = 16 << 20;
@@ -615,7 +615,7 @@ mod tests {
         );
         assert_eq!(all_sizes(Test::AtomicLat, Conn::Rc, 4096), vec![8]);
         assert_eq!(capped_iters(Test::WriteBw, 2), 5000);
-        assert_eq!(capped_iters(Test::WriteBw, 8 << 20), 16);
+        assert_eq!(capped_iters(Test::WriteBw, 8 << 20), 32);
         assert_eq!(capped_iters(Test::WriteLat, 8 << 20), 5);
         assert_eq!(parse_size("4K"), Ok(4096));
         assert_eq!(parse_size("64KiB"), Ok(65536));
