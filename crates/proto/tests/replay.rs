@@ -60,6 +60,14 @@
 //!   reconstructs it from what a UDP socket reports, so the identification is
 //!   0 (rxe: the sender's counter) and the header checksum is computed for
 //!   that; every other byte is equal;
+//! - acknowledgement coalescing: rxe answers every request that asks for an
+//!   ACK, and every duplicate, with its own ACK; the core queues its answers
+//!   and merges consecutive plain ACKs still queued (IBA 9.7.5.1.1 lets an
+//!   ACK stand for all earlier requests). Polled after every datagram it
+//!   sends exactly rxe's ACKs; an engine that handles a batch of datagrams
+//!   before polling sends fewer — each replay without loss runs both ways
+//!   (the batched run checks that only plain ACKs covered by a later one go
+//!   missing);
 //! - retry_cnt 7 means 7 retries in the core (IBA 9.7.6.1.1), forever in rxe
 //!   (rxe_comp.c); no capture shows a requester give up, so no replay here
 //!   depends on it (the requester tests cover the IBA behaviour).
