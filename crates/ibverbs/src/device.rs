@@ -460,6 +460,19 @@ pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
     })
 }
 
+fn env_u32(name: &str) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| {
+            let s = s.trim();
+            match s.strip_prefix("0x") {
+                Some(h) => u32::from_str_radix(h, 16).ok(),
+                None => s.parse().ok(),
+            }
+        })
+        .unwrap_or(0)
+}
+
 fn device_attr(c: &Context) -> ibv_device_attr {
     let a = c.dev.query_device();
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
@@ -473,8 +486,11 @@ fn device_attr(c: &Context) -> ibv_device_attr {
     d.sys_image_guid = a.node_guid.to_be();
     d.max_mr_size = a.max_mr_size;
     d.page_size_cap = 0xffff_f000; // any multiple of 4 KiB
-    d.vendor_id = 0;
-    d.vendor_part_id = 0;
+                                   // No PCI identity (0) unless SOFTRDMA_VENDOR_ID / SOFTRDMA_VENDOR_PART_ID
+                                   // say otherwise: some programs key features on it (perftest turns on
+                                   // its ibv_wr_* path only for devices it recognises).
+    d.vendor_id = env_u32("SOFTRDMA_VENDOR_ID");
+    d.vendor_part_id = env_u32("SOFTRDMA_VENDOR_PART_ID");
     d.hw_ver = 0;
     d.max_qp = i(a.max_qp);
     d.max_qp_wr = i(a.max_qp_wr);

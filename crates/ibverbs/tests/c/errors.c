@@ -1,0 +1,587 @@
+/*
+ * Error paths of softrdma's libibverbs, seen from C: what a program gets
+ * back (return values, errno, completion statuses) for bad handles, bad
+ * sizes, bad attributes, remote access errors, RNR retry exhaustion and
+ * flushes. Built against Debian's <infiniband/verbs.h> with
+ * -fsanitize=address,undefined; run with softrdma's libibverbs.so.1 first
+ * on LD_LIBRARY_PATH (crates/ibverbs/tests/c_errors.rs does both).
+ *
+ * Every check prints one line; the exit status is the number of failures.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+static int checks;
+
+#define CHECK(cond, ...)                                                      \
+	do {                                                                  \
+		checks++;                                                     \
+		if (cond) {                                                   \
+			printf("ok   ");                                      \
+		} else {                                                      \
+			printf("FAIL ");                                      \
+			failures++;                                           \
+		}                                                             \
+		printf(__VA_ARGS__);                                          \
+		printf("  [%s:%d]\n", __FILE__, __LINE__);                    \
+	} while (0)
+
+/* Polls until one completion arrives or 5 s pass. */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n != 0)
+			return n;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 5)
+			return 0;
+	}
+}
+
+struct ep {
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+};
+
+static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq,
+			      enum ibv_qp_type type)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = type,
+	};
+	return ibv_create_qp(pd, &a);
+}
+
+/* RESET -> INIT -> RTR -> RTS towards `dest` on the same device. */
+static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid,
+		      uint8_t rnr_retry, uint8_t min_rnr_timer)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ,
+	};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = min_rnr_timer;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.sgid_index = 0;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				      IBV_QP_MAX_DEST_RD_ATOMIC |
+				      IBV_QP_MIN_RNR_TIMER))
+		return -2;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = rnr_retry;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				      IBV_QP_MAX_QP_RD_ATOMIC))
+		return -3;
+	return 0;
+}
+
+static void bad_handles(struct ibv_context *ctx)
+{
+	errno = 0;
+	CHECK(ibv_open_device(NULL) == NULL && errno == EINVAL,
+	      "ibv_open_device(NULL) -> NULL, EINVAL (errno %d)", errno);
+	errno = 0;
+	CHECK(ibv_alloc_pd(NULL) == NULL && errno == EINVAL,
+	      "ibv_alloc_pd(NULL) -> NULL, EINVAL (errno %d)", errno);
+	CHECK(ibv_dealloc_pd(NULL) == EINVAL, "ibv_dealloc_pd(NULL) -> EINVAL");
+	CHECK(ibv_dereg_mr(NULL) == EINVAL, "ibv_dereg_mr(NULL) -> EINVAL");
+	CHECK(ibv_destroy_cq(NULL) == EINVAL, "ibv_destroy_cq(NULL) -> EINVAL");
+	CHECK(ibv_destroy_qp(NULL) == EINVAL, "ibv_destroy_qp(NULL) -> EINVAL");
+	CHECK(ibv_destroy_srq(NULL) == EINVAL, "ibv_destroy_srq(NULL) -> EINVAL");
+	CHECK(ibv_destroy_ah(NULL) == EINVAL, "ibv_destroy_ah(NULL) -> EINVAL");
+	CHECK(ibv_destroy_comp_channel(NULL) == EINVAL,
+	      "ibv_destroy_comp_channel(NULL) -> EINVAL");
+	CHECK(ibv_close_device(NULL) == -1 && errno == EINVAL,
+	      "ibv_close_device(NULL) -> -1, EINVAL");
+	CHECK(ibv_query_device(NULL, NULL) == EINVAL, "ibv_query_device(NULL) -> EINVAL");
+	CHECK(ibv_get_device_name(NULL) == NULL, "ibv_get_device_name(NULL) -> NULL");
+
+	/* A pointer to something that is not one of ours. */
+	struct ibv_pd fake_pd = { .context = ctx, .handle = 1 };
+	CHECK(ibv_dealloc_pd(&fake_pd) == EINVAL, "ibv_dealloc_pd(foreign) -> EINVAL");
+	errno = 0;
+	char buf[64];
+	CHECK(ibv_reg_mr(&fake_pd, buf, sizeof(buf), 0) == NULL && errno == EINVAL,
+	      "ibv_reg_mr(foreign PD) -> NULL, EINVAL");
+
+	/* Destroyed twice: the second call is refused, nothing is freed twice. */
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	CHECK(pd != NULL, "ibv_alloc_pd");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	CHECK(ibv_dealloc_pd(pd) == EINVAL, "ibv_dealloc_pd again -> EINVAL");
+
+	/* Objects in use. */
+	pd = ibv_alloc_pd(ctx);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr != NULL, "ibv_reg_mr");
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "ibv_dealloc_pd with a region -> EBUSY");
+	CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, ch, 0);
+	CHECK(ch && cq, "channel and CQ");
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY,
+	      "ibv_destroy_comp_channel with a CQ -> EBUSY");
+	struct ibv_qp *qp = make_qp(pd, cq, IBV_QPT_RC);
+	CHECK(qp != NULL, "ibv_create_qp");
+	CHECK(ibv_destroy_cq(cq) == EBUSY, "ibv_destroy_cq with a QP -> EBUSY");
+	CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+}
+
+static void limits(struct ibv_context *ctx)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(ctx, &da) == 0, "ibv_query_device");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	char buf[4096];
+
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0) == NULL && errno == EINVAL,
+	      "CQ of max_cqe+1 -> EINVAL (errno %d)", errno);
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, 0, NULL, NULL, 0) == NULL && errno == EINVAL,
+	      "CQ of 0 entries -> EINVAL");
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, 4, NULL, NULL, 5) == NULL && errno == EINVAL,
+	      "CQ on comp_vector 5 of 1 -> EINVAL");
+
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = da.max_qp_wr + 1, .max_recv_wr = 1,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL,
+	      "QP with max_send_wr > max_qp_wr -> EINVAL (errno %d)", errno);
+	a.cap.max_send_wr = 4;
+	a.cap.max_send_sge = da.max_sge + 1;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL,
+	      "QP with max_send_sge > max_sge -> EINVAL");
+	a.cap.max_send_sge = 1;
+	a.cap.max_inline_data = 1 << 20;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL,
+	      "QP with 1 MiB inline -> EINVAL");
+	a.cap.max_inline_data = 0;
+	a.qp_type = IBV_QPT_XRC_SEND;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EOPNOTSUPP,
+	      "XRC QP -> EOPNOTSUPP (errno %d)", errno);
+	a.qp_type = 77;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL, "QP type 77 -> EINVAL");
+	a.qp_type = IBV_QPT_RC;
+	a.send_cq = NULL;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL, "QP without send CQ -> EINVAL");
+
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE) == NULL &&
+		      errno == EINVAL,
+	      "region with REMOTE_WRITE but not LOCAL_WRITE -> EINVAL");
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, NULL, 4096, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL,
+	      "region at NULL -> EINVAL");
+
+	/* A full receive queue: the 5th receive of a 4-deep queue fails. */
+	a.send_cq = cq;
+	a.cap.max_recv_wr = 4;
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	CHECK(qp != NULL, "QP of 4 receives");
+	struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	CHECK(ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					       IBV_QP_ACCESS_FLAGS) == 0,
+	      "to INIT");
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad = NULL;
+	int r = 0, i;
+	for (i = 0; i < 5 && r == 0; i++)
+		r = ibv_post_recv(qp, &rw, &bad);
+	CHECK(i == 5 && r == ENOMEM && bad == &rw,
+	      "5th receive on a 4-deep queue -> ENOMEM, bad_wr set (i=%d r=%d)", i, r);
+	rw.num_sge = 100;
+	bad = NULL;
+	CHECK(ibv_post_recv(qp, &rw, &bad) == EINVAL && bad == &rw,
+	      "receive with 100 SGEs -> EINVAL");
+	/* A send before RTS. */
+	struct ibv_send_wr sw = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *sbad = NULL;
+	CHECK(ibv_post_send(qp, &sw, &sbad) == EINVAL && sbad == &sw,
+	      "send in INIT -> EINVAL, bad_wr set");
+	sw.opcode = 42;
+	CHECK(ibv_post_send(qp, &sw, &sbad) == EINVAL, "opcode 42 -> EINVAL");
+	CHECK(ibv_destroy_qp(qp) == 0, "destroy");
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+}
+
+static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_qp *qp = make_qp(pd, cq, IBV_QPT_RC);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL,
+	      "RESET->INIT without PKEY/PORT/ACCESS -> EINVAL");
+	a.qp_state = IBV_QPS_RTS;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "RESET->RTS -> EINVAL");
+	a.qp_state = 42;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "state 42 -> EINVAL");
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 2;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					    IBV_QP_ACCESS_FLAGS) == EINVAL,
+	      "port 2 -> EINVAL");
+	a.port_num = 1;
+	a.pkey_index = 3;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					    IBV_QP_ACCESS_FLAGS) == EINVAL,
+	      "pkey_index 3 -> EINVAL");
+	a.pkey_index = 0;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					    IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN) == EINVAL,
+	      "RESET->INIT with SQ_PSN (not allowed) -> EINVAL");
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					    IBV_QP_ACCESS_FLAGS) == 0,
+	      "RESET->INIT");
+	CHECK(qp->state == IBV_QPS_INIT, "qp->state follows modify");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = 9;
+	a.dest_qp_num = qp->qp_num;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.port_num = 1;
+	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	CHECK(ibv_modify_qp(qp, &a, mask) == EINVAL, "path_mtu 9 -> EINVAL");
+	a.path_mtu = IBV_MTU_1024;
+	a.ah_attr.is_global = 0;
+	CHECK(ibv_modify_qp(qp, &a, mask) == EINVAL, "RoCE path without GRH -> EINVAL");
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.sgid_index = 5;
+	CHECK(ibv_modify_qp(qp, &a, mask) == EINVAL, "sgid_index 5 -> EINVAL");
+	a.ah_attr.grh.sgid_index = 0;
+	CHECK(ibv_modify_qp(qp, &a, mask & ~IBV_QP_DEST_QPN) == EINVAL,
+	      "INIT->RTR without DEST_QPN -> EINVAL");
+	CHECK(ibv_modify_qp(qp, &a, mask | IBV_QP_CAP) == EINVAL,
+	      "INIT->RTR with CAP -> EINVAL");
+	CHECK(ibv_modify_qp(qp, &a, mask) == 0, "INIT->RTR");
+
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	CHECK(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi) == 0 && q.qp_state == IBV_QPS_RTR &&
+		      q.path_mtu == IBV_MTU_1024 && qi.qp_type == IBV_QPT_RC &&
+		      qi.send_cq == cq,
+	      "ibv_query_qp reports RTR, MTU 1024, RC");
+
+	/* Address handles need the GRH on RoCE. */
+	struct ibv_ah_attr ah = { .is_global = 0, .port_num = 1 };
+	errno = 0;
+	CHECK(ibv_create_ah(pd, &ah) == NULL && errno == EINVAL,
+	      "address handle without GRH -> EINVAL");
+	ah.is_global = 1;
+	ah.grh.dgid = *gid;
+	struct ibv_ah *h = ibv_create_ah(pd, &ah);
+	CHECK(h != NULL, "address handle to our own GID");
+	CHECK(ibv_destroy_ah(h) == 0, "ibv_destroy_ah");
+
+	/* Queries. */
+	union ibv_gid g;
+	CHECK(ibv_query_gid(ctx, 1, 1, &g) == -1, "GID index 1 of 1 -> -1");
+	CHECK(ibv_query_gid(ctx, 2, 0, &g) == -1, "GID on port 2 -> -1");
+	struct ibv_gid_entry e;
+	CHECK(ibv_query_gid_ex(ctx, 1, 0, &e, 0) == 0 && e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+		      memcmp(&e.gid, gid, 16) == 0,
+	      "ibv_query_gid_ex: RoCE v2, the port's GID");
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL, "ibv_query_port(port 2) -> EINVAL");
+	struct ibv_device_attr_ex dx;
+	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
+	CHECK(ibv_query_device_ex(ctx, &in, &dx) == EINVAL,
+	      "ibv_query_device_ex with unknown comp_mask -> EINVAL");
+	CHECK(ibv_query_device_ex(ctx, NULL, &dx) == 0 &&
+		      dx.orig_attr.atomic_cap == IBV_ATOMIC_HCA,
+	      "ibv_query_device_ex: atomic_cap HCA");
+	/* Verbs the device does not have. */
+	errno = 0;
+	CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP,
+	      "ibv_alloc_mw -> EOPNOTSUPP");
+	struct ibv_xrcd_init_attr xa = { 0 };
+	errno = 0;
+	CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP,
+	      "ibv_open_xrcd -> EOPNOTSUPP");
+	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	errno = 0;
+	CHECK(ibv_create_cq_ex(ctx, &cx) == NULL && errno == EOPNOTSUPP,
+	      "CQ with completion timestamps -> EOPNOTSUPP");
+
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+}
+
+/* Two connected RC QPs of one device: remote access error, flush. */
+static void remote_errors(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cqa = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_cq *cqb = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp *a = make_qp(pd, cqa, IBV_QPT_RC);
+	struct ibv_qp *b = make_qp(pd, cqb, IBV_QPT_RC);
+	CHECK(connect_qp(a, b->qp_num, gid, 7, 1) == 0 && connect_qp(b, a->qp_num, gid, 7, 1) == 0,
+	      "two RC QPs connected");
+	static char src[4096], dst[4096];
+	struct ibv_mr *ms = ibv_reg_mr(pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *md = ibv_reg_mr(pd, dst, sizeof(dst),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	memset(src, 0x5a, sizeof(src));
+	struct ibv_sge sge = { (uintptr_t)src, 512, ms->lkey };
+	struct ibv_send_wr w = { .wr_id = 10, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+
+	/* A good write lands. */
+	w.wr.rdma.remote_addr = (uintptr_t)dst;
+	w.wr.rdma.rkey = md->rkey;
+	CHECK(ibv_post_send(a, &w, &bad) == 0, "RDMA WRITE posted");
+	CHECK(poll_one(cqa, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 10 &&
+		      wc.opcode == IBV_WC_RDMA_WRITE,
+	      "RDMA WRITE completes: %s", ibv_wc_status_str(wc.status));
+	CHECK(dst[0] == 0x5a && dst[511] == 0x5a && dst[512] == 0, "the bytes landed, no more");
+
+	/* A write outside the region, then a bad rkey. */
+	w.wr_id = 11;
+	w.wr.rdma.remote_addr = (uintptr_t)dst + sizeof(dst) - 100;
+	CHECK(ibv_post_send(a, &w, &bad) == 0, "RDMA WRITE past the end posted");
+	w.wr_id = 12;
+	w.wr.rdma.remote_addr = (uintptr_t)dst;
+	w.wr.rdma.rkey = md->rkey ^ 0x5500;
+	CHECK(ibv_post_send(a, &w, &bad) == 0, "RDMA WRITE with a bad rkey posted");
+	CHECK(poll_one(cqa, &wc) == 1 && wc.wr_id == 11 && wc.status == IBV_WC_REM_ACCESS_ERR,
+	      "out of bounds -> IBV_WC_REM_ACCESS_ERR (got %s)", ibv_wc_status_str(wc.status));
+	CHECK(poll_one(cqa, &wc) == 1 && wc.wr_id == 12 && wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "the next request is flushed (got %s)", ibv_wc_status_str(wc.status));
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	ibv_query_qp(a, &qa, IBV_QP_STATE, &qi);
+	CHECK(qa.qp_state == IBV_QPS_ERR, "the requester QP is in ERR");
+
+	/* A fresh pair: a bad rkey as the first request. */
+	struct ibv_qp *c = make_qp(pd, cqa, IBV_QPT_RC);
+	struct ibv_qp *d = make_qp(pd, cqb, IBV_QPT_RC);
+	connect_qp(c, d->qp_num, gid, 7, 1);
+	connect_qp(d, c->qp_num, gid, 7, 1);
+	w.wr_id = 13;
+	CHECK(ibv_post_send(c, &w, &bad) == 0, "RDMA WRITE with a bad rkey posted");
+	CHECK(poll_one(cqa, &wc) == 1 && wc.wr_id == 13 && wc.status == IBV_WC_REM_ACCESS_ERR,
+	      "bad rkey -> IBV_WC_REM_ACCESS_ERR (got %s)", ibv_wc_status_str(wc.status));
+
+	/* QP to ERR flushes posted receives. */
+	struct ibv_recv_wr rw = { .wr_id = 20, .sg_list = &sge, .num_sge = 1 }, *rbad;
+	sge.addr = (uintptr_t)dst;
+	sge.lkey = md->lkey;
+	for (int i = 0; i < 3; i++) {
+		rw.wr_id = 20 + i;
+		ibv_post_recv(d, &rw, &rbad);
+	}
+	struct ibv_qp_attr to_err = { .qp_state = IBV_QPS_ERR };
+	CHECK(ibv_modify_qp(d, &to_err, IBV_QP_STATE) == 0, "QP to ERR");
+	int flushed = 0;
+	for (int i = 0; i < 3; i++)
+		if (poll_one(cqb, &wc) == 1 && wc.status == IBV_WC_WR_FLUSH_ERR &&
+		    wc.wr_id == (uint64_t)(20 + i))
+			flushed++;
+	CHECK(flushed == 3, "3 receives flushed in order with IBV_WC_WR_FLUSH_ERR (%d)", flushed);
+	struct ibv_wc many[8];
+	CHECK(ibv_poll_cq(cqb, 8, many) == 0, "nothing more");
+	CHECK(ibv_poll_cq(cqb, -1, many) < 0, "ibv_poll_cq with -1 entries fails");
+
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_qp(c);
+	ibv_destroy_qp(d);
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(md);
+	ibv_destroy_cq(cqa);
+	ibv_destroy_cq(cqb);
+	ibv_dealloc_pd(pd);
+}
+
+/* A SEND with no receive posted and rnr_retry 0: RNR retries exhausted. */
+static void rnr(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_RC);
+	struct ibv_qp *b = make_qp(pd, cq, IBV_QPT_RC);
+	CHECK(connect_qp(a, b->qp_num, gid, 0, 1) == 0 && connect_qp(b, a->qp_num, gid, 0, 1) == 0,
+	      "RC pair with rnr_retry 0");
+	static char buf[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_send_wr w = { .wr_id = 30, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	CHECK(ibv_post_send(a, &w, &bad) == 0, "SEND posted");
+	struct ibv_wc wc;
+	CHECK(poll_one(cq, &wc) == 1 && wc.wr_id == 30 && wc.status == IBV_WC_RNR_RETRY_EXC_ERR,
+	      "no receive, rnr_retry 0 -> IBV_WC_RNR_RETRY_EXC_ERR (got %s)",
+	      ibv_wc_status_str(wc.status));
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+}
+
+/* Completion channel: a real fd for poll(2); non-blocking when asked. */
+static void events(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	CHECK(ch && ch->fd >= 0, "completion channel with fd %d", ch ? ch->fd : -1);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	int token;
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, &token, ch, 0);
+	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_RC);
+	struct ibv_qp *b = make_qp(pd, cq, IBV_QPT_RC);
+	connect_qp(a, b->qp_num, gid, 7, 1);
+	connect_qp(b, a->qp_num, gid, 7, 1);
+
+	int fl = fcntl(ch->fd, F_GETFL);
+	CHECK(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "channel fd made non-blocking");
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN,
+	      "no event yet -> -1, EAGAIN");
+	CHECK(ibv_req_notify_cq(cq, 0) == 0, "ibv_req_notify_cq");
+	static char buf[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_sge sge = { (uintptr_t)buf, 8, mr->lkey };
+	struct ibv_send_wr w = { .wr_id = 40, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	w.wr.rdma.remote_addr = (uintptr_t)buf + 64;
+	w.wr.rdma.rkey = mr->rkey;
+	CHECK(ibv_post_send(a, &w, &bad) == 0, "RDMA WRITE posted");
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&p, 1, 5000) == 1 && (p.revents & POLLIN), "poll(2) sees the channel readable");
+	CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == cq && ev_ctx == &token,
+	      "ibv_get_cq_event returns the CQ and its context");
+	ibv_ack_cq_events(cq, 1);
+	CHECK(cq->comp_events_completed == 1, "ibv_ack_cq_events counted");
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "the completion");
+
+	/* The async fd: non-blocking, nothing pending. */
+	fl = fcntl(ctx->async_fd, F_GETFL);
+	fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+	struct ibv_async_event ae;
+	int got;
+	do {
+		got = ibv_get_async_event(ctx, &ae);
+		if (got == 0)
+			ibv_ack_async_event(&ae);
+	} while (got == 0);
+	CHECK(got == -1 && errno == EAGAIN, "async events drained, then EAGAIN");
+	fcntl(ctx->async_fd, F_SETFL, fl);
+
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_dereg_mr(mr);
+	CHECK(ibv_destroy_cq(cq) == 0, "CQ destroyed");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "channel destroyed");
+	ibv_dealloc_pd(pd);
+}
+
+/* The extended CQ: start_poll on an empty CQ says ENOENT. */
+static void cq_ex(struct ibv_context *ctx)
+{
+	struct ibv_cq_init_attr_ex cx = {
+		.cqe = 8,
+		.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM,
+	};
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &cx);
+	CHECK(cq != NULL, "ibv_create_cq_ex");
+	struct ibv_poll_cq_attr pa = { 0 };
+	CHECK(ibv_start_poll(cq, &pa) == ENOENT, "ibv_start_poll on an empty CQ -> ENOENT");
+	pa.comp_mask = 4;
+	CHECK(ibv_start_poll(cq, &pa) == EINVAL, "ibv_start_poll with a comp_mask -> EINVAL");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0, "destroyed");
+}
+
+int main(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n >= 1, "ibv_get_device_list: %d device(s)", n);
+	if (!list || n < 1)
+		return 1;
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx != NULL, "ibv_open_device(%s)", ibv_get_device_name(list[0]));
+	if (!ctx)
+		return 1;
+	union ibv_gid gid;
+	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0, "ibv_query_gid");
+
+	bad_handles(ctx);
+	limits(ctx);
+	bad_attributes(ctx, &gid);
+	remote_errors(ctx, &gid);
+	rnr(ctx, &gid);
+	events(ctx, &gid);
+	cq_ex(ctx);
+
+	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device");
+	ibv_free_device_list(list);
+	printf("%d checks, %d failures\n", checks, failures);
+	return failures;
+}
