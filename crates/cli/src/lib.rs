@@ -2,7 +2,8 @@
 //! and fuzzed: [`capture`] reads pcap and pcapng files, [`link`] strips
 //! link-layer headers, [`dump`] is the `softrdma dump` subcommand and [`json`] its `--json`
 //! output; [`devinfo`] is `softrdma devinfo` and [`perf`] the perftest-like
-//! `softrdma perf` tools.
+//! `softrdma perf` tools; [`exec`] runs unmodified verbs programs over
+//! softrdma's libibverbs.so.1.
 //!
 //! Each subcommand lives in its own module with a clap `Args` struct and a
 //! `run` function; `main.rs` only dispatches.
@@ -12,6 +13,7 @@
 pub mod capture;
 pub mod devinfo;
 pub mod dump;
+pub mod exec;
 pub mod json;
 pub mod link;
 pub mod perf;

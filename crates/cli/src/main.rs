@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use softrdma_cli::{devinfo, dump, perf};
+use softrdma_cli::{devinfo, dump, exec, perf};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
@@ -25,11 +25,21 @@ enum Command {
     /// Decode the RoCE v2 packets of a pcap or pcapng capture: one line per
     /// packet, then per-QP totals and a summary.
     Dump(dump::Args),
+    /// Run an unmodified verbs program (perftest, ibv_*_pingpong, …) over
+    /// softrdma: softrdma's libibverbs.so.1 goes first on LD_LIBRARY_PATH.
+    Exec(exec::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Exec(args) => match exec::run(&args, &mut io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("softrdma exec: {e}");
+                ExitCode::from(127)
+            }
+        },
         Command::Devinfo(args) => match devinfo::run(&args, &mut io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
