@@ -694,6 +694,42 @@ fn client(
     ctrl.send(&p.to_line())?;
     ctrl.expect("OK", Some(REPLY_TIMEOUT))?;
     let side = Side::connect(dev, &mut ctrl, p, false)?;
+    let r = client_sizes(cfg, &side, &mut ctrl, addr, out);
+    if let Err(e) = &r {
+        failure_counters(e, &side, "client");
+    }
+    r
+}
+
+/// After a failure in the middle of a run, the device's counters say what
+/// the transport saw (retransmissions, NAKs, drops): on stderr.
+fn failure_counters(e: &Error, side: &Side, role: &str) {
+    if matches!(e, Error::Verify(_)) {
+        return;
+    }
+    eprint!(
+        "{}",
+        report::counters_text(
+            &format!(
+                "{role} counters at the failure ({} {})",
+                side.dev.name(),
+                side.dev.local_addr().ip()
+            ),
+            &report::device_counters(&side.dev)
+        )
+    );
+}
+
+/// The client's runs, once connected.
+fn client_sizes(
+    cfg: &Config,
+    side: &Side,
+    ctrl: &mut Ctrl,
+    addr: &str,
+    out: &mut (dyn Write + Send),
+) -> Result<(), Error> {
+    let p = &cfg.params;
+    let o = &cfg.opts;
     let mut rep = Reporter {
         out,
         json: o.json,
@@ -713,7 +749,7 @@ fn client(
         ("path_mtu".into(), Json::Int(side.path_mtu as u64)),
     ];
     rep.head.extend(params_json(p));
-    rep.text(&header_text(&side, addr, role))?;
+    rep.text(&header_text(side, addr, role))?;
     let table_head = if p.test.is_lat() {
         report::lat_header()
     } else {
@@ -721,7 +757,7 @@ fn client(
     };
     rep.text(&format!("{table_head}\n"))?;
     let mut recvs = if p.test == Test::SendLat {
-        Some(Receives::new(&side)?)
+        Some(Receives::new(side)?)
     } else {
         None
     };
@@ -734,12 +770,12 @@ fn client(
     let mut notes: Vec<String> = Vec::new();
     for k in 0..p.sizes.len() {
         let size = p.sizes[k].size;
-        prepare(&side, k, recvs.as_mut());
+        prepare(side, k, recvs.as_mut());
         ctrl.send(&format!("SIZE {k}"))?;
         ctrl.expect("READY", Some(REPLY_TIMEOUT))?;
         progress.begin(label(p, k));
         let measured = if p.test.is_lat() {
-            lat::client(&side, &mut ctrl, k, recvs.as_mut(), &mut progress).map(|r| {
+            lat::client(side, ctrl, k, recvs.as_mut(), &mut progress).map(|r| {
                 let mut s = r.samples_ns;
                 let f = report::lat_figures(size, &mut s, p.test.halves_rtt());
                 (
@@ -750,7 +786,7 @@ fn client(
                 )
             })
         } else {
-            bw::client(&side, &mut ctrl, k, &mut progress).map(|r| {
+            bw::client(side, ctrl, k, &mut progress).map(|r| {
                 (
                     r.done,
                     r.problem,
@@ -766,12 +802,12 @@ fn client(
             end.push_str(&format!(" {d}"));
         }
         ctrl.send(&end)?;
-        let mut bad = verify_local(&side, k, &done, recvs.as_ref());
+        let mut bad = verify_local(side, k, &done, recvs.as_ref());
         if p.verify {
             bad.extend(problem);
         }
         let res = parse_result(&ctrl.expect("RESULT", Some(REPLY_TIMEOUT))?);
-        restore(&side, k);
+        restore(side, k);
         if !res.ok {
             bad.push(format!("server: {}", res.why));
         }
@@ -934,6 +970,33 @@ fn server(
     };
     ctrl.send("OK")?;
     let side = Side::connect(dev, &mut ctrl, &p, true)?;
+    let r = server_sizes(cfg, &side, &mut ctrl, &peer, out, talk);
+    if let Err(e) = &r {
+        if talk {
+            failure_counters(e, &side, "server");
+        }
+    }
+    r
+}
+
+/// The server's runs, once connected.
+fn server_sizes(
+    cfg: &Config,
+    side: &Side,
+    ctrl: &mut Ctrl,
+    peer: &str,
+    out: &mut (dyn Write + Send),
+    talk: bool,
+) -> Result<(), Error> {
+    let p = &side.params;
+    let json = cfg.opts.json;
+    let say = |out: &mut (dyn Write + Send), s: &str| -> Result<(), Error> {
+        if talk && !json {
+            out.write_all(s.as_bytes())?;
+            out.flush()?;
+        }
+        Ok(())
+    };
     say(
         out,
         &format!(
@@ -941,11 +1004,11 @@ fn server(
             p.conn.name(),
             p.qps,
             p.sizes.len(),
-            header_text(&side, &peer, "server")
+            header_text(side, peer, "server")
         ),
     )?;
     let mut recvs = if p.test.op() == Op::Send {
-        Some(Receives::new(&side)?)
+        Some(Receives::new(side)?)
     } else {
         None
     };
@@ -968,18 +1031,18 @@ fn server(
             .and_then(|s| s.parse().ok())
             .filter(|&k| k < p.sizes.len())
             .ok_or_else(|| Error::Failed(format!("the client asked for {line:?}")))?;
-        prepare(&side, k, recvs.as_mut());
+        prepare(side, k, recvs.as_mut());
         ctrl.send("READY")?;
         let (done, problem) = if p.test.is_lat() {
-            lat::server(&side, &mut ctrl, k, recvs.as_mut())?
+            lat::server(side, ctrl, k, recvs.as_mut())?
         } else {
-            (bw::server(&side, &mut ctrl, k, recvs.as_mut())?, None)
+            (bw::server(side, ctrl, k, recvs.as_mut())?, None)
         };
-        let mut bad = verify_local(&side, k, &done, recvs.as_ref());
+        let mut bad = verify_local(side, k, &done, recvs.as_ref());
         if p.verify {
             bad.extend(problem);
         }
-        restore(&side, k);
+        restore(side, k);
         let received = match &recvs {
             Some(r) => r.count.iter().sum(),
             None => done.iter().sum(),
@@ -1040,7 +1103,7 @@ fn server(
             ),
             ("peer".into(), Json::str(peer)),
         ];
-        doc.extend(params_json(&p));
+        doc.extend(params_json(p));
         doc.push(("sizes".into(), Json::Arr(sizes_json)));
         doc.push((
             "errors".into(),
