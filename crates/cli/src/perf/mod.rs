@@ -192,7 +192,7 @@ pub struct Opts {
     #[arg(short = 'r', long = "rx-depth", value_name = "N")]
     pub rx_depth: Option<u32>,
     /// Outstanding READ/atomic requests per QP on the wire (read and
-    /// atomic tests; default 16).
+    /// atomic tests; default: the device's maximum, 128, as perftest).
     #[arg(short = 'o', long = "outs", value_name = "N")]
     pub outs: Option<u32>,
     /// Transport: RC, UC or UD. WRITE: RC/UC; SEND: RC/UC/UD; READ and
@@ -327,7 +327,7 @@ impl Config {
             mtu: o.mtu,
             tx_depth,
             rx_depth,
-            outs: o.outs.unwrap_or(16),
+            outs: o.outs.unwrap_or(params::MAX_OUTS),
             cq_mod: if test.is_lat() { 1 } else { tx_depth.min(100) },
             atomic: o.atomic.unwrap_or(AtomicType::FetchAndAdd),
             sizes,

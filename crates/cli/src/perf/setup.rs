@@ -206,6 +206,7 @@ impl Side {
                 remote.len()
             )));
         }
+        let dev_attr = dev.query_device();
         let path_mtu = remote
             .iter()
             .map(|r| r.mtu)
@@ -214,7 +215,10 @@ impl Side {
             .unwrap_or(256);
         let opts = ConnectOptions {
             mtu: Mtu::from_bytes_floor(path_mtu).unwrap_or(Mtu::M256),
-            max_rd_atomic: p.outs as u8,
+            max_rd_atomic: {
+                let a = dev_attr;
+                p.outs.min(a.max_qp_rd_atom).min(a.max_qp_init_rd_atom) as u8
+            },
             qkey: QKEY,
             ..Default::default()
         };
