@@ -270,6 +270,10 @@ pub struct Context {
     /// its own O_NONBLOCK flag for the program to set.
     async_ep: OwnedFd,
     pub objs: Mutex<Objects>,
+    /// PDs, CQs and completion channels of this context (everything else
+    /// hangs off a PD): closing the context while they live is refused
+    /// with EBUSY, so a later destroy never reaches a freed context.
+    pub users: std::sync::atomic::AtomicUsize,
 }
 
 /// An epoll instance watching one descriptor for input: readable exactly
@@ -366,6 +370,7 @@ fn new_context(entry: &'static DevEntry) -> Result<*mut ibv_context, i32> {
         entry,
         async_ep,
         objs: Mutex::new(Objects::default()),
+        users: std::sync::atomic::AtomicUsize::new(0),
     });
     let p = Box::into_raw(b);
     util::register(p as *const (), Kind::Context);
@@ -445,6 +450,9 @@ pub unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
 pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
     guard_neg(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
+        if c.users.load(Ordering::SeqCst) > 0 {
+            return Err(libc::EBUSY);
+        }
         let p = c as *const Context as *mut Context;
         if !util::unregister(p as *const (), Kind::Context) {
             return Err(libc::EINVAL);

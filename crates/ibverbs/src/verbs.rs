@@ -120,6 +120,7 @@ pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             ctx: c,
             users: AtomicUsize::new(0),
         }));
+        c.users.fetch_add(1, Ordering::SeqCst);
         util::register(p as *const (), Kind::Pd);
         // SAFETY: just allocated.
         Ok(unsafe { (*p).c_ptr() })
@@ -138,6 +139,7 @@ pub unsafe extern "C" fn dealloc_pd(p: *mut ibv_pd) -> c_int {
             return libc::EINVAL;
         }
         x.magic.store(0, Ordering::SeqCst);
+        x.ctx().users.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: unregistered above: the only free.
         unsafe { free(x as *const Pd) };
         0
@@ -333,6 +335,7 @@ pub unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_
             ep,
             ctx: c,
         }));
+        c.users.fetch_add(1, Ordering::SeqCst);
         util::register(b as *const (), Kind::Channel);
         // SAFETY: just allocated.
         Ok(unsafe { (*b).c.get() })
@@ -351,6 +354,9 @@ pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int
             return libc::EINVAL;
         }
         x.magic.store(0, Ordering::SeqCst);
+        // SAFETY: the context outlives its channels (close refuses while
+        // they live).
+        unsafe { &*x.ctx }.users.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: unregistered above: the only free.
         unsafe { free(x as *const Channel) };
         0
@@ -518,6 +524,7 @@ unsafe fn new_cq(
         events: AtomicU32::new(0),
         cur: Mutex::new(EMPTY_WC),
     }));
+    c.users.fetch_add(1, Ordering::SeqCst);
     util::register(b as *const (), Kind::Cq);
     c.objs
         .lock()
@@ -599,6 +606,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
                 .refcnt()
                 .fetch_sub(1, Ordering::SeqCst);
         }
+        ctx.users.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: unregistered above: the only free.
         unsafe { free(q as *const Cq) };
         0

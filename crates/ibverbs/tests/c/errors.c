@@ -580,7 +580,13 @@ int main(void)
 	events(ctx, &gid);
 	cq_ex(ctx);
 
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	errno = 0;
+	CHECK(ibv_close_device(ctx) == -1 && errno == EBUSY,
+	      "ibv_close_device with a live PD -> -1, EBUSY (the PD stays usable)");
+	CHECK(ibv_dealloc_pd(pd) == 0, "the PD is deallocated after all");
 	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device");
+	CHECK(ibv_close_device(ctx) == -1 && errno == EINVAL, "closed twice -> -1, EINVAL");
 	ibv_free_device_list(list);
 	printf("%d checks, %d failures\n", checks, failures);
 	return failures;
