@@ -296,6 +296,8 @@ fn all_sizes_and_transports() {
         &["write-bw", "-c", "UC", "-s", "100000"],
         &["atomic-bw", "-A", "CMP_AND_SWAP", "-q", "2"],
         &["atomic-lat", "-A", "CMP_AND_SWAP"],
+        &["write-lat", "--spin", "busy"],
+        &["send-bw", "--spin", "yield"],
     ] {
         let mut a = vec!["perf"];
         a.extend_from_slice(args);

@@ -53,7 +53,7 @@ pub fn client(
     let mut batch = Vec::with_capacity(depth as usize);
     let mut samples: Vec<(f64, u64)> = Vec::with_capacity(1024);
     let mut total_done = 0u64;
-    let mut dog = Watchdog::new();
+    let mut dog = Watchdog::new(side);
     let start = Instant::now();
     let deadline = duration.map(|d| start + d);
     let mut time_up = false;
@@ -150,7 +150,7 @@ pub fn server(
     let size = p.sizes[k].size;
     let q = side.qps.len();
     let mut wcs = [EMPTY_WC; 64];
-    let mut dog = Watchdog::new();
+    let mut dog = Watchdog::new(side);
     let mut end: Option<Vec<u64>> = None;
     let mut end_at = Instant::now();
     let mut last_rx = Instant::now();

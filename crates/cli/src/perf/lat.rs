@@ -96,7 +96,7 @@ pub fn client(
     let mut wcs = [EMPTY_WC; 16];
     let mut outstanding = 0u64;
     let mut problem = None;
-    let mut dog = Watchdog::new();
+    let mut dog = Watchdog::new(side);
     let start = Instant::now();
     let mut idx = 0u64;
     while !finished(side, k, idx, start) {
@@ -170,7 +170,7 @@ fn drain(
     outstanding: &mut u64,
     mut recvs: Option<&mut Receives>,
 ) -> Result<(), Error> {
-    let mut dog = Watchdog::new();
+    let mut dog = Watchdog::new(side);
     while *outstanding > 0 {
         let (s, _) = reap(side, wcs, recvs.as_deref_mut(), k)?;
         *outstanding -= s as u64;
@@ -213,7 +213,7 @@ pub fn server(
     let mut wcs = [EMPTY_WC; 16];
     let mut outstanding = 0u64;
     let mut problem = None;
-    let mut dog = Watchdog::new();
+    let mut dog = Watchdog::new(side);
     let mut end = None;
     let mut idx = 0u64;
     'rounds: loop {

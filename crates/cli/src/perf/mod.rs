@@ -25,7 +25,7 @@ use ops::Receives;
 use params::{AtomicType, Conn, Op, Params, SizeRun, Test};
 use pattern::Strict;
 use report::{Json, Progress, RULE};
-use setup::{bw_slots, DeviceChoice, Side};
+use setup::{bw_slots, DeviceChoice, Side, SpinMode};
 use softrdma::cm;
 use softrdma::Device;
 use std::io::Write;
@@ -236,6 +236,12 @@ pub struct Opts {
     /// (on a terminal it appears by itself on sizes that take over a second).
     #[arg(long)]
     pub progress: bool,
+    /// How waiting loops wait: busy (spin, perftest's way), yield (spin but
+    /// give up the CPU on idle rounds), auto (yield when both ends share a
+    /// host with fewer than 4 cores, where busy spinning costs scheduler
+    /// time slices of milliseconds).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub spin: SpinMode,
     /// Client: how long to keep trying to reach the server (seconds).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub connect_timeout: f64,
@@ -444,7 +450,8 @@ fn header_text(side: &Side, peer: &str, role: &str) -> String {
     let p = &side.params;
     let mut s = String::new();
     let line = |s: &mut String, a: String, b: String| {
-        s.push_str(&format!(" {a:<40}{b}\n"));
+        s.push_str(format!(" {a:<40}{b}").trim_end());
+        s.push('\n');
     };
     s.push_str(RULE);
     s.push('\n');
@@ -485,6 +492,18 @@ fn header_text(side: &Side, peer: &str, role: &str) -> String {
         &mut s,
         format!("Mtu             : {}[B]", side.path_mtu),
         "Link type      : Ethernet".to_string(),
+    );
+    line(
+        &mut s,
+        format!(
+            "Waiting         : {}",
+            if side.yield_idle {
+                "spin, yield when idle"
+            } else {
+                "busy spin"
+            }
+        ),
+        String::new(),
     );
     match p.test.op() {
         Op::Send => line(
@@ -693,7 +712,7 @@ fn client(
     let mut ctrl = Ctrl::new(stream, "server");
     ctrl.send(&p.to_line())?;
     ctrl.expect("OK", Some(REPLY_TIMEOUT))?;
-    let side = Side::connect(dev, &mut ctrl, p, false)?;
+    let side = Side::connect(dev, &mut ctrl, p, false, o.spin)?;
     let r = client_sizes(cfg, &side, &mut ctrl, addr, out);
     if let Err(e) = &r {
         failure_counters(e, &side, "client");
@@ -747,6 +766,7 @@ fn client_sizes(
         ),
         ("peer".into(), Json::str(addr)),
         ("path_mtu".into(), Json::Int(side.path_mtu as u64)),
+        ("yield_when_idle".into(), Json::Bool(side.yield_idle)),
     ];
     rep.head.extend(params_json(p));
     rep.text(&header_text(side, addr, role))?;
@@ -969,7 +989,7 @@ fn server(
         }
     };
     ctrl.send("OK")?;
-    let side = Side::connect(dev, &mut ctrl, &p, true)?;
+    let side = Side::connect(dev, &mut ctrl, &p, true, o.spin)?;
     let r = server_sizes(cfg, &side, &mut ctrl, &peer, out, talk);
     if let Err(e) = &r {
         if talk {

@@ -275,22 +275,19 @@ pub struct Watchdog {
     last: Instant,
     next_check: Instant,
     spins: u32,
-}
-
-impl Default for Watchdog {
-    fn default() -> Self {
-        Self::new()
-    }
+    yield_idle: bool,
 }
 
 impl Watchdog {
-    /// Starts watching.
-    pub fn new() -> Watchdog {
+    /// Starts watching a loop of `side` (which says whether idle rounds
+    /// yield the CPU).
+    pub fn new(side: &Side) -> Watchdog {
         let now = Instant::now();
         Watchdog {
             last: now,
             next_check: now + Duration::from_millis(2),
             spins: 0,
+            yield_idle: side.yield_idle,
         }
     }
 
@@ -305,6 +302,12 @@ impl Watchdog {
     /// loop waits for. `Ok(true)` when a control line is waiting.
     pub fn idle(&mut self, ctrl: &mut Ctrl, what: &str) -> Result<bool, Error> {
         self.spins = self.spins.wrapping_add(1);
+        // Let the peer's or the progress thread run when they share our
+        // cores: a round trip then costs a little more, but never a
+        // scheduler time slice.
+        if self.yield_idle && self.spins.is_multiple_of(4) {
+            std::thread::yield_now();
+        }
         if !self.spins.is_multiple_of(256) {
             return Ok(false);
         }

@@ -163,12 +163,50 @@ pub struct Side {
     pub layout: Layout,
     /// Path MTU in bytes after the exchange.
     pub path_mtu: u32,
+    /// Waiting loops yield the CPU while nothing happens (see
+    /// [`SpinMode`]).
+    pub yield_idle: bool,
+}
+
+/// How waiting loops wait (`--spin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpinMode {
+    /// Yield when this host runs more spinning threads than it has cores:
+    /// both ends on one host (`--loopback`, or a peer on this host) with
+    /// fewer than 4 cores.
+    Auto,
+    /// Spin without ever giving up the CPU (perftest's way; best when every
+    /// spinning thread has a core of its own).
+    Busy,
+    /// Spin, but yield the CPU on idle rounds.
+    Yield,
+}
+
+impl SpinMode {
+    /// Whether to yield, for a peer at `peer` seen from `local`.
+    pub fn yields(self, local: IpAddr, peer: IpAddr) -> bool {
+        match self {
+            SpinMode::Busy => false,
+            SpinMode::Yield => true,
+            SpinMode::Auto => {
+                let same_host = peer.is_loopback() || peer == local;
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                same_host && cores < 4
+            }
+        }
+    }
 }
 
 impl Side {
     /// Creates the QPs and regions, exchanges with the peer over `ctrl`,
     /// and moves every QP to RTS.
-    pub fn connect(dev: Device, ctrl: &mut Ctrl, p: &Params, server: bool) -> Result<Side, Error> {
+    pub fn connect(
+        dev: Device,
+        ctrl: &mut Ctrl,
+        p: &Params,
+        server: bool,
+        spin: SpinMode,
+    ) -> Result<Side, Error> {
         let layout = Layout::of(p);
         let pd = dev.alloc_pd()?;
         let q = p.qps as usize;
@@ -261,6 +299,10 @@ impl Side {
             params: p.clone(),
             layout,
             path_mtu,
+            yield_idle: match (ctrl.stream.local_addr(), ctrl.stream.peer_addr()) {
+                (Ok(l), Ok(r)) => spin.yields(l.ip(), r.ip()),
+                _ => spin == SpinMode::Yield,
+            },
         };
         side.fill();
         cm::barrier(&mut ctrl.stream)?;
