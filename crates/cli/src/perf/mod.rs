@@ -720,6 +720,34 @@ fn client(
     r
 }
 
+/// Notes on what the counters of a side show went wrong on the way
+/// (the figures then include it).
+fn counter_notes(role: &str, c: &[(String, u64)]) -> Vec<String> {
+    let get = |k: &str| c.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+    let mut v = Vec::new();
+    let dropped = get("socket_rx_dropped");
+    if dropped > 0 {
+        v.push(format!(
+            "the {role}'s socket dropped {dropped} datagram(s) (its receive queue was full: the receiving side could not keep up)"
+        ));
+    }
+    for (k, what) in [
+        ("engine_tx_dropped", "datagram(s) the socket would not take"),
+        ("retransmits", "packet(s) sent again (RC recovery)"),
+        ("uc_msgs_dropped", "UC message(s) lost"),
+        (
+            "ud_drops",
+            "UD message(s) dropped (no receive posted in time)",
+        ),
+    ] {
+        let n = get(k);
+        if n > 0 {
+            v.push(format!("{role}: {n} {what}"));
+        }
+    }
+    v
+}
+
 /// After a failure in the middle of a run, the device's counters say what
 /// the transport saw (retransmissions, NAKs, drops): on stderr.
 fn failure_counters(e: &Error, side: &Side, role: &str) {
@@ -864,6 +892,8 @@ fn client_sizes(
     let line = ctrl.expect("COUNTERS", Some(REPLY_TIMEOUT))?;
     let server_counters = report::parse_counters(line.trim_start_matches("COUNTERS"));
     let local = report::device_counters(&side.dev);
+    notes.extend(counter_notes("client", &local));
+    notes.extend(counter_notes("server", &server_counters));
     let mut tail = String::new();
     tail.push_str(RULE);
     tail.push('\n');
