@@ -178,8 +178,10 @@ unsafe fn register_mr(
     {
         return Err(libc::EINVAL);
     }
-    if access & (1 << 6) != 0 {
-        return Err(libc::EOPNOTSUPP); // on-demand paging
+    if access & ((1 << 5) | (1 << 6)) != 0 {
+        // Zero-based addressing (remote addresses would be offsets) and
+        // on-demand paging.
+        return Err(libc::EOPNOTSUPP);
     }
     if addr.is_null() || iova != addr as u64 {
         // softrdma addresses registered memory by its pointer value.

@@ -225,6 +225,18 @@ static void limits(struct ibv_context *ctx)
 	errno = 0;
 	CHECK(ibv_reg_mr(pd, NULL, 4096, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL,
 	      "region at NULL -> EINVAL");
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED) ==
+			      NULL &&
+		      errno == EOPNOTSUPP,
+	      "zero-based region -> EOPNOTSUPP");
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, buf, sizeof(buf), 1 << 12) == NULL && errno == EINVAL,
+	      "unknown access bit -> EINVAL");
+	struct ibv_mr *relaxed = ibv_reg_mr(pd, buf, sizeof(buf),
+					    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+	CHECK(relaxed != NULL, "optional access bits (relaxed ordering) are ignored");
+	ibv_dereg_mr(relaxed);
 
 	/* A full receive queue: the 5th receive of a 4-deep queue fails. */
 	a.send_cq = cq;

@@ -20,22 +20,35 @@ pub fn profile_dir() -> PathBuf {
 
 /// A directory holding `libibverbs.so.1` → our `libibverbs.so`, for
 /// `LD_LIBRARY_PATH`.
+///
+/// Building the tests builds the library into `target/<profile>/deps/`;
+/// `cargo build` also copies it to `target/<profile>/`. The newer one is
+/// used (the other may be left from an earlier build).
 pub fn lib_dir() -> PathBuf {
     let prof = profile_dir();
-    let so = prof.join("libibverbs.so");
-    assert!(
-        so.exists(),
-        "{} is missing: build the library first (cargo build -p softrdma-ibverbs)",
-        so.display()
-    );
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let so = [prof.join("libibverbs.so"), prof.join("deps/libibverbs.so")]
+        .into_iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| mtime(p))
+        .unwrap_or_else(|| {
+            panic!(
+                "libibverbs.so is missing in {}: build the library (cargo build -p softrdma-ibverbs)",
+                prof.display()
+            )
+        });
+    let rel = so.strip_prefix(&prof).expect("inside the profile dir");
+    let target = Path::new("..").join(rel);
     let dir = prof.join("softrdma-ibverbs-lib");
     let _ = std::fs::create_dir_all(&dir);
     let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok().as_deref() != Some(Path::new("../libibverbs.so")) {
-        let _ = std::fs::remove_file(&link);
-        if let Err(e) = std::os::unix::fs::symlink("../libibverbs.so", &link) {
-            assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
-        }
+    if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+        // Made under a private name and renamed over: atomic for other
+        // test processes.
+        let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
+        std::fs::rename(&tmp, &link).expect("rename");
     }
     dir
 }
