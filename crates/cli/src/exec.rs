@@ -9,8 +9,8 @@
 //! 1. `--lib DIR` or `$SOFTRDMA_IBVERBS_DIR`: a directory holding
 //!    `libibverbs.so.1` or `libibverbs.so`;
 //! 2. next to the `softrdma` binary (`target/<profile>/` after
-//!    `cargo build`, where cargo puts `libibverbs.so`), or its parent
-//!    (`target/<profile>/deps/` for tests);
+//!    `cargo build`, where cargo puts `libibverbs.so`), in `deps/` below
+//!    it (where building the tests leaves it), or its parent;
 //! 3. `../lib/softrdma/` from the binary (an installed layout).
 //!
 //! Cargo names the library `libibverbs.so`; the dynamic linker wants the
@@ -88,6 +88,8 @@ pub fn candidates(lib: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
     }
     if let Some(dir) = exe.and_then(Path::parent) {
         v.push(dir.to_path_buf());
+        // Where building the tests leaves it (`cargo build` copies it up).
+        v.push(dir.join("deps"));
         if let Some(up) = dir.parent() {
             v.push(up.to_path_buf());
             v.push(up.join("lib").join("softrdma"));
