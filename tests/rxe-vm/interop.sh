@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# softrdma <-> Linux Soft-RoCE (rxe) interop suite.
+#
+#   sudo tests/rxe-vm/interop.sh            # everything (~7 min on 2 cores, TCG)
+#   sudo tests/rxe-vm/interop.sh rc_ write  # only cases whose name matches
+#
+# A small Debian VM whose kernel runs rxe (rig.sh, copied from the
+# workplace's shared rxe-vm) runs unmodified rdma-core examples and
+# perftest; this machine runs the same programs over softrdma, through
+# softrdma's libibverbs.so.1 (`softrdma exec`), in the network namespace
+# rigpeer (host 198.18.1.1 <-> guest 198.18.1.2 on tap rigtap0). Every
+# program runs once with softrdma as server and once as client, at MTU 1024
+# with 64 B and 8 KiB messages, then write/read/send bandwidth with `tc
+# netem loss 3%` on the VM's link, then the RC pingpong and write/read/send
+# bandwidth at MTU 4096 (the VM's link at 4200) with 16 KiB messages. Every exchange is captured by softrdma (SOFTRDMA_PCAP) and checked:
+# each packet softrdma sent has a valid ICRC and decodes in tshark
+# (`-d udp.port==4791,infiniband`) with no malformed-packet warning.
+#
+# Needs root and /dev/net/tun (KVM is optional: without it the VM runs
+# under TCG, slowly). It fails loudly when it cannot start the VM.
+# Artefacts: target/interop/ (logs and captures of every case).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+RIG="$ROOT/tests/rxe-vm/rig.sh"
+OUT="$ROOT/target/interop"
+FILTER=("$@")
+HOST_IP=198.18.1.1
+GUEST_IP=198.18.1.2
+: "${RIG_DIR:=$HOME/.cache/rxe-vm}"
+export RIG_DIR
+PEER_DIR="$RIG_DIR/run/peer"
+
+fail() { echo "INTEROP FAILED: $*" >&2; exit 1; }
+say() { echo "[interop $(date +%H:%M:%S)] $*"; }
+
+# --- preflight: say loudly why the VM cannot run ---------------------------
+[ "$(id -u)" = 0 ] || fail "needs root (network namespaces, taps); run with sudo"
+[ -c /dev/net/tun ] || fail "no /dev/net/tun: the VM's tap cannot be created"
+[ -e /dev/kvm ] || say "no /dev/kvm: the VM runs under TCG (slow, still correct)"
+command -v tshark >/dev/null || fail "tshark missing (apt-get install tshark)"
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.log "$OUT"/*.pcap "$OUT"/results.txt
+
+say "building softrdma (release): the CLI and libibverbs.so.1"
+(cd "$ROOT" && cargo build --release -q -p softrdma-cli -p softrdma-ibverbs) || fail "cargo build"
+SR="$ROOT/target/release/softrdma"
+
+say "building the VM image (idempotent)"
+"$RIG" build >"$OUT/rig-build.log" 2>&1 || { tail -20 "$OUT/rig-build.log"; fail "rig.sh build"; }
+
+stop_vm() { "$RIG" peer-stop >/dev/null 2>&1 || true; }
+trap stop_vm EXIT
+
+start_vm() { # MTU
+  stop_vm
+  say "booting the rxe VM (netdev MTU $1)"
+  RIG_PEER_MTU=$1 "$RIG" peer-start >"$OUT/vm-$1.log" 2>&1 || { tail -30 "$OUT/vm-$1.log"; fail "the VM did not boot"; }
+}
+
+guest() { "$RIG" peer-exec --timeout "${T:-180}" "$@"; }
+
+PORT=19000
+PASS=0
+FAILS=()
+
+wanted() {
+  [ ${#FILTER[@]} -eq 0 ] && return 0
+  local f
+  for f in "${FILTER[@]}"; do [[ $1 == *"$f"* ]] && return 0; done
+  return 1
+}
+
+# Checks a softrdma capture: every packet softrdma sent has a valid ICRC
+# (softrdma dump verifies them all: the peer's too, with its IPv4
+# identification solved), and tshark finds nothing malformed.
+check_pcap() { # NAME PCAP
+  local name=$1 pcap=$2 dump
+  [ -s "$pcap" ] || { echo "no capture"; return 1; }
+  dump=$("$SR" dump --quiet "$pcap" 2>&1) || { echo "dump failed: $dump"; return 1; }
+  echo "$dump" > "$OUT/$name.dump.txt"
+  if ! grep -q "ICRC bad 0," <<<"$dump"; then echo "bad ICRC in capture: $(grep -o 'ICRC bad [0-9]*' <<<"$dump")"; return 1; fi
+  local ts
+  ts=$(tshark -r "$pcap" -d udp.port==4791,infiniband -T fields -e frame.number -e _ws.malformed -e _ws.expert.message 2>&1)
+  if grep -qi "malformed" <<<"$ts"; then echo "tshark: malformed packet"; return 1; fi
+  return 0
+}
+
+# run_case NAME ROLE GUEST_CMD HOST_CMD CHECK_REGEX [ENV...]
+# ROLE: "host" = softrdma is the server, "guest" = rxe is the server.
+# The server command gets no peer address; the client command gets it
+# appended. CHECK_REGEX must match the client's output.
+run_case() {
+  local name=$1 role=$2 gcmd=$3 hcmd=$4 check=$5
+  shift 5
+  wanted "$name" || return 0
+  local pcap="$OUT/$name.pcap" hlog="$OUT/$name.host.log" glog="$name.guest.log" rc=0 why=""
+  local henv=(SOFTRDMA_ADDR=$HOST_IP SOFTRDMA_PCAP="$pcap" SOFTRDMA_MTU="${SOFTRDMA_MTU_PORT:-1024}" "$@")
+  local t0=$SECONDS
+  rm -f "$PEER_DIR/$glog"
+  if [ "$role" = host ]; then
+    ip netns exec rigpeer env "${henv[@]}" timeout 150 "$SR" exec -- $hcmd >"$hlog" 2>&1 &
+    local hp=$!
+    sleep 1
+    guest "$gcmd $HOST_IP > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog" >/dev/null 2>&1
+    wait "$hp" || { rc=$?; why="softrdma server exited $rc"; }
+    local out="$PEER_DIR/$glog"
+    cp "$out" "$OUT/$glog" 2>/dev/null
+    grep -q '^RC=0' "$out" 2>/dev/null || { rc=1; why="${why:+$why; }rxe client failed"; }
+    grep -Eq "$check" "$out" 2>/dev/null || { rc=1; why="${why:+$why; }client output lacks /$check/"; }
+  else
+    guest "( timeout 150 $gcmd > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog ) &" >/dev/null 2>&1
+    sleep 3 # the VM is slow to listen
+    ip netns exec rigpeer env "${henv[@]}" timeout 150 "$SR" exec -- $hcmd $GUEST_IP >"$hlog" 2>&1 || { rc=$?; why="softrdma client exited $rc"; }
+    local i
+    for i in $(seq 1 60); do grep -q '^RC=' "$PEER_DIR/$glog" 2>/dev/null && break; sleep 1; done
+    cp "$PEER_DIR/$glog" "$OUT/$glog" 2>/dev/null
+    grep -q '^RC=0' "$PEER_DIR/$glog" 2>/dev/null || { rc=1; why="${why:+$why; }rxe server failed"; }
+    grep -Eq "$check" "$hlog" || { rc=1; why="${why:+$why; }client output lacks /$check/"; }
+  fi
+  if [ $rc = 0 ]; then
+    local p
+    p=$(check_pcap "$name" "$pcap") || { rc=1; why="$p"; }
+  fi
+  if [ $rc = 0 ]; then
+    PASS=$((PASS + 1))
+    printf '  ok    %-40s %3ss\n' "$name" $((SECONDS - t0)) | tee -a "$OUT/results.txt"
+  else
+    FAILS+=("$name: $why")
+    printf '  FAIL  %-40s %3ss  %s\n' "$name" $((SECONDS - t0)) "$why" | tee -a "$OUT/results.txt"
+  fi
+}
+
+# The perftest result row: bytes, iterations, then numbers.
+BW_ROW='^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+'
+LAT_ROW="$BW_ROW"
+PP_ROW='iters in [0-9.]+ seconds'
+
+both() { # NAME GUEST_CMD HOST_CMD CHECK [ENV...]: softrdma as server, then as client
+  local name=$1 g=$2 h=$3 c=$4
+  shift 4
+  run_case "${name}_srv-softrdma" host "$g" "$h" "$c" "$@"
+  run_case "${name}_srv-rxe" guest "$g" "$h" "$c" "$@"
+}
+
+suite() { # MTU SIZES...
+  local mtu=$1
+  shift
+  local s
+  for s in "$@"; do
+    PORT=$((PORT + 10))
+    both "rc_pingpong_${mtu}_$s" "ibv_rc_pingpong -d rxe0 -g 1 -m $mtu -s $s -n 100 -p $((PORT + 1))" \
+      "ibv_rc_pingpong -d softrdma0 -g 0 -m $mtu -s $s -n 100 -p $((PORT + 1))" "$PP_ROW"
+    both "uc_pingpong_${mtu}_$s" "ibv_uc_pingpong -d rxe0 -g 1 -m $mtu -s $s -n 100 -p $((PORT + 2))" \
+      "ibv_uc_pingpong -d softrdma0 -g 0 -m $mtu -s $s -n 100 -p $((PORT + 2))" "$PP_ROW"
+    if [ "$s" -le "$mtu" ]; then
+      both "ud_pingpong_${mtu}_$s" "ibv_ud_pingpong -d rxe0 -g 1 -s $s -n 100 -p $((PORT + 3))" \
+        "ibv_ud_pingpong -d softrdma0 -g 0 -s $s -n 100 -p $((PORT + 3))" "$PP_ROW"
+    fi
+    local t k=4
+    for t in write_bw read_bw send_bw; do
+      k=$((k + 1))
+      both "${t}_${mtu}_$s" "ib_$t -d rxe0 -x 1 -m $mtu -F -s $s -n 100 -p $((PORT + k))" \
+        "ib_$t -d softrdma0 -x 0 -m $mtu -F -s $s -n 100 -p $((PORT + k))" "$BW_ROW"
+    done
+    for t in write_lat read_lat send_lat; do
+      k=$((k + 1))
+      both "${t}_${mtu}_$s" "ib_$t -d rxe0 -x 1 -m $mtu -F -s $s -n 100 -p $((PORT + k))" \
+        "ib_$t -d softrdma0 -x 0 -m $mtu -F -s $s -n 100 -p $((PORT + k))" "$LAT_ROW"
+    done
+  done
+}
+
+start_vm 1500
+say "MTU 1024: pingpongs and perftest, 64 B and 8 KiB, softrdma as server and as client"
+suite 1024 64 8192
+for a in FETCH_AND_ADD CMP_AND_SWAP; do
+  PORT=$((PORT + 3))
+  both "atomic_bw_${a}" "ib_atomic_bw -d rxe0 -x 1 -m 1024 -F -A $a -n 100 -p $PORT" \
+    "ib_atomic_bw -d softrdma0 -x 0 -m 1024 -F -A $a -n 100 -p $PORT" "$BW_ROW"
+done
+
+say "loss: tc netem loss 3% on the VM's link"
+guest "tc qdisc replace dev eth0 root netem loss 3%" >/dev/null 2>&1 || fail "netem in the VM"
+for t in write_bw read_bw send_bw; do
+  PORT=$((PORT + 3))
+  both "loss3_${t}_8192" "ib_$t -d rxe0 -x 1 -m 1024 -F -s 8192 -n 200 -p $PORT" \
+    "ib_$t -d softrdma0 -x 0 -m 1024 -F -s 8192 -n 200 -p $PORT" "$BW_ROW"
+done
+# rxe's view of the loss (its hardware counters) and ours (in the captures).
+guest "tc qdisc del dev eth0 root" >/dev/null 2>&1
+guest "rdma statistic show link rxe0/1" >"$OUT/rxe-counters-after-loss.txt" 2>&1 || true
+for f in "$OUT"/loss3_*.dump.txt; do
+  [ -e "$f" ] || continue
+  grep -q "repeats [1-9]" "$f" || FAILS+=("$(basename "$f"): no retransmission seen under 3% loss")
+done
+if [ -s "$OUT/rxe-counters-after-loss.txt" ] && ! grep -Eq "(seq_err|retry|duplicate_request|rcvd_seq_err)[a-z_]* [1-9]" "$OUT/rxe-counters-after-loss.txt"; then
+  FAILS+=("rxe's counters show no retransmission after the loss runs")
+fi
+
+start_vm 4200
+say "MTU 4096 (VM link MTU 4200): multi-packet at 4 KiB packets"
+export SOFTRDMA_MTU_PORT=4096
+PORT=$((PORT + 20))
+both "rc_pingpong_4096_16384" "ibv_rc_pingpong -d rxe0 -g 1 -m 4096 -s 16384 -n 100 -p $((PORT + 1))" \
+  "ibv_rc_pingpong -d softrdma0 -g 0 -m 4096 -s 16384 -n 100 -p $((PORT + 1))" "$PP_ROW"
+k=1
+for t in write_bw read_bw send_bw; do
+  k=$((k + 1))
+  both "${t}_4096_16384" "ib_$t -d rxe0 -x 1 -m 4096 -F -s 16384 -n 100 -p $((PORT + k))" \
+    "ib_$t -d softrdma0 -x 0 -m 4096 -F -s 16384 -n 100 -p $((PORT + k))" "$BW_ROW"
+done
+
+echo
+say "$PASS cases passed, ${#FAILS[@]} failed; logs and captures in $OUT"
+if [ ${#FAILS[@]} -gt 0 ]; then
+  printf '  %s\n' "${FAILS[@]}"
+  exit 1
+fi
