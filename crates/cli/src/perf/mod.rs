@@ -90,14 +90,16 @@ impl Error {
 
 /// Arguments of `softrdma perf`.
 #[derive(Debug, clap::Args)]
-#[command(
-    about = "Bandwidth and latency tests on perftest's model (ib_write_bw, ib_read_lat, ...)",
-    long_about = "Bandwidth and latency tests on perftest's model (ib_write_bw, ib_read_lat, ...).\n\n\
+#[command(after_help = "\
 Run the same test on two hosts: without HOST a test is the server and waits for a client on \
-TCP port -p; with HOST it is the client, connects, runs the test and prints the results. The \
-server takes every test parameter from the client. --loopback runs both ends in one process.\n\n\
-Example: softrdma perf write-bw --loopback -a"
-)]
+TCP port -p (18515); with HOST it is the client: it connects, sends its parameters (the server \
+uses the client's), runs the test and prints the results. --loopback runs both ends in this \
+process with no other setup. Every run checks its data and prints the counters of both sides.
+
+Examples:
+  softrdma perf write-bw --loopback -a          every size, 2 B .. 8 MiB, in one process
+  softrdma perf send-lat                        server, on host A
+  softrdma perf send-lat hostA -s 4K -n 10000   client, on host B")]
 pub struct Args {
     /// The test.
     #[command(subcommand)]
