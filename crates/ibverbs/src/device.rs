@@ -274,6 +274,27 @@ pub struct Context {
     /// hangs off a PD): closing the context while they live is refused
     /// with EBUSY, so a later destroy never reaches a freed context.
     pub users: std::sync::atomic::AtomicUsize,
+    /// Whether an empty `ibv_poll_cq` now and then yields the CPU (see
+    /// [`yield_on_idle_polls`]).
+    pub yield_idle: bool,
+}
+
+/// Whether a thread spinning on an empty CQ should now and then yield the
+/// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default yes when the
+/// device has a loopback address (every peer is on this host) and the host
+/// has fewer than 4 cores. Then a spinning program, its peer and the
+/// progress threads share too few cores, and a round trip would otherwise
+/// wait for a scheduler time slice (milliseconds) whenever the one who
+/// must act is not running — the policy of `softrdma perf --spin auto`.
+pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
+    match std::env::var("SOFTRDMA_POLL_YIELD").as_deref() {
+        Ok("1") | Ok("yes") | Ok("always") => true,
+        Ok("0") | Ok("no") | Ok("never") => false,
+        _ => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            addr.is_loopback() && cores < 4
+        }
+    }
 }
 
 /// An epoll instance watching one descriptor for input: readable exactly
@@ -334,6 +355,7 @@ impl Context {
 
 fn new_context(entry: &'static DevEntry) -> Result<*mut ibv_context, i32> {
     let dev = entry.acquire()?;
+    let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
     let async_ep = match epoll_watching(dev.async_fd()) {
         Ok(e) => e,
         Err(e) => {
@@ -371,6 +393,7 @@ fn new_context(entry: &'static DevEntry) -> Result<*mut ibv_context, i32> {
         async_ep,
         objs: Mutex::new(Objects::default()),
         users: std::sync::atomic::AtomicUsize::new(0),
+        yield_idle,
     });
     let p = Box::into_raw(b);
     util::register(p as *const (), Kind::Context);

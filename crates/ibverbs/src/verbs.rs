@@ -439,6 +439,10 @@ pub struct Cq {
     events: AtomicU32,
     /// The completion being read between `start_poll` and `end_poll`.
     cur: Mutex<Wc>,
+    /// Yield the CPU every few empty polls (`device::yield_on_idle_polls`).
+    yield_idle: bool,
+    /// Empty polls so far.
+    idle_polls: AtomicU32,
 }
 
 impl Cq {
@@ -525,6 +529,8 @@ unsafe fn new_cq(
         users: AtomicUsize::new(0),
         events: AtomicU32::new(0),
         cur: Mutex::new(EMPTY_WC),
+        yield_idle: c.yield_idle,
+        idle_polls: AtomicU32::new(0),
     }));
     c.users.fetch_add(1, Ordering::SeqCst);
     util::register(b as *const (), Kind::Cq);
@@ -690,6 +696,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
                 break;
             }
         }
+        if done == 0 {
+            q.idle();
+        }
         done as c_int
     })
 }
@@ -712,12 +721,23 @@ pub fn cq_ex<'a>(p: *mut ibv_cq_ex) -> Option<&'a Cq> {
 }
 
 impl Cq {
+    /// An empty poll: every 4th yields the CPU when that is the policy.
+    #[inline]
+    fn idle(&self) {
+        if self.yield_idle && self.idle_polls.fetch_add(1, Ordering::Relaxed) % 4 == 3 {
+            std::thread::yield_now();
+        }
+    }
+
     /// Polls one completion into `cur` and the C structure's status and
     /// wr_id. Returns 0, ENOENT when empty, or an errno.
     pub fn poll_one(&self) -> c_int {
         let mut b = [EMPTY_WC; 1];
         match self.cq.poll(&mut b) {
-            Ok(0) => libc::ENOENT,
+            Ok(0) => {
+                self.idle();
+                libc::ENOENT
+            }
             Ok(_) => {
                 *self.cur.lock().unwrap_or_else(|e| e.into_inner()) = b[0];
                 // SAFETY: fields of our own allocation that the program

@@ -494,6 +494,103 @@ static void rnr(struct ibv_context *ctx, union ibv_gid *gid)
 	ibv_dealloc_pd(pd);
 }
 
+/* UD: the receive buffer starts with the 40-byte GRH area (20 zero bytes
+ * and the IPv4 header for IPv4 GIDs); an address handle made from the
+ * completion and that area answers the sender. */
+static void ud(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_UD);
+	struct ibv_qp *b = make_qp(pd, cq, IBV_QPT_UD);
+	CHECK(a && b, "two UD QPs");
+	struct ibv_qp *q[2] = { a, b };
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+					  .qkey = 0x11111111 };
+		int r = ibv_modify_qp(q[i], &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+							 IBV_QP_PORT | IBV_QP_QKEY);
+		at.qp_state = IBV_QPS_RTR;
+		r |= ibv_modify_qp(q[i], &at, IBV_QP_STATE);
+		at.qp_state = IBV_QPS_RTS;
+		at.sq_psn = 0;
+		r |= ibv_modify_qp(q[i], &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
+		CHECK(r == 0, "UD QP %d to RTS", i);
+	}
+	static char buf[2][512];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge rs = { (uintptr_t)buf[1], 40 + 64, mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 50, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(ibv_post_recv(b, &rw, &rbad) == 0, "receive posted on B");
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .grh.dgid = *gid,
+				  .grh.hop_limit = 1 };
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	memcpy(buf[0], "ping from A", 12);
+	struct ibv_sge ss = { (uintptr_t)buf[0], 64, mr->lkey };
+	struct ibv_send_wr sw = { .wr_id = 51, .sg_list = &ss, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *sbad;
+	sw.wr.ud.ah = ah;
+	sw.wr.ud.remote_qpn = b->qp_num;
+	sw.wr.ud.remote_qkey = 0x11111111;
+	CHECK(ibv_post_send(a, &sw, &sbad) == 0, "UD SEND A -> B");
+	struct ibv_wc wc, rwc = { 0 };
+	int got_send = 0, got_recv = 0;
+	for (int i = 0; i < 2; i++) {
+		if (poll_one(cq, &wc) != 1)
+			break;
+		if (wc.wr_id == 51)
+			got_send = wc.status == IBV_WC_SUCCESS;
+		if (wc.wr_id == 50) {
+			rwc = wc;
+			got_recv = wc.status == IBV_WC_SUCCESS;
+		}
+	}
+	CHECK(got_send && got_recv, "send and receive complete");
+	CHECK(rwc.byte_len == 40 + 64 && (rwc.wc_flags & IBV_WC_GRH) && rwc.src_qp == a->qp_num,
+	      "receive: 40 + 64 bytes, GRH flag, source QP (len %u flags %#x)", rwc.byte_len,
+	      rwc.wc_flags);
+	CHECK(memcmp(buf[1] + 40, "ping from A", 12) == 0, "payload after the GRH area");
+	static const char zero[20];
+	CHECK(memcmp(buf[1], zero, 20) == 0 && (buf[1][20] >> 4) == 4,
+	      "GRH area: 20 zero bytes, then an IPv4 header");
+	struct ibv_ah_attr back;
+	CHECK(ibv_init_ah_from_wc(ctx, 1, &rwc, (struct ibv_grh *)buf[1], &back) == 0 &&
+		      back.is_global && memcmp(&back.grh.dgid, gid, 16) == 0,
+	      "ibv_init_ah_from_wc: back to the sender's GID");
+	struct ibv_ah *reply = ibv_create_ah_from_wc(pd, &rwc, (struct ibv_grh *)buf[1], 1);
+	CHECK(reply != NULL, "ibv_create_ah_from_wc");
+	struct ibv_wc nogrh = rwc;
+	nogrh.wc_flags = 0;
+	CHECK(ibv_init_ah_from_wc(ctx, 1, &nogrh, (struct ibv_grh *)buf[1], &back) == -1,
+	      "ibv_init_ah_from_wc without a GRH -> -1");
+	/* Reply B -> A with the address handle made from the completion. */
+	rs.addr = (uintptr_t)buf[0] + 256;
+	rs.length = 40 + 64;
+	rw.wr_id = 52;
+	ibv_post_recv(a, &rw, &rbad);
+	ss.addr = (uintptr_t)buf[1] + 40;
+	sw.wr_id = 53;
+	sw.wr.ud.ah = reply;
+	sw.wr.ud.remote_qpn = rwc.src_qp;
+	CHECK(ibv_post_send(b, &sw, &sbad) == 0, "UD reply B -> A");
+	int replied = 0;
+	for (int i = 0; i < 2; i++)
+		if (poll_one(cq, &wc) == 1 && wc.wr_id == 52 && wc.status == IBV_WC_SUCCESS)
+			replied = 1;
+	CHECK(replied && memcmp(buf[0] + 256 + 40, "ping from A", 12) == 0,
+	      "the reply arrives at A");
+	/* A UD send without an address handle. */
+	sw.wr.ud.ah = NULL;
+	CHECK(ibv_post_send(a, &sw, &sbad) == EINVAL && sbad == &sw, "UD SEND without AH -> EINVAL");
+	ibv_destroy_ah(ah);
+	ibv_destroy_ah(reply);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+}
+
 /* Completion channel: a real fd for poll(2); non-blocking when asked. */
 static void events(struct ibv_context *ctx, union ibv_gid *gid)
 {
@@ -589,6 +686,7 @@ int main(void)
 	bad_attributes(ctx, &gid);
 	remote_errors(ctx, &gid);
 	rnr(ctx, &gid);
+	ud(ctx, &gid);
 	events(ctx, &gid);
 	cq_ex(ctx);
 
