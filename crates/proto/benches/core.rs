@@ -15,6 +15,14 @@
 //! in bytes of payload per second (decimal: GB/s). `idle1k` variants add
 //! 1024 idle connected QPs to each device.
 //!
+//! Regions are [`VecMemory`]: every payload copy takes its mutex (two
+//! atomic operations the engine's raw regions do not pay), so the figures
+//! are a little pessimistic for the copy. Instructions per packet, the
+//! figure that does not depend on the machine's load, come from
+//! `valgrind --tool=callgrind --toggle-collect='*Pair*emit*'` (requester)
+//! or `'*Pair*receive*'` (responder) over `--profile-time`, divided by 32
+//! packets per call.
+//!
 //! ```text
 //! cargo bench -p softrdma-proto --bench core
 //! ```
