@@ -271,9 +271,13 @@ pub struct Context {
     async_ep: OwnedFd,
     pub objs: Mutex<Objects>,
     /// PDs, CQs and completion channels of this context (everything else
-    /// hangs off a PD): closing the context while they live is refused
-    /// with EBUSY, so a later destroy never reaches a freed context.
+    /// hangs off a PD): a context closed while they live is freed with the
+    /// last of them.
     pub users: std::sync::atomic::AtomicUsize,
+    /// Closed by the program (freed with its last object).
+    closed: std::sync::atomic::AtomicBool,
+    /// Freed (once).
+    freed: std::sync::atomic::AtomicBool,
     /// Whether an empty `ibv_poll_cq` now and then yields the CPU (see
     /// [`yield_on_idle_polls`]).
     pub yield_idle: bool,
@@ -393,6 +397,8 @@ fn new_context(entry: &'static DevEntry) -> Result<*mut ibv_context, i32> {
         async_ep,
         objs: Mutex::new(Objects::default()),
         users: std::sync::atomic::AtomicUsize::new(0),
+        closed: std::sync::atomic::AtomicBool::new(false),
+        freed: std::sync::atomic::AtomicBool::new(false),
         yield_idle,
     });
     let p = Box::into_raw(b);
@@ -473,22 +479,53 @@ pub unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
 pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
     guard_neg(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
-        if c.users.load(Ordering::SeqCst) > 0 {
-            return Err(libc::EBUSY);
-        }
-        let p = c as *const Context as *mut Context;
+        let p = c as *const Context;
         if !util::unregister(p as *const (), Kind::Context) {
             return Err(libc::EINVAL);
         }
-        // SAFETY: registered contexts are `Box::into_raw`ed and now
-        // unregistered, so this is the only free.
-        let b = unsafe { Box::from_raw(p) };
-        let entry = b.entry;
-        b.magic.store(0, Ordering::SeqCst);
-        drop(b);
-        entry.release();
+        // Closed: no longer usable as a context. Freed now, or — when the
+        // program closes it with PDs, CQs or channels still alive, as
+        // perftest's client does with its receive CQ — when the last of
+        // them is destroyed, so that destroy never reaches freed memory.
+        c.magic.store(0, Ordering::SeqCst);
+        c.closed.store(true, Ordering::SeqCst);
+        if c.users.load(Ordering::SeqCst) == 0 {
+            // SAFETY: unregistered above; `free_context` frees once.
+            unsafe { free_context(p) };
+        }
         Ok(())
     })
+}
+
+/// One PD, CQ or completion channel of `c` is gone: frees a closed context
+/// with its last object.
+///
+/// # Safety
+/// `c` is a context that counted that object in `users`.
+pub unsafe fn release_user(c: *const Context) {
+    // SAFETY: the context lives while its `users` count is non-zero.
+    let r = unsafe { &*c };
+    if r.users.fetch_sub(1, Ordering::SeqCst) == 1 && r.closed.load(Ordering::SeqCst) {
+        // SAFETY: closed and unused: `free_context` frees once.
+        unsafe { free_context(c) };
+    }
+}
+
+/// Frees a closed context (at most once, whoever calls first).
+///
+/// # Safety
+/// `c` is a boxed, unregistered context.
+unsafe fn free_context(c: *const Context) {
+    // SAFETY: per the contract.
+    if unsafe { &*c }.freed.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: contexts are `Box::into_raw`ed; `freed` makes this the only
+    // free.
+    let b = unsafe { Box::from_raw(c as *mut Context) };
+    let entry = b.entry;
+    drop(b);
+    entry.release();
 }
 
 fn env_u32(name: &str) -> u32 {

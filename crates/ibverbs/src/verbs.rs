@@ -139,9 +139,11 @@ pub unsafe extern "C" fn dealloc_pd(p: *mut ibv_pd) -> c_int {
             return libc::EINVAL;
         }
         x.magic.store(0, Ordering::SeqCst);
-        x.ctx().users.fetch_sub(1, Ordering::SeqCst);
+        let ctx = x.ctx;
         // SAFETY: unregistered above: the only free.
         unsafe { free(x as *const Pd) };
+        // SAFETY: the PD was counted in its context's users.
+        unsafe { crate::device::release_user(ctx) };
         0
     })
 }
@@ -356,11 +358,11 @@ pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int
             return libc::EINVAL;
         }
         x.magic.store(0, Ordering::SeqCst);
-        // SAFETY: the context outlives its channels (close refuses while
-        // they live).
-        unsafe { &*x.ctx }.users.fetch_sub(1, Ordering::SeqCst);
+        let ctx = x.ctx;
         // SAFETY: unregistered above: the only free.
         unsafe { free(x as *const Channel) };
+        // SAFETY: the channel was counted in its context's users.
+        unsafe { crate::device::release_user(ctx) };
         0
     })
 }
@@ -614,9 +616,10 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
                 .refcnt()
                 .fetch_sub(1, Ordering::SeqCst);
         }
-        ctx.users.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: unregistered above: the only free.
         unsafe { free(q as *const Cq) };
+        // SAFETY: the CQ was counted in its context's users.
+        unsafe { crate::device::release_user(ctx) };
         0
     })
 }
@@ -1686,6 +1689,7 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
             wr.rkey = RKey(r.rkey);
         }
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            // SAFETY: as above (union of plain integers and pointers).
             let a = unsafe { w.wr.atomic };
             wr.remote_addr = a.remote_addr;
             wr.rkey = RKey(a.rkey);
@@ -1695,6 +1699,7 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
         _ => {}
     }
     if q.is_ud() {
+        // SAFETY: as above (union of plain integers and pointers).
         let u = unsafe { w.wr.ud };
         wr.ud = Some(ud_dest(u.ah, u.remote_qpn, u.remote_qkey)?);
     }
