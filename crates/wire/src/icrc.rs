@@ -20,6 +20,13 @@
 use crate::bth;
 use crate::ip::{IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 
+/// A fresh CRC-32 hasher. `crc32fast::Hasher::new` detects the CPU's
+/// features each time; cloning a prototype does it once per process.
+fn hasher() -> crc32fast::Hasher {
+    static PROTO: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    PROTO.get_or_init(crc32fast::Hasher::new).clone()
+}
+
 /// Running ICRC computation. Feed the parts in wire order.
 #[derive(Clone)]
 pub struct Icrc(crc32fast::Hasher);
@@ -33,7 +40,7 @@ impl Default for Icrc {
 impl Icrc {
     /// Starts a computation: feeds the 8 bytes of 0xff.
     pub fn new() -> Self {
-        let mut h = crc32fast::Hasher::new();
+        let mut h = hasher();
         h.update(&[0xff; 8]);
         Icrc(h)
     }
@@ -146,7 +153,7 @@ pub(crate) fn icrc_datagram(hdr: &[u8], covered: &[u8]) -> u32 {
     if n > bth::ICRC_MASKED_BYTE {
         p[at + bth::ICRC_MASKED_BYTE] = 0xff;
     }
-    let mut h = crc32fast::Hasher::new();
+    let mut h = hasher();
     let rest = &covered[n..];
     if rest.len() <= SMALL_TAIL {
         p[at + n..at + n + rest.len()].copy_from_slice(rest);

@@ -182,6 +182,12 @@ impl DatagramRepr {
     /// Writes the IP and UDP headers for a transport packet of `ib_len`
     /// bytes (BTH through ICRC). Returns the header length.
     pub fn emit_headers(&self, buf: &mut [u8], ib_len: usize) -> Result<usize> {
+        self.emit_headers_with(buf, ib_len, true)
+    }
+
+    /// [`Self::emit_headers`], optionally without the IPv4 header checksum
+    /// (the ICRC masks it, so computing it for the ICRC is wasted work).
+    fn emit_headers_with(&self, buf: &mut [u8], ib_len: usize, checksum: bool) -> Result<usize> {
         let hl = self.header_len();
         if buf.len() < hl {
             return Err(Error::Truncated);
@@ -204,8 +210,10 @@ impl DatagramRepr {
                 be::set_u16(h, v4::CHECKSUM, 0);
                 h[v4::SRC..v4::SRC + 4].copy_from_slice(&r.src.octets());
                 h[v4::DST..v4::DST + 4].copy_from_slice(&r.dst.octets());
-                let c = ipv4_checksum(h);
-                be::set_u16(h, v4::CHECKSUM, c);
+                if checksum {
+                    let c = ipv4_checksum(h);
+                    be::set_u16(h, v4::CHECKSUM, c);
+                }
             }
             IpRepr::V6(r) => {
                 if udp_len > u16::MAX as usize {
@@ -246,7 +254,7 @@ impl DatagramRepr {
         let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
         let hl = self.header_len();
         // As in icrc_begin: an overflowing length gives a wrong ICRC, never a panic.
-        let _ = self.emit_headers(&mut hdr[..hl], covered.len() + ICRC_LEN);
+        let _ = self.emit_headers_with(&mut hdr[..hl], covered.len() + ICRC_LEN, false);
         icrc::icrc_datagram(&hdr[..hl], covered)
     }
 
