@@ -40,9 +40,9 @@ const TX_BATCH: usize = 64;
 /// hold the rest (it retransmits what a reliable QP loses).
 const TX_QUEUE_MAX: usize = 4096;
 
-/// How recently a program thread must have driven progress for the
-/// progress thread to leave the socket to it.
-const APP_ACTIVE_NS: u64 = 500_000;
+/// The progress thread's window for noticing program polls: if a program
+/// thread polled during it, the progress thread leaves progress to it.
+const APP_ACTIVE_NS: u64 = 300_000;
 
 /// A datagram waiting to be sent.
 struct Pending {
@@ -84,8 +84,12 @@ pub(crate) struct Shared {
     /// When the progress thread sleeps: until this time (ns since epoch);
     /// `u64::MAX` while it is awake.
     sleep_until: AtomicU64,
-    /// Last time a program thread drove progress itself (ns since epoch).
-    app_progress: AtomicU64,
+    /// CQ polls and progress calls by program threads: a counter, so the
+    /// program pays no clock read for it.
+    app_polls: AtomicU64,
+    /// The progress thread saw program polls in its last window: progress
+    /// is theirs, and posts wait for their next poll.
+    app_active: AtomicBool,
     /// Datagrams the socket refused (queue overflow): lost, counted.
     pub tx_dropped: AtomicU64,
     gso: bool,
@@ -125,7 +129,8 @@ impl Shared {
             spin,
             last_activity: AtomicU64::new(0),
             sleep_until: AtomicU64::new(u64::MAX),
-            app_progress: AtomicU64::new(0),
+            app_polls: AtomicU64::new(0),
+            app_active: AtomicBool::new(false),
             tx_dropped: AtomicU64::new(0),
             gso,
         })
@@ -155,7 +160,7 @@ impl Shared {
         let now = self.now();
         let mut core = lock(&self.core);
         let r = f(&mut core, now);
-        if self.app_driving(now) {
+        if self.app_active.load(Ordering::Relaxed) {
             self.route_events(&mut core);
         } else {
             self.after(core, now);
@@ -407,11 +412,21 @@ impl Shared {
         count
     }
 
+    /// A program thread polled (a CQ or `Device::progress`).
+    pub fn note_app_poll(&self) {
+        self.app_polls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads the core without a clock read (CQ polls).
+    pub fn peek_core_mut<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+        f(&mut lock(&self.core))
+    }
+
     /// Progress driven by a program thread (polling a CQ, or
     /// `Device::progress`): receive, run timers, send what is waiting. While
     /// program threads do this, the progress thread stays out of their way.
     pub fn progress_inline(&self) -> usize {
-        self.app_progress.store(self.now().0, Ordering::Relaxed);
+        self.note_app_poll();
         let n = self.poll_rx();
         // Timers, and whatever posts left queued in the core.
         self.poll_timers();
@@ -421,18 +436,11 @@ impl Shared {
     /// A program thread stops driving progress (it is about to block):
     /// the progress thread takes over at once.
     pub fn app_idle(&self) {
-        self.app_progress.store(0, Ordering::Relaxed);
+        self.app_active.store(false, Ordering::SeqCst);
         let now = self.now();
         let core = lock(&self.core);
         self.after(core, now);
         self.waker.wake();
-    }
-
-    /// A program thread drove progress within the last `APP_ACTIVE_NS`.
-    fn app_driving(&self, now: Instant) -> bool {
-        now.0
-            .saturating_sub(self.app_progress.load(Ordering::Relaxed))
-            < APP_ACTIVE_NS
     }
 
     /// Runs due timers. Returns the next deadline.
@@ -465,18 +473,23 @@ impl Shared {
 
 /// The progress thread's loop.
 pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
+    let mut seen_polls = shared.app_polls.load(Ordering::Relaxed);
     while !shared.stop.load(Ordering::Relaxed) {
         // A program thread is spinning on its CQ and making progress itself:
         // competing for the socket and the core lock would only cost both
-        // of us (two cores, several spinners). Check back shortly.
-        let now = shared.now();
-        if shared.app_driving(now) {
-            let left = APP_ACTIVE_NS
-                - now
-                    .0
-                    .saturating_sub(shared.app_progress.load(Ordering::Relaxed));
-            std::thread::sleep(Duration::from_nanos(left.clamp(50_000, APP_ACTIVE_NS)));
+        // of us (two cores, several spinners). Check back after a window.
+        let polls = shared.app_polls.load(Ordering::Relaxed);
+        if polls != seen_polls {
+            seen_polls = polls;
+            shared.app_active.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_nanos(APP_ACTIVE_NS));
             continue;
+        }
+        if shared.app_active.swap(false, Ordering::SeqCst) {
+            // The program stopped polling: send what its posts left queued.
+            let now = shared.now();
+            let core = lock(&shared.core);
+            shared.after(core, now);
         }
         let got = shared.poll_rx();
         let next = shared.poll_timers();

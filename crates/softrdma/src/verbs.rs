@@ -331,12 +331,13 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         let sh = self.inner.dev.shared();
         let id = self.id;
-        let n = sh.with_core(|c, _| c.poll_cq(id, out))?;
+        sh.note_app_poll();
+        let n = sh.peek_core_mut(|c| c.poll_cq(id, out))?;
         if n > 0 {
             return Ok(n);
         }
         if sh.progress_inline() > 0 {
-            return Ok(sh.with_core(|c, _| c.poll_cq(id, out))?);
+            return Ok(sh.peek_core_mut(|c| c.poll_cq(id, out))?);
         }
         Ok(0)
     }
