@@ -118,8 +118,10 @@ impl RecvMeta {
 }
 
 /// A datagram to send: its UDP payload is in the buffer given to
-/// [`Device::poll_transmit`], `len` bytes long.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// [`Device::poll_transmit`], `len` bytes long — or, from
+/// [`Device::poll_transmit_gather`], partly in registered memory (see
+/// [`Transmit::gather`]).
+#[derive(Clone, Debug)]
 pub struct Transmit {
     /// Destination address and UDP port.
     pub dst: SocketAddr,
@@ -129,7 +131,26 @@ pub struct Transmit {
     pub traffic_class: u8,
     /// Hop limit / TTL to send with.
     pub hop_limit: u8,
+    /// Zero-copy payload: the datagram is `buf[..gather.header_len]`, then
+    /// each piece's bytes, then `buf[gather.header_len..gather.header_len +
+    /// gather.trailer_len]` (pad and ICRC). `None`: all of it is in `buf`.
+    pub gather: Option<Gather>,
 }
+
+/// The parts of a zero-copy datagram.
+#[derive(Clone, Debug)]
+pub struct Gather {
+    /// Bytes of headers at the start of the buffer.
+    pub header_len: usize,
+    /// Bytes of pad and ICRC right after them in the buffer.
+    pub trailer_len: usize,
+    /// The payload, in order (up to [`MAX_GATHER`]).
+    pub pieces: [Option<crate::memory::Piece>; MAX_GATHER],
+}
+
+/// Payload pieces a zero-copy datagram may have; a payload in more pieces
+/// is copied.
+pub const MAX_GATHER: usize = 2;
 
 /// Output that is not a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +237,7 @@ macro_rules! ctx {
             local_ip: $self.cfg.local_ip,
             udp_src_port: $self.cfg.udp_src_port,
             port_mtu: $self.cfg.port_mtu,
+            gather: false,
         }
     };
 }
@@ -839,6 +861,25 @@ impl Device {
     /// [`MIN_TX_BUF`](crate::device::MIN_TX_BUF) bytes).
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_with(now, buf, false)
+    }
+
+    /// Like [`Self::poll_transmit`], but a payload that sits in registered
+    /// memory which lends its bytes ([`RegionMemory::as_slice`]) is left
+    /// there: the returned [`Transmit::gather`] says how to assemble the
+    /// datagram, and the ICRC already covers it. The memory must not change
+    /// before the datagram is sent (as with a NIC's DMA).
+    #[must_use]
+    pub fn poll_transmit_gather(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_with(now, buf, true)
+    }
+
+    fn poll_transmit_with(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<Transmit> {
         let rounds = self.tx_ready.len();
         for _ in 0..rounds {
             let idx = self.tx_ready.pop_front()?;
@@ -847,6 +888,7 @@ impl Device {
             };
             qp.tx_queued = false;
             let mut ctx = ctx!(self, now);
+            ctx.gather = gather;
             let tx = qp
                 .poll_response(&mut ctx, buf)
                 .or_else(|| qp.poll_request(&mut ctx, buf));

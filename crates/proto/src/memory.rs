@@ -32,6 +32,13 @@ pub trait RegionMemory: Send + Sync {
     /// Atomically replaces the u64 at `offset` with `swap` if it equals
     /// `compare`; returns the previous value.
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
+    /// The bytes at `offset`, when the memory can hand them out for the
+    /// duration of a send (zero-copy transmission); `None` makes the core
+    /// copy them into the packet buffer instead.
+    fn as_slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let _ = (offset, len);
+        None
+    }
     /// Feeds `len` bytes at `offset` into the ICRC (default: through a
     /// bounded stack buffer; implementations with direct access override it).
     fn icrc_update(&self, offset: usize, len: usize, icrc: &mut softrdma_wire::Icrc) {
@@ -111,6 +118,31 @@ impl fmt::Debug for Span {
     }
 }
 
+/// Part of a packet's payload, left in registered memory for the I/O layer
+/// to send from (zero-copy transmission).
+#[derive(Clone)]
+pub struct Piece {
+    /// The region's bytes (kept alive until the datagram is sent).
+    pub mem: Arc<dyn RegionMemory>,
+    /// Offset inside the region.
+    pub offset: usize,
+    /// Length.
+    pub len: usize,
+}
+
+impl fmt::Debug for Piece {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Piece({}+{})", self.offset, self.len)
+    }
+}
+
+impl Piece {
+    /// The bytes, when the memory lends them (see [`RegionMemory::as_slice`]).
+    pub fn bytes(&self) -> Option<&[u8]> {
+        self.mem.as_slice(self.offset, self.len)
+    }
+}
+
 /// A checked scatter/gather list.
 #[derive(Clone, Debug, Default)]
 pub struct SgList {
@@ -175,6 +207,30 @@ impl SgList {
             len -= n;
             offset = 0;
         }
+    }
+    /// The pieces of `[offset, offset+len)` as (memory, offset, length),
+    /// if there are at most `N` of them; for zero-copy transmission.
+    pub(crate) fn pieces<const N: usize>(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Option<[Option<Piece>; N]> {
+        let mut out: [Option<Piece>; N] = std::array::from_fn(|_| None);
+        let mut k = 0;
+        let mut ok = true;
+        self.for_range(offset, len, |s, o, n| {
+            if k < N {
+                out[k] = Some(Piece {
+                    mem: s.mem.clone(),
+                    offset: o,
+                    len: n,
+                });
+                k += 1;
+            } else {
+                ok = false;
+            }
+        });
+        ok.then_some(out)
     }
     /// Copies `dst.len()` bytes from list offset `offset`.
     pub fn read(&self, offset: u64, dst: &mut [u8]) {

@@ -22,7 +22,7 @@ use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{PcapWriter, Record};
 use softrdma_io::{GatherTransmit, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
 use softrdma_proto::device::MIN_TX_BUF;
-use softrdma_proto::{CqId, Device as Core, Event, Instant, RecvMeta};
+use softrdma_proto::{CqId, Device as Core, Event, Gather, Instant, RecvMeta};
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
@@ -30,8 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Datagrams received per batch.
+/// Datagrams received per batch by the progress thread.
 const RX_BATCH: usize = 32;
+/// Datagrams received per batch by a program thread driving progress: it
+/// usually finds none or a few, and a smaller batch costs less to set up.
+const INLINE_RX_BATCH: usize = 8;
 /// Receive buffer per batch slot: a GRO super-datagram.
 const RX_BUF: usize = 64 * 1024;
 /// Packets pulled from the core per flush before they are sent.
@@ -51,6 +54,35 @@ struct Pending {
     dst: SocketAddr,
     tos: u8,
     ttl: u8,
+    /// Zero-copy: headers in `buf`, payload in registered memory, trailer
+    /// (pad + ICRC) in `buf` after the headers.
+    gather: Option<Gather>,
+}
+
+impl Pending {
+    /// The datagram's parts, in order.
+    fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let (head, pieces, tail): (&[u8], &[Option<softrdma_proto::memory::Piece>], &[u8]) =
+            match &self.gather {
+                None => (&self.buf[..self.len], &[], &[]),
+                Some(g) => (
+                    &self.buf[..g.header_len],
+                    &g.pieces[..],
+                    &self.buf[g.header_len..g.header_len + g.trailer_len],
+                ),
+            };
+        std::iter::once(head)
+            .chain(pieces.iter().flatten().map(|p| p.bytes().unwrap_or(&[])))
+            .chain(std::iter::once(tail).filter(|t| !t.is_empty()))
+    }
+
+    /// The datagram in one piece (for the capture file).
+    fn contiguous(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.gather {
+            None => std::borrow::Cow::Borrowed(&self.buf[..self.len]),
+            Some(_) => std::borrow::Cow::Owned(self.parts().flatten().copied().collect()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -215,7 +247,7 @@ impl Shared {
             let mut n = 0;
             while n < TX_BATCH && tx.pending.len() < TX_QUEUE_MAX {
                 let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
-                match core.poll_transmit(now, &mut buf) {
+                match core.poll_transmit_gather(now, &mut buf) {
                     Some(t) => {
                         tx.pending.push_back(Pending {
                             buf,
@@ -223,6 +255,7 @@ impl Shared {
                             dst: t.dst,
                             tos: t.traffic_class,
                             ttl: t.hop_limit,
+                            gather: t.gather,
                         });
                         n += 1;
                     }
@@ -260,7 +293,10 @@ impl Shared {
         if tx.pending.is_empty() {
             return false;
         }
-        self.last_activity.store(self.now().0, Ordering::Relaxed);
+        if !self.spin.is_zero() {
+            // Only the busy-poll window reads it: no clock read otherwise.
+            self.last_activity.store(self.now().0, Ordering::Relaxed);
+        }
         if let Some(p) = &self.pcap {
             let mut w = lock(p);
             for d in &tx.pending {
@@ -269,7 +305,7 @@ impl Shared {
                     dst: d.dst,
                     traffic_class: d.tos,
                     hop_limit: d.ttl,
-                    payload: &d.buf[..d.len],
+                    payload: &d.contiguous(),
                     received: false,
                 });
             }
@@ -311,7 +347,8 @@ impl Shared {
             1
         };
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(tx.pending.len().min(1024));
-        let mut groups: Vec<(usize, usize, usize)> = Vec::new(); // (first slice, count, datagrams)
+        // (first datagram, first slice, end of its slices, datagrams)
+        let mut groups: Vec<(usize, usize, usize, usize)> = Vec::new();
         let mut i = 0;
         let items: Vec<&Pending> = tx
             .pending
@@ -342,17 +379,17 @@ impl Shared {
             {
                 j += 1;
             }
-            groups.push((slices.len(), j - i, j - i));
+            let first_slice = slices.len();
             for d in &items[i..j] {
-                slices.push(IoSlice::new(&d.buf[..d.len]));
+                slices.extend(d.parts().map(IoSlice::new));
             }
+            groups.push((i, first_slice, slices.len(), j - i));
             i = j;
         }
         let mut transmits = Vec::with_capacity(groups.len());
-        for &(start, count, _) in &groups {
-            // Slices were pushed one per datagram, in order.
-            let d = items[start];
-            let mut t = GatherTransmit::new(d.dst, &slices[start..start + count]);
+        for &(item, start, end, count) in &groups {
+            let d = items[item];
+            let mut t = GatherTransmit::new(d.dst, &slices[start..end]);
             t.tos = d.tos;
             t.ttl = Some(d.ttl);
             if count > 1 {
@@ -361,18 +398,28 @@ impl Shared {
             transmits.push(t);
         }
         let groups_sent = self.socket.send_gather(&transmits)?;
-        Ok(groups[..groups_sent].iter().map(|g| g.2).sum())
+        Ok(groups[..groups_sent].iter().map(|g| g.3).sum())
     }
 
     /// Receives and processes what has arrived, if no other thread is doing
     /// it. Returns the number of datagrams processed.
     pub fn poll_rx(&self) -> usize {
+        self.poll_rx_with(RX_BATCH, true)
+    }
+
+    /// Receives up to `batch` buffers and processes them; with `send`, also
+    /// sends what that produced (ACKs, responses) before returning.
+    fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
         let Ok(mut rx) = self.rx.try_lock() else {
             return 0;
         };
         let rx = &mut *rx;
-        let mut slices: Vec<IoSliceMut<'_>> =
-            rx.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        let mut slices: Vec<IoSliceMut<'_>> = rx
+            .bufs
+            .iter_mut()
+            .take(batch)
+            .map(|b| IoSliceMut::new(b))
+            .collect();
         let n = match self.socket.recv(&mut slices, &mut rx.meta) {
             Ok(n) => n,
             Err(_) => return 0,
@@ -408,7 +455,11 @@ impl Shared {
                 count += 1;
             }
         }
-        self.after(core, now);
+        if send {
+            self.after(core, now);
+        } else {
+            self.route_events(&mut core);
+        }
         count
     }
 
@@ -427,10 +478,21 @@ impl Shared {
     /// program threads do this, the progress thread stays out of their way.
     pub fn progress_inline(&self) -> usize {
         self.note_app_poll();
-        let n = self.poll_rx();
-        // Timers, and whatever posts left queued in the core.
+        // First send what earlier calls left queued — posts, and the ACKs
+        // and responses of what they received — and run due timers.
         self.poll_timers();
-        n
+        // Then receive, without sending: the caller sees what landed (a
+        // completion, a flag byte) before anything of ours goes out, and
+        // what this produces leaves with its next call, batched with the
+        // requests it posts in reaction.
+        self.poll_rx_with(INLINE_RX_BATCH, false)
+    }
+
+    /// Sends everything the core has queued, now.
+    pub fn flush_now(&self) {
+        let now = self.now();
+        let core = lock(&self.core);
+        self.after(core, now);
     }
 
     /// A program thread stops driving progress (it is about to block):

@@ -141,6 +141,13 @@ impl RegionMemory for RawRegion {
             Ok(v) | Err(v) => v,
         }
     }
+    fn as_slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.check(offset, len);
+        // SAFETY: in bounds; valid for as long as `self` (the registration
+        // contract). The bytes may be changed concurrently by the program,
+        // exactly as a NIC's DMA may read memory the program is writing.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) })
+    }
     fn icrc_update(&self, offset: usize, len: usize, icrc: &mut Icrc) {
         self.check(offset, len);
         // SAFETY: in bounds; the slice lives only for this call. Bytes a

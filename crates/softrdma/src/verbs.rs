@@ -631,7 +631,11 @@ impl std::fmt::Debug for QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         let q = self.qpn;
-        let _ = self.pd.inner.dev.shared().with_core(|c, _| c.destroy_qp(q));
+        let sh = self.pd.inner.dev.shared();
+        // ACKs and responses a polling thread received but left for its next
+        // poll go out first: the peer must not retry for what we have.
+        sh.flush_now();
+        let _ = sh.with_core(|c, _| c.destroy_qp(q));
     }
 }
 

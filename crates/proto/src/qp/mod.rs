@@ -105,6 +105,8 @@ pub(crate) struct Ctx<'a> {
     pub udp_src_port: u16,
     /// Active MTU of the port (UD messages).
     pub port_mtu: u32,
+    /// Leave payloads in registered memory (zero-copy transmission).
+    pub gather: bool,
 }
 
 impl Ctx<'_> {

@@ -4,9 +4,9 @@
 //! go-back-N.
 
 use super::{Ctx, Qp, SendWqe};
-use crate::device::Transmit;
+use crate::device::{Gather, Transmit, MAX_GATHER};
 use crate::limits::{ACK_REQ_EVERY_PKTS, MAX_INFLIGHT_PKTS};
-use crate::memory::{SgList, Span};
+use crate::memory::{Piece, SgList, Span};
 use crate::verbs::*;
 use crate::Instant;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
@@ -122,15 +122,6 @@ pub(crate) fn build_packet(
         return None;
     }
     repr.emit_headers(buf).ok()?;
-    let data = &mut buf[hlen..hlen + plen];
-    match payload {
-        Payload::None => {}
-        Payload::Bytes(b) => data.copy_from_slice(b),
-        Payload::Sgl(l, off, _) => l.read(off, data),
-        Payload::Span(s, off, _) => s.mem.read(s.offset + off, data),
-    }
-    let pad_end = total - softrdma_wire::ICRC_LEN;
-    buf[hlen + plen..pad_end].fill(0);
     let ip = IpRepr::between(ctx.local_ip, av.dest, av.traffic_class).ok()?;
     let d = DatagramRepr {
         ip,
@@ -140,14 +131,59 @@ pub(crate) fn build_packet(
             checksum: 0,
         },
     };
-    let icrc = d.icrc(&buf[..pad_end]);
-    buf[pad_end..total].copy_from_slice(&icrc.to_le_bytes());
-    Some(Transmit {
+    let pad = repr.bth.pad_count as usize;
+    let tx = |gather| Transmit {
         dst: std::net::SocketAddr::new(av.dest, av.dest_port),
         len: total,
         traffic_class: av.traffic_class,
         hop_limit: av.hop_limit,
-    })
+        gather,
+    };
+    // Zero-copy: the payload stays in registered memory; the buffer gets the
+    // headers, then the pad and ICRC right after them.
+    if ctx.gather && plen > 0 {
+        let pieces = match &payload {
+            Payload::Sgl(l, off, n) => l.pieces::<MAX_GATHER>(*off, *n),
+            Payload::Span(sp, off, n) => {
+                let mut p: [Option<Piece>; MAX_GATHER] = std::array::from_fn(|_| None);
+                p[0] = Some(Piece {
+                    mem: sp.mem.clone(),
+                    offset: sp.offset + off,
+                    len: *n,
+                });
+                Some(p)
+            }
+            _ => None,
+        };
+        if let Some(pieces) = pieces.filter(|p| p.iter().flatten().all(|x| x.bytes().is_some())) {
+            let mut icrc = d.icrc_begin(total);
+            icrc.transport(&buf[..hlen]);
+            for p in pieces.iter().flatten() {
+                p.mem.icrc_update(p.offset, p.len, &mut icrc);
+            }
+            buf[hlen..hlen + pad].fill(0);
+            icrc.update(&buf[hlen..hlen + pad]);
+            let c = icrc.finish();
+            buf[hlen + pad..hlen + pad + softrdma_wire::ICRC_LEN].copy_from_slice(&c.to_le_bytes());
+            return Some(tx(Some(Gather {
+                header_len: hlen,
+                trailer_len: pad + softrdma_wire::ICRC_LEN,
+                pieces,
+            })));
+        }
+    }
+    let data = &mut buf[hlen..hlen + plen];
+    match payload {
+        Payload::None => {}
+        Payload::Bytes(b) => data.copy_from_slice(b),
+        Payload::Sgl(l, off, _) => l.read(off, data),
+        Payload::Span(s, off, _) => s.mem.read(s.offset + off, data),
+    }
+    let pad_end = total - softrdma_wire::ICRC_LEN;
+    buf[hlen + plen..pad_end].fill(0);
+    let icrc = d.icrc(&buf[..pad_end]);
+    buf[pad_end..total].copy_from_slice(&icrc.to_le_bytes());
+    Some(tx(None))
 }
 
 /// BTH opcode of a request packet.
