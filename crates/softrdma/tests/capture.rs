@@ -84,11 +84,13 @@ fn capture_decodes_with_valid_icrc() {
     softrdma::cm::barrier(&mut c.stream).unwrap();
     // SEND (multi-packet, odd length: PadCnt), WRITE with immediate-less
     // RETH, READ (responses), 13-byte WRITE (PadCnt 3).
+    // Three SGEs: more pieces than a zero-copy datagram takes, so the
+    // payload is copied; the WRITE below has two (zero-copy, gathered).
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![mr.sge(0, 3001)];
+    wr.sg_list = vec![mr.sge(0, 1000), mr.sge(1000, 1000), mr.sge(2000, 1001)];
     c.qp.post_send(wr).unwrap();
     let mut w = SendWr::new(2, WrOpcode::RdmaWrite);
-    w.sg_list = vec![mr.sge(0, 5000)];
+    w.sg_list = vec![mr.sge(0, 1500), mr.sge(1500, 3500)];
     w.remote_addr = c.remote.va + 65536;
     w.rkey = c.remote.rkey;
     c.qp.post_send(w.clone()).unwrap();
