@@ -153,7 +153,7 @@ pub fn client(
         idx += 1;
         progress.tick(idx, total, secs);
     }
-    drain(side, ctrl, k, &mut wcs, &mut outstanding, recvs)?;
+    drain(side, ctrl, k, &mut wcs, &mut outstanding, recvs, None)?;
     Ok(LatRun {
         samples_ns: samples,
         done: idx,
@@ -161,7 +161,10 @@ pub fn client(
     })
 }
 
-/// Waits for the send completions still due.
+/// Waits for the send completions still due. With `end`, the peer's END
+/// line may arrive meanwhile (the peer finished first: its last answer has
+/// landed here, and the acknowledgment of ours is still on its way); it is
+/// kept there. Any other line interrupts.
 fn drain(
     side: &Side,
     ctrl: &mut Ctrl,
@@ -169,6 +172,7 @@ fn drain(
     wcs: &mut [softrdma::Wc],
     outstanding: &mut u64,
     mut recvs: Option<&mut Receives>,
+    mut end: Option<&mut Option<String>>,
 ) -> Result<(), Error> {
     let mut dog = Watchdog::new(side);
     while *outstanding > 0 {
@@ -176,8 +180,22 @@ fn drain(
         *outstanding -= s as u64;
         if s > 0 {
             dog.progress();
-        } else if dog.idle(ctrl, "send completions")? {
-            return Err(interrupted(ctrl));
+            continue;
+        }
+        if !dog.idle(ctrl, "send completions")? {
+            continue;
+        }
+        match end.as_deref_mut() {
+            Some(slot) if slot.is_none() => {
+                let line = ctrl.recv(Some(REPLY_TIMEOUT))?;
+                if line.split_whitespace().next() != Some("END") {
+                    return Err(Error::Failed(format!(
+                        "the peer interrupted the run: {line}"
+                    )));
+                }
+                *slot = Some(line);
+            }
+            _ => return Err(interrupted(ctrl)),
         }
     }
     Ok(())
@@ -261,10 +279,24 @@ pub fn server(
         outstanding += 1;
         idx += 1;
     }
-    drain(side, ctrl, k, &mut wcs, &mut outstanding, recvs)?;
-    let counts = match end {
-        Some(c) => c,
-        None => {
+    let mut end_line = None;
+    if end.is_none() {
+        drain(
+            side,
+            ctrl,
+            k,
+            &mut wcs,
+            &mut outstanding,
+            recvs,
+            Some(&mut end_line),
+        )?;
+    } else {
+        drain(side, ctrl, k, &mut wcs, &mut outstanding, recvs, None)?;
+    }
+    let counts = match (end, end_line) {
+        (Some(c), _) => c,
+        (None, Some(line)) => super::parse_end(&line, k, 1)?,
+        (None, None) => {
             let line = ctrl.expect("END", Some(REPLY_TIMEOUT))?;
             super::parse_end(&line, k, 1)?
         }
