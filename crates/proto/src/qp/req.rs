@@ -102,6 +102,10 @@ impl Payload<'_> {
     }
 }
 
+/// Payloads shorter than this are copied even when zero-copy is asked for:
+/// below it, an extra iovec and a reference count cost more than the copy.
+const GATHER_MIN: usize = 512;
+
 /// Smallest transmit buffer: a 4096-byte payload with every header.
 pub const MIN_TX_BUF: usize = 4096 + 128;
 
@@ -141,7 +145,7 @@ pub(crate) fn build_packet(
     };
     // Zero-copy: the payload stays in registered memory; the buffer gets the
     // headers, then the pad and ICRC right after them.
-    if ctx.gather && plen > 0 {
+    if ctx.gather && plen >= GATHER_MIN {
         let pieces = match &payload {
             Payload::Sgl(l, off, n) => l.pieces::<MAX_GATHER>(*off, *n),
             Payload::Span(sp, off, n) => {
