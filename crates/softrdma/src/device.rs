@@ -33,9 +33,10 @@ pub struct DeviceOptions {
     /// `{addr}` in the path is replaced by the device's address.
     pub pcap: Option<PathBuf>,
     /// Busy-poll window of the progress thread after activity
-    /// (`SOFTRDMA_SPIN_US`, default 0: sleep in epoll at once). On a machine
-    /// with cores to spare, a few tens of µs lower latency; where the
-    /// program's threads already spin, spinning here only steals their CPU.
+    /// (`SOFTRDMA_SPIN_US`, default 20 µs): while datagrams keep coming it
+    /// polls instead of paying an epoll sleep and wake-up per burst (small
+    /// messages: 1.1 → 1.5 M/s on the 2-core VM); 0 sleeps at once. While a
+    /// program thread polls, the progress thread does not spin at all.
     pub spin: Option<Duration>,
     /// Use UDP GSO to send runs of equal-sized packets in one system call.
     pub gso: bool,
@@ -214,7 +215,7 @@ impl Device {
                 std::env::var("SOFTRDMA_SPIN_US")
                     .ok()
                     .and_then(|s| s.parse().ok())
-                    .unwrap_or(0),
+                    .unwrap_or(20),
             )
         });
         let poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
