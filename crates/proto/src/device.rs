@@ -889,9 +889,23 @@ impl Device {
             qp.tx_queued = false;
             let mut ctx = ctx!(self, now);
             ctx.gather = gather;
-            let tx = qp
-                .poll_response(&mut ctx, buf)
-                .or_else(|| qp.poll_request(&mut ctx, buf));
+            // Requests and responses of a QP take turns; with one of each
+            // waiting after a response, the request goes first: in a
+            // ping-pong the peer's answer then travels ahead of the ACK
+            // of its previous message, which nobody is waiting for.
+            let tx = if qp.last_tx_request {
+                qp.poll_response(&mut ctx, buf)
+                    .map(|t| (t, false))
+                    .or_else(|| qp.poll_request(&mut ctx, buf).map(|t| (t, true)))
+            } else {
+                qp.poll_request(&mut ctx, buf)
+                    .map(|t| (t, true))
+                    .or_else(|| qp.poll_response(&mut ctx, buf).map(|t| (t, false)))
+            };
+            let tx = tx.map(|(t, request)| {
+                qp.last_tx_request = request;
+                t
+            });
             Self::sync_timer(&mut self.timers, qp, idx);
             if let Some(tx) = tx {
                 qp.tx_queued = true;

@@ -525,3 +525,42 @@ fn a_long_message_goes_out_in_one_burst() {
     let out = r.sent();
     assert_eq!(out.len(), 15);
 }
+
+/// A QP that has both an ACK (of the peer's WRITE) and a request of its own
+/// to send, after sending a response, sends the request first: in a
+/// ping-pong the answer then travels ahead of the ACK nobody waits for.
+/// Requests and responses take turns, so neither starves the other.
+#[test]
+fn requests_and_responses_take_turns() {
+    let mut r = Rig::new(Setup::default());
+    let ping = |r: &mut Rig, i: u8| {
+        let psn = r.take_psn(1);
+        let data = [i; 8];
+        let mut p = PacketRepr::new(r.bth(0x0a, psn), &data);
+        p.bth.ack_req = true;
+        p.reth = Some(RethRepr {
+            va: VA + 64,
+            rkey: RKey(r.key),
+            dma_len: 8,
+        });
+        r.deliver(&p);
+    };
+    // The peer writes; we answer with a WRITE of our own.
+    ping(&mut r, 1);
+    r.post_send(rdma(1, WrOpcode::RdmaWrite, 0, 8, 0x5000));
+    let order: Vec<u8> = r.sent().iter().map(|o| o.opcode).collect();
+    assert_eq!(order, vec![0x0a, 0x11], "our WRITE, then the ACK");
+    // Next round, the same.
+    ping(&mut r, 2);
+    r.post_send(rdma(2, WrOpcode::RdmaWrite, 0, 8, 0x5000));
+    let order: Vec<u8> = r.sent().iter().map(|o| o.opcode).collect();
+    assert_eq!(order, vec![0x0a, 0x11]);
+    // Three of each: the responder coalesces its ACK of the three WRITEs,
+    // which leaves between our first and second request, not after all.
+    for i in 0..3 {
+        ping(&mut r, 3 + i);
+        r.post_send(rdma(3 + i as u64, WrOpcode::RdmaWrite, 0, 8, 0x5000));
+    }
+    let order: Vec<u8> = r.sent().iter().map(|o| o.opcode).collect();
+    assert_eq!(order, vec![0x0a, 0x11, 0x0a, 0x0a]);
+}

@@ -154,6 +154,9 @@ pub(crate) struct Qp {
     pub counters: Counters,
     /// In the device's transmit round-robin.
     pub tx_queued: bool,
+    /// The last packet this QP sent was a request (for the order in which
+    /// requests and responses share the link: see `Device::poll_transmit`).
+    pub last_tx_request: bool,
     /// SQD entered with notification requested and not yet sent.
     pub sqd_notify: bool,
     /// The deadline the device's timer set holds for this QP.
@@ -271,6 +274,7 @@ impl Qp {
             resp: resp::Responder::default(),
             counters: Counters::default(),
             tx_queued: false,
+            last_tx_request: false,
             sqd_notify: false,
             armed: None,
         }
