@@ -546,6 +546,14 @@ impl AttrMask {
     pub const fn without(self, o: AttrMask) -> AttrMask {
         AttrMask(self.0 & !o.0)
     }
+
+    /// The mask `modify_qp` requires to take a QP of type `t` from `from`
+    /// to `to`: `STATE` and the attributes IBA table 91 makes mandatory
+    /// (what the usual RESET → INIT → RTR → RTS bring-up passes). `None`
+    /// for a transition that does not exist.
+    pub fn required(t: QpType, from: QpState, to: QpState) -> Option<AttrMask> {
+        crate::qp::required_mask(t, from, to).map(|m| AttrMask::STATE.with(AttrMask(m)))
+    }
 }
 
 /// QP attributes for `modify_qp` / `query_qp` (`ibv_qp_attr`). Only the

@@ -489,41 +489,12 @@ fn run(case: Case) -> Outcome {
             rnr_retry: 7,
             ..Default::default()
         };
-        let base = AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT);
-        let (m_init, m_rtr, m_rts) = match qp_type {
-            QpType::Rc => (
-                base.with(AttrMask::ACCESS_FLAGS),
-                AttrMask::STATE
-                    .with(AttrMask::AV)
-                    .with(AttrMask::PATH_MTU)
-                    .with(AttrMask::DEST_QPN)
-                    .with(AttrMask::RQ_PSN)
-                    .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                    .with(AttrMask::MIN_RNR_TIMER),
-                AttrMask::STATE
-                    .with(AttrMask::SQ_PSN)
-                    .with(AttrMask::TIMEOUT)
-                    .with(AttrMask::RETRY_CNT)
-                    .with(AttrMask::RNR_RETRY)
-                    .with(AttrMask::MAX_QP_RD_ATOMIC),
-            ),
-            QpType::Uc => (
-                base.with(AttrMask::ACCESS_FLAGS),
-                AttrMask::STATE
-                    .with(AttrMask::AV)
-                    .with(AttrMask::PATH_MTU)
-                    .with(AttrMask::DEST_QPN)
-                    .with(AttrMask::RQ_PSN),
-                AttrMask::STATE.with(AttrMask::SQ_PSN),
-            ),
-            QpType::Ud => (
-                base.with(AttrMask::QKEY),
-                AttrMask::STATE,
-                AttrMask::STATE.with(AttrMask::SQ_PSN),
-            ),
-        };
+        let [m_init, m_rtr, m_rts] = [
+            (QpState::Reset, QpState::Init),
+            (QpState::Init, QpState::Rtr),
+            (QpState::Rtr, QpState::Rts),
+        ]
+        .map(|(from, to)| AttrMask::required(qp_type, from, to).unwrap());
         for (state, mask) in [
             (QpState::Init, m_init),
             (QpState::Rtr, m_rtr),

@@ -418,3 +418,29 @@ fn memory_keys_are_not_a_counter() {
     assert!(highs.len() > 16);
     let _ = RKey(keys[0]);
 }
+
+#[test]
+fn required_masks_follow_table_91() {
+    let r = |t, a, b| AttrMask::required(t, a, b);
+    use QpState::*;
+    assert_eq!(
+        r(QpType::Rc, Reset, Init),
+        Some(INIT_MASK),
+        "RC RESET→INIT: state, P_Key index, port, access"
+    );
+    let ud_init = r(QpType::Ud, Reset, Init).unwrap();
+    assert!(ud_init.contains(AttrMask::QKEY) && !ud_init.contains(AttrMask::ACCESS_FLAGS));
+    let rc_rtr = r(QpType::Rc, Init, Rtr).unwrap();
+    assert!(rc_rtr.contains(AttrMask::MIN_RNR_TIMER.with(AttrMask::MAX_DEST_RD_ATOMIC)));
+    let uc_rtr = r(QpType::Uc, Init, Rtr).unwrap();
+    assert!(uc_rtr.contains(AttrMask::DEST_QPN) && !uc_rtr.contains(AttrMask::MIN_RNR_TIMER));
+    assert_eq!(r(QpType::Ud, Init, Rtr), Some(AttrMask::STATE));
+    assert_eq!(
+        r(QpType::Uc, Rtr, Rts),
+        Some(AttrMask::STATE.with(AttrMask::SQ_PSN))
+    );
+    assert!(r(QpType::Rc, Rtr, Rts)
+        .unwrap()
+        .contains(AttrMask::RETRY_CNT));
+    assert_eq!(r(QpType::Rc, Reset, Rts), None);
+}

@@ -373,17 +373,8 @@ pub fn run(cfg: &Config) -> Report {
                 qkey: QKey(0x1111_1111),
                 ..Default::default()
             };
-            let mask = if ty == QpType::Ud {
-                AttrMask::STATE
-                    .with(AttrMask::PKEY_INDEX)
-                    .with(AttrMask::PORT)
-                    .with(AttrMask::QKEY)
-            } else {
-                AttrMask::STATE
-                    .with(AttrMask::PKEY_INDEX)
-                    .with(AttrMask::PORT)
-                    .with(AttrMask::ACCESS_FLAGS)
-            };
+            let mask = AttrMask::required(ty, QpState::Reset, QpState::Init)
+                .expect("a bring-up transition");
             let now = sim.now;
             sim.nodes[node]
                 .dev

@@ -138,18 +138,11 @@ pub fn endpoint(sim: &mut Sim, node: usize, o: &PairOpts, va: u64) -> Endpoint {
         qkey: QKey(o.qkey),
         ..Default::default()
     };
-    let mask = if o.qp_type == QpType::Ud {
-        AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT)
-            .with(AttrMask::QKEY)
-    } else {
+    if o.qp_type != QpType::Ud {
         a.qkey = QKey(0);
-        AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT)
-            .with(AttrMask::ACCESS_FLAGS)
-    };
+    }
+    let mask = AttrMask::required(o.qp_type, QpState::Reset, QpState::Init)
+        .expect("a bring-up transition");
     dev.modify_qp(now, qpn, &a, mask).expect("INIT");
     Endpoint {
         node,
@@ -186,21 +179,8 @@ pub fn to_rts(
         ah_attr: AddressVector::to(peer_ip),
         ..Default::default()
     };
-    let mask = match o.qp_type {
-        QpType::Rc => AttrMask::STATE
-            .with(AttrMask::AV)
-            .with(AttrMask::PATH_MTU)
-            .with(AttrMask::DEST_QPN)
-            .with(AttrMask::RQ_PSN)
-            .with(AttrMask::MAX_DEST_RD_ATOMIC)
-            .with(AttrMask::MIN_RNR_TIMER),
-        QpType::Uc => AttrMask::STATE
-            .with(AttrMask::AV)
-            .with(AttrMask::PATH_MTU)
-            .with(AttrMask::DEST_QPN)
-            .with(AttrMask::RQ_PSN),
-        QpType::Ud => AttrMask::STATE,
-    };
+    let mask =
+        AttrMask::required(o.qp_type, QpState::Init, QpState::Rtr).expect("a bring-up transition");
     dev.modify_qp(now, e.qpn, &rtr, mask).expect("RTR");
     let rts = QpAttr {
         qp_state: QpState::Rts,
@@ -211,15 +191,8 @@ pub fn to_rts(
         max_rd_atomic: o.max_rd_atomic,
         ..Default::default()
     };
-    let mask = match o.qp_type {
-        QpType::Rc => AttrMask::STATE
-            .with(AttrMask::SQ_PSN)
-            .with(AttrMask::TIMEOUT)
-            .with(AttrMask::RETRY_CNT)
-            .with(AttrMask::RNR_RETRY)
-            .with(AttrMask::MAX_QP_RD_ATOMIC),
-        _ => AttrMask::STATE.with(AttrMask::SQ_PSN),
-    };
+    let mask =
+        AttrMask::required(o.qp_type, QpState::Rtr, QpState::Rts).expect("a bring-up transition");
     dev.modify_qp(now, e.qpn, &rts, mask).expect("RTS");
 }
 

@@ -740,13 +740,8 @@ impl QueuePair {
             qkey: o.qkey,
             ..Default::default()
         };
-        let base = AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT);
-        let m = match self.qp_type {
-            QpType::Ud => base.with(AttrMask::QKEY),
-            _ => base.with(AttrMask::ACCESS_FLAGS),
-        };
+        let m = AttrMask::required(self.qp_type, QpState::Reset, QpState::Init)
+            .expect("a bring-up transition");
         self.modify(&init, m)?;
         let mut av = AddressVector::to(addr_of_gid(remote.gid));
         av.traffic_class = o.traffic_class;
@@ -760,21 +755,8 @@ impl QueuePair {
             ah_attr: av,
             ..Default::default()
         };
-        let m = match self.qp_type {
-            QpType::Rc => AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN)
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER),
-            QpType::Uc => AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN),
-            QpType::Ud => AttrMask::STATE,
-        };
+        let m = AttrMask::required(self.qp_type, QpState::Init, QpState::Rtr)
+            .expect("a bring-up transition");
         self.modify(&rtr, m)?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
@@ -785,15 +767,8 @@ impl QueuePair {
             max_rd_atomic: o.max_rd_atomic,
             ..Default::default()
         };
-        let m = match self.qp_type {
-            QpType::Rc => AttrMask::STATE
-                .with(AttrMask::SQ_PSN)
-                .with(AttrMask::TIMEOUT)
-                .with(AttrMask::RETRY_CNT)
-                .with(AttrMask::RNR_RETRY)
-                .with(AttrMask::MAX_QP_RD_ATOMIC),
-            _ => AttrMask::STATE.with(AttrMask::SQ_PSN),
-        };
+        let m = AttrMask::required(self.qp_type, QpState::Rtr, QpState::Rts)
+            .expect("a bring-up transition");
         self.modify(&rts, m)
     }
 }

@@ -177,6 +177,11 @@ const fn ti(x: QpType) -> usize {
     }
 }
 
+/// The attributes (mask bits) required for a transition, by QP type.
+pub(crate) fn required_mask(t: QpType, from: QpState, to: QpState) -> Option<u32> {
+    transition(from, to).map(|tr| tr.required[ti(t)])
+}
+
 fn transition(from: QpState, to: QpState) -> Option<Transition> {
     use QpState::*;
     const PKEY: u32 = AttrMask::PKEY_INDEX.0;

@@ -129,17 +129,8 @@ impl Rig {
             qkey: QKey(0x1111_1111),
             ..Default::default()
         };
-        let m = if s.qp_type == QpType::Ud {
-            AttrMask::STATE
-                .with(AttrMask::PKEY_INDEX)
-                .with(AttrMask::PORT)
-                .with(AttrMask::QKEY)
-        } else {
-            AttrMask::STATE
-                .with(AttrMask::PKEY_INDEX)
-                .with(AttrMask::PORT)
-                .with(AttrMask::ACCESS_FLAGS)
-        };
+        let m = AttrMask::required(s.qp_type, QpState::Reset, QpState::Init)
+            .expect("a bring-up transition");
         dev.modify_qp(now, qpn, &init, m).unwrap();
         let rtr = QpAttr {
             qp_state: QpState::Rtr,
@@ -151,21 +142,8 @@ impl Rig {
             ah_attr: AddressVector::to(ip(PEER_IP)),
             ..Default::default()
         };
-        let m = match s.qp_type {
-            QpType::Rc => AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN)
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER),
-            QpType::Uc => AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN),
-            QpType::Ud => AttrMask::STATE,
-        };
+        let m = AttrMask::required(s.qp_type, QpState::Init, QpState::Rtr)
+            .expect("a bring-up transition");
         dev.modify_qp(now, qpn, &rtr, m).unwrap();
         let rts = QpAttr {
             qp_state: QpState::Rts,
@@ -176,15 +154,8 @@ impl Rig {
             max_rd_atomic: s.max_rd_atomic,
             ..Default::default()
         };
-        let m = match s.qp_type {
-            QpType::Rc => AttrMask::STATE
-                .with(AttrMask::SQ_PSN)
-                .with(AttrMask::TIMEOUT)
-                .with(AttrMask::RETRY_CNT)
-                .with(AttrMask::RNR_RETRY)
-                .with(AttrMask::MAX_QP_RD_ATOMIC),
-            _ => AttrMask::STATE.with(AttrMask::SQ_PSN),
-        };
+        let m = AttrMask::required(s.qp_type, QpState::Rtr, QpState::Rts)
+            .expect("a bring-up transition");
         dev.modify_qp(now, qpn, &rts, m).unwrap();
         Rig {
             dev,
