@@ -252,15 +252,18 @@ pub unsafe extern "C" fn reg_mr_iova2(
     guard_ptr(|| unsafe { register_mr(p, addr, length, iova, access as c_int) })
 }
 
+fn mr<'a>(m: *mut ibv_mr) -> Option<&'a Mr> {
+    // SAFETY: Kind::Mr entries are `Mr`s.
+    unsafe { lookup::<Mr>(m.cast(), Kind::Mr) }
+        .filter(|x| x.magic.load(Ordering::Relaxed) == MAGIC_MR)
+}
+
 pub unsafe extern "C" fn dereg_mr(m: *mut ibv_mr) -> c_int {
     guard_errno(|| {
-        // SAFETY: Kind::Mr entries are `Mr`s.
-        let Some(x) = (unsafe { lookup::<Mr>(m.cast(), Kind::Mr) }) else {
+        let Some(x) = mr(m) else {
             return libc::EINVAL;
         };
-        if x.magic.load(Ordering::Relaxed) != MAGIC_MR
-            || !util::unregister(m as *const (), Kind::Mr)
-        {
+        if !util::unregister(m as *const (), Kind::Mr) {
             return libc::EINVAL;
         }
         x.magic.store(0, Ordering::SeqCst);
@@ -281,8 +284,7 @@ pub unsafe extern "C" fn rereg_mr(
     _access: c_int,
 ) -> c_int {
     guard(-1, || {
-        // SAFETY: Kind::Mr entries are `Mr`s.
-        if unsafe { lookup::<Mr>(m.cast(), Kind::Mr) }.is_none() || flags & !7 != 0 {
+        if mr(m).is_none() || flags & !7 != 0 {
             util::set_errno(libc::EINVAL);
             return -1; // IBV_REREG_MR_ERR_INPUT
         }
@@ -1101,15 +1103,18 @@ pub unsafe extern "C" fn create_ah(p: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *m
     })
 }
 
+fn ah<'a>(a: *mut ibv_ah) -> Option<&'a Ah> {
+    // SAFETY: Kind::Ah entries are `Ah`s.
+    unsafe { lookup::<Ah>(a.cast(), Kind::Ah) }
+        .filter(|x| x.magic.load(Ordering::Relaxed) == MAGIC_AH)
+}
+
 pub unsafe extern "C" fn destroy_ah(a: *mut ibv_ah) -> c_int {
     guard_errno(|| {
-        // SAFETY: Kind::Ah entries are `Ah`s.
-        let Some(x) = (unsafe { lookup::<Ah>(a.cast(), Kind::Ah) }) else {
+        let Some(x) = ah(a) else {
             return libc::EINVAL;
         };
-        if x.magic.load(Ordering::Relaxed) != MAGIC_AH
-            || !util::unregister(a as *const (), Kind::Ah)
-        {
+        if !util::unregister(a as *const (), Kind::Ah) {
             return libc::EINVAL;
         }
         x.magic.store(0, Ordering::SeqCst);

@@ -117,53 +117,38 @@ fn pingpong(tool: &str, port: u16, size: u64, extra: &[&str]) {
     println!("{what}: {mbit} Mbit/s, {usec} usec/iter");
 }
 
-#[test]
-fn rc_pingpong() {
+/// `tool` at each size with each set of extra flags, on ports after `port`.
+fn pingpongs(tool: &str, port: u16, sizes: [u64; 2], extras: &[&[&str]]) {
     let _s = serial();
-    let mut port = 23100;
-    for size in [64, 65536] {
-        for extra in [&[][..], &["-e"], &["-N"], &["-N", "-e"]] {
+    let mut port = port;
+    for size in sizes {
+        for extra in extras {
             port += 1;
-            pingpong("ibv_rc_pingpong", port, size, extra);
+            pingpong(tool, port, size, extra);
         }
     }
+}
+
+#[test]
+fn rc_pingpong() {
+    let extras: &[&[&str]] = &[&[], &["-e"], &["-N"], &["-N", "-e"]];
+    pingpongs("ibv_rc_pingpong", 23100, [64, 65536], extras);
 }
 
 #[test]
 fn uc_pingpong() {
-    let _s = serial();
-    let mut port = 23120;
-    for size in [64, 65536] {
-        for extra in [&[][..], &["-e"]] {
-            port += 1;
-            pingpong("ibv_uc_pingpong", port, size, extra);
-        }
-    }
+    pingpongs("ibv_uc_pingpong", 23120, [64, 65536], &[&[], &["-e"]]);
 }
 
 #[test]
 fn ud_pingpong() {
-    let _s = serial();
-    let mut port = 23140;
     // UD messages go up to the MTU (4096).
-    for size in [64, 4096] {
-        for extra in [&[][..], &["-e"]] {
-            port += 1;
-            pingpong("ibv_ud_pingpong", port, size, extra);
-        }
-    }
+    pingpongs("ibv_ud_pingpong", 23140, [64, 4096], &[&[], &["-e"]]);
 }
 
 #[test]
 fn srq_pingpong() {
-    let _s = serial();
-    let mut port = 23160;
-    for size in [64, 65536] {
-        for extra in [&[][..], &["-e"]] {
-            port += 1;
-            pingpong("ibv_srq_pingpong", port, size, extra);
-        }
-    }
+    pingpongs("ibv_srq_pingpong", 23160, [64, 65536], &[&[], &["-e"]]);
 }
 
 /// What a perftest run must report.

@@ -96,22 +96,29 @@ trait Tx {
     fn iov(&self, scratch: &mut MaybeUninit<libc::iovec>) -> (*mut libc::iovec, usize);
 }
 
+/// The accessors both transmit kinds implement the same way: their fields.
+macro_rules! tx_fields {
+    () => {
+        fn destination(&self) -> &SocketAddr {
+            &self.destination
+        }
+        fn segment_size(&self) -> Option<usize> {
+            self.segment_size
+        }
+        fn tos(&self) -> u8 {
+            self.tos
+        }
+        fn ttl(&self) -> Option<u8> {
+            self.ttl
+        }
+        fn src_ip(&self) -> Option<IpAddr> {
+            self.src_ip
+        }
+    };
+}
+
 impl Tx for Transmit<'_> {
-    fn destination(&self) -> &SocketAddr {
-        &self.destination
-    }
-    fn segment_size(&self) -> Option<usize> {
-        self.segment_size
-    }
-    fn tos(&self) -> u8 {
-        self.tos
-    }
-    fn ttl(&self) -> Option<u8> {
-        self.ttl
-    }
-    fn src_ip(&self) -> Option<IpAddr> {
-        self.src_ip
-    }
+    tx_fields!();
     fn len(&self) -> usize {
         self.contents.len()
     }
@@ -127,21 +134,7 @@ impl Tx for Transmit<'_> {
 }
 
 impl Tx for GatherTransmit<'_> {
-    fn destination(&self) -> &SocketAddr {
-        &self.destination
-    }
-    fn segment_size(&self) -> Option<usize> {
-        self.segment_size
-    }
-    fn tos(&self) -> u8 {
-        self.tos
-    }
-    fn ttl(&self) -> Option<u8> {
-        self.ttl
-    }
-    fn src_ip(&self) -> Option<IpAddr> {
-        self.src_ip
-    }
+    tx_fields!();
     fn len(&self) -> usize {
         self.contents.iter().map(|s| s.len()).sum()
     }
