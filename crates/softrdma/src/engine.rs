@@ -350,13 +350,10 @@ impl Shared {
         // (first datagram, first slice, end of its slices, datagrams)
         let mut groups: Vec<(usize, usize, usize, usize)> = Vec::new();
         let mut i = 0;
-        let items: Vec<&Pending> = tx
-            .pending
-            .iter()
-            .take(softrdma_io::BATCH_SIZE * max_seg)
-            .collect();
-        while i < items.len() && groups.len() < softrdma_io::BATCH_SIZE {
-            let first = items[i];
+        let items = &tx.pending;
+        let n_items = items.len().min(softrdma_io::BATCH_SIZE * max_seg);
+        while i < n_items && groups.len() < softrdma_io::BATCH_SIZE {
+            let first = &items[i];
             let mut j = i + 1;
             // Segments must be equal; only the last may be shorter.
             // A GSO super-datagram stays under the 64 KiB UDP limit. Only
@@ -369,7 +366,7 @@ impl Shared {
             } else {
                 1
             };
-            while j < items.len()
+            while j < n_items
                 && j - i < seg_limit
                 && items[j].dst == first.dst
                 && items[j].tos == first.tos
@@ -380,7 +377,7 @@ impl Shared {
                 j += 1;
             }
             let first_slice = slices.len();
-            for d in &items[i..j] {
+            for d in items.range(i..j) {
                 slices.extend(d.parts().map(IoSlice::new));
             }
             groups.push((i, first_slice, slices.len(), j - i));
@@ -388,7 +385,7 @@ impl Shared {
         }
         let mut transmits = Vec::with_capacity(groups.len());
         for &(item, start, end, count) in &groups {
-            let d = items[item];
+            let d = &items[item];
             let mut t = GatherTransmit::new(d.dst, &slices[start..end]);
             t.tos = d.tos;
             t.ttl = Some(d.ttl);
@@ -414,17 +411,14 @@ impl Shared {
             return 0;
         };
         let rx = &mut *rx;
-        let mut slices: Vec<IoSliceMut<'_>> = rx
-            .bufs
-            .iter_mut()
-            .take(batch)
-            .map(|b| IoSliceMut::new(b))
-            .collect();
-        let n = match self.socket.recv(&mut slices, &mut rx.meta) {
+        // On the stack: this runs on every poll of a spinning program.
+        let mut bufs = rx.bufs.iter_mut();
+        let mut slices: [IoSliceMut<'_>; RX_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
+        let n = match self.socket.recv(&mut slices[..batch], &mut rx.meta) {
             Ok(n) => n,
             Err(_) => return 0,
         };
-        drop(slices);
         if n == 0 {
             return 0;
         }
