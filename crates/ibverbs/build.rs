@@ -28,6 +28,8 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={dir}/libibverbs.map");
 
     let header = PathBuf::from("/usr/include/infiniband/verbs.h");
+    // Check again once the header is installed (or changes).
+    println!("cargo:rerun-if-changed={}", header.display());
     if !header.exists() {
         if std::env::var("SOFTRDMA_IBVERBS_HEADERS").as_deref() == Ok("required") {
             panic!(
