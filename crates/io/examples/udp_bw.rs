@@ -12,7 +12,7 @@
 //! flight), as the RDMA transport will, so figures are delivered datagrams
 //! rather than what the kernel dropped. Drops are printed anyway.
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSliceMut;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,8 +20,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use softrdma_io::{
-    max_gso_segments_for, GatherTransmit, Poller, RecvMeta, SocketConfig, Transmit, UdpSocket,
-    BATCH_SIZE, GRO_BUF_LEN,
+    max_gso_segments_for, GatherTransmit, IoPiece, Poller, RecvMeta, SocketConfig, Transmit,
+    UdpSocket, BATCH_SIZE, GRO_BUF_LEN,
 };
 
 /// RoCE overhead inside the UDP payload for an RDMA WRITE first packet:
@@ -242,12 +242,12 @@ fn throughput(mode: Mode, dgram: usize, dur: Duration, spin: Duration) -> Outcom
             let trailer = [0x22u8; 4];
             let mr = vec![0x33u8; segs * (dgram - ROCE_OVERHEAD)];
             let pay = dgram - ROCE_OVERHEAD;
-            let slices: Vec<IoSlice<'_>> = (0..segs)
+            let slices: Vec<IoPiece<'_>> = (0..segs)
                 .flat_map(|i| {
                     [
-                        IoSlice::new(&hdr),
-                        IoSlice::new(&mr[i * pay..(i + 1) * pay]),
-                        IoSlice::new(&trailer),
+                        IoPiece::new(&hdr),
+                        IoPiece::new(&mr[i * pay..(i + 1) * pay]),
+                        IoPiece::new(&trailer),
                     ]
                 })
                 .collect();

@@ -172,7 +172,7 @@ mod sys;
 
 pub use poll::{Poller, Readiness, Waker};
 pub use recv::RecvMeta;
-pub use send::{GatherTransmit, Transmit};
+pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{
     max_gso_segments_for, SocketConfig, Stats, UdpSocket, BATCH_SIZE, GRO_BUF_LEN,
     MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6,

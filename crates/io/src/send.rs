@@ -1,7 +1,7 @@
 //! Batched sending: `sendmmsg` with per-datagram TOS / TTL / source address
 //! and UDP GSO, with a fallback that splits GSO transmits in user space.
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -46,7 +46,63 @@ impl<'a> Transmit<'a> {
     }
 }
 
-/// Like [`Transmit`], but the payload is gathered from several slices
+/// One piece of a gathered datagram: a `struct iovec` the kernel reads
+/// from. Made from a slice, or — for memory that must not be reached
+/// through a Rust reference, such as RDMA-registered memory that peers and
+/// the program may change at any time — from a raw address.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct IoPiece<'a> {
+    iov: libc::iovec,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> IoPiece<'a> {
+    /// The bytes of `s`.
+    pub fn new(s: &'a [u8]) -> Self {
+        IoPiece {
+            iov: libc::iovec {
+                iov_base: s.as_ptr() as *mut libc::c_void,
+                iov_len: s.len(),
+            },
+            _bytes: std::marker::PhantomData,
+        }
+    }
+
+    /// `len` bytes at `ptr`, read by the kernel only (never through a Rust
+    /// reference).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay valid for reads until every send that
+    /// uses this piece has returned.
+    pub unsafe fn from_raw(ptr: *const u8, len: usize) -> Self {
+        IoPiece {
+            iov: libc::iovec {
+                iov_base: ptr as *mut libc::c_void,
+                iov_len: len,
+            },
+            _bytes: std::marker::PhantomData,
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.iov.iov_len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.iov.iov_len == 0
+    }
+}
+
+impl std::fmt::Debug for IoPiece<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IoPiece({:p}+{})", self.iov.iov_base, self.iov.iov_len)
+    }
+}
+
+/// Like [`Transmit`], but the payload is gathered from several pieces
 /// (`sendmsg` iovecs), so a packet can go out as header + payload straight
 /// from registered memory + ICRC trailer without being copied together.
 ///
@@ -59,7 +115,7 @@ pub struct GatherTransmit<'a> {
     /// Where to send.
     pub destination: SocketAddr,
     /// The UDP payload, in pieces.
-    pub contents: &'a [IoSlice<'a>],
+    pub contents: &'a [IoPiece<'a>],
     /// UDP GSO segment size, as in [`Transmit`]'s `segment_size`.
     pub segment_size: Option<usize>,
     /// As in [`Transmit`]'s `tos`.
@@ -72,7 +128,7 @@ pub struct GatherTransmit<'a> {
 
 impl<'a> GatherTransmit<'a> {
     /// One datagram to `destination`, gathered from `contents`.
-    pub fn new(destination: SocketAddr, contents: &'a [IoSlice<'a>]) -> Self {
+    pub fn new(destination: SocketAddr, contents: &'a [IoPiece<'a>]) -> Self {
         Self {
             destination,
             contents,
@@ -139,9 +195,8 @@ impl Tx for GatherTransmit<'_> {
         self.contents.iter().map(|s| s.len()).sum()
     }
     fn iov(&self, _scratch: &mut MaybeUninit<libc::iovec>) -> (*mut libc::iovec, usize) {
-        // `IoSlice` is documented as ABI-compatible with `iovec` on Unix, so
-        // the caller's slice array is passed to the kernel as is; the kernel
-        // only reads it on send.
+        // `IoPiece` is a transparent `iovec`, so the caller's array is
+        // passed to the kernel as is; the kernel only reads it on send.
         (
             self.contents.as_ptr() as *mut libc::iovec,
             self.contents.len(),

@@ -3,13 +3,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 
 use common::*;
 use softrdma_io::{
-    max_gso_segments_for, GatherTransmit, SocketConfig, Transmit, UdpSocket, MAX_GSO_SEGMENTS,
+    max_gso_segments_for, GatherTransmit, IoPiece, SocketConfig, Transmit, UdpSocket,
+    MAX_GSO_SEGMENTS,
 };
 
 fn no_gro() -> SocketConfig {
@@ -126,12 +126,12 @@ fn gather_send_plain_and_gso() {
     let icrc = [[1u8, 2, 3, 4], [5, 6, 7, 8]];
     // Two packets of 12 + 4096 + 4 bytes built from slices of one buffer.
     let slices = [
-        IoSlice::new(&hdr[0]),
-        IoSlice::new(&body[..4096]),
-        IoSlice::new(&icrc[0]),
-        IoSlice::new(&hdr[1]),
-        IoSlice::new(&body[4096..]),
-        IoSlice::new(&icrc[1]),
+        IoPiece::new(&hdr[0]),
+        IoPiece::new(&body[..4096]),
+        IoPiece::new(&icrc[0]),
+        IoPiece::new(&hdr[1]),
+        IoPiece::new(&body[4096..]),
+        IoPiece::new(&icrc[1]),
     ];
     let packet = |i: usize| [&hdr[i][..], &body[i * 4096..(i + 1) * 4096], &icrc[i][..]].concat();
 

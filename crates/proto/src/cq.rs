@@ -4,6 +4,15 @@
 //! overrun (IBA 11.4.2.1, C11-27): the CQ enters the error state, an
 //! `AsyncEvent::CqErr` is raised and the QPs completing into it are moved to
 //! the error state by the device. Completions are never dropped silently.
+//!
+//! A send completion may have to wait for the driver: when its request left
+//! payload in the program's memory for zero-copy transmission, the program
+//! gets the buffer back only once the driver no longer reads it
+//! ([`Device::handle_released`](crate::Device::handle_released)). Such a
+//! completion is *gated* by the gather sequence number it waits for; it
+//! counts against the depth but is invisible to polls (and fires no
+//! notification) until it is released. Gated completions are released in
+//! the order they were pushed, so a QP's completions keep their order.
 
 use crate::verbs::Wc;
 use std::collections::VecDeque;
@@ -23,6 +32,9 @@ pub enum Notify {
 #[derive(Debug)]
 pub struct Cq {
     entries: VecDeque<Wc>,
+    /// Completions waiting for the driver to release gather sequence
+    /// numbers up to the first element.
+    gated: VecDeque<(u64, Wc)>,
     depth: usize,
     overrun: bool,
     notify: Notify,
@@ -48,6 +60,7 @@ impl Cq {
     pub fn new(depth: usize) -> Self {
         Cq {
             entries: VecDeque::with_capacity(depth.min(4096)),
+            gated: VecDeque::new(),
             depth,
             overrun: false,
             notify: Notify::Off,
@@ -61,14 +74,24 @@ impl Cq {
         self.depth
     }
 
-    /// Completions waiting.
+    /// Completions waiting (visible or gated).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.gated.len()
     }
 
     /// No completion waiting.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.gated.is_empty()
+    }
+
+    /// Completions gated, waiting for a release.
+    pub fn gated_len(&self) -> usize {
+        self.gated.len()
+    }
+
+    /// The smallest gather sequence number a gated completion waits for.
+    pub fn gated_min(&self) -> Option<u64> {
+        self.gated.iter().map(|g| g.0).min()
     }
 
     /// True after an overrun.
@@ -78,10 +101,24 @@ impl Cq {
 
     /// Adds a completion.
     pub fn push(&mut self, wc: Wc) -> Pushed {
-        if self.entries.len() >= self.depth {
+        self.push_gated(wc, 0, 0)
+    }
+
+    /// Adds a completion that becomes visible once gather sequence number
+    /// `after` is released (`released` is the driver's current mark).
+    pub fn push_gated(&mut self, wc: Wc, after: u64, released: u64) -> Pushed {
+        if self.len() >= self.depth {
             self.overrun = true;
             return Pushed::Overrun;
         }
+        if after > released {
+            self.gated.push_back((after, wc));
+            return Pushed::Ok;
+        }
+        self.make_visible(wc)
+    }
+
+    fn make_visible(&mut self, wc: Wc) -> Pushed {
         let fire = match self.notify {
             Notify::Off => false,
             Notify::Next => true,
@@ -95,6 +132,23 @@ impl Cq {
         } else {
             Pushed::Ok
         }
+    }
+
+    /// The driver released gather sequence numbers up to `released`:
+    /// gated completions waiting for no more than that become visible, in
+    /// the order they were pushed. Returns whether a notification fired.
+    pub fn release(&mut self, released: u64) -> bool {
+        let mut fired = false;
+        let mut i = 0;
+        while i < self.gated.len() {
+            if self.gated[i].0 <= released {
+                let (_, wc) = self.gated.remove(i).expect("index in range");
+                fired |= self.make_visible(wc) == Pushed::Notified;
+            } else {
+                i += 1;
+            }
+        }
+        fired
     }
 
     /// Moves up to `out.len()` completions into `out`; returns how many.
@@ -123,7 +177,7 @@ impl Cq {
 
     /// Changes the depth (`ibv_resize_cq`); fails if more entries are queued.
     pub fn resize(&mut self, depth: usize) -> bool {
-        if depth < self.entries.len() {
+        if depth < self.len() {
             return false;
         }
         self.depth = depth;
@@ -166,5 +220,35 @@ mod tests {
         cq.arm(false);
         assert_eq!(cq.push(wc(4, false)), Pushed::Notified);
         assert_eq!(cq.push(wc(5, false)), Pushed::Ok);
+    }
+
+    #[test]
+    fn gated_completions_wait_for_their_release_in_order() {
+        let mut cq = Cq::new(4);
+        cq.arm(false);
+        // Waits for gather 5 while the driver has released up to 3.
+        assert_eq!(cq.push_gated(wc(1, false), 5, 3), Pushed::Ok);
+        assert_eq!(cq.push_gated(wc(2, false), 7, 3), Pushed::Ok);
+        // Another QP's completion needs nothing: visible at once.
+        assert_eq!(cq.push_gated(wc(3, false), 0, 3), Pushed::Notified);
+        let mut out = [wc(0, false); 4];
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!(out[0].wr_id, 3);
+        assert_eq!(cq.len(), 2, "gated completions count against the depth");
+        assert_eq!(cq.gated_min(), Some(5));
+        cq.arm(false);
+        assert!(!cq.release(4));
+        assert_eq!(cq.poll(&mut out), 0);
+        assert!(cq.release(6), "the armed CQ fires when one becomes visible");
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!(out[0].wr_id, 1);
+        cq.release(7);
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!(out[0].wr_id, 2);
+        assert!(cq.is_empty());
+        // Overrun counts gated entries.
+        let mut cq = Cq::new(1);
+        assert_eq!(cq.push_gated(wc(1, false), 9, 0), Pushed::Ok);
+        assert_eq!(cq.push(wc(2, false)), Pushed::Overrun);
     }
 }

@@ -7,7 +7,7 @@ use crate::limits;
 use crate::memory::{MrTable, RegionMemory};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
 use crate::verbs::*;
-use crate::{Instant, Rng, Slab, U32Map};
+use crate::{Instant, KeyRng, Slab, U32Map};
 use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
 use softrdma_wire::icrc::solve_ipv4_id;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
@@ -28,8 +28,12 @@ pub struct DeviceConfig {
     pub udp_dst_port: u16,
     /// Active MTU of the port in bytes (UD messages, `query_port`).
     pub port_mtu: u32,
-    /// Seed for memory keys.
+    /// Seed for memory keys, initial PSNs and the first QPN when `key` is
+    /// `None` (deterministic: the simulator, tests).
     pub seed: u64,
+    /// 256 bits keying the generator of memory keys, initial PSNs and the
+    /// first QPN; the engine draws them from the operating system.
+    pub key: Option<[u8; 32]>,
     /// Node GUID.
     pub node_guid: u64,
     /// Accept an IPv4 packet whose ICRC only checks with an identification
@@ -52,6 +56,7 @@ impl DeviceConfig {
             udp_dst_port: limits::ROCE_PORT,
             port_mtu: limits::MAX_MTU,
             seed,
+            key: None,
             node_guid: guid_of(ip),
             infer_ipv4_ident: true,
         }
@@ -146,6 +151,11 @@ pub struct Gather {
     pub trailer_len: usize,
     /// The payload, in order (up to [`MAX_GATHER`]).
     pub pieces: [Option<crate::memory::Piece>; MAX_GATHER],
+    /// Sequence number of this zero-copy datagram (1, 2, … in the order
+    /// they are handed out): once the driver no longer reads its pieces
+    /// (sent, copied or dropped), it passes this number — or a later one,
+    /// for everything before it too — to [`Device::handle_released`].
+    pub seq: u64,
 }
 
 /// Payload pieces a zero-copy datagram may have; a payload in more pieces
@@ -205,7 +215,7 @@ pub struct DeviceAttr {
 /// The RNIC.
 pub struct Device {
     cfg: DeviceConfig,
-    rng: Rng,
+    rng: KeyRng,
     pds: Slab<()>,
     mrs: MrTable,
     cqs: Slab<Cq>,
@@ -223,6 +233,12 @@ pub struct Device {
     events: VecDeque<Event>,
     /// Drops that belong to no QP, and the totals of destroyed QPs.
     counters: Counters,
+    /// Sequence number of the last zero-copy datagram handed out.
+    gather_seq: u64,
+    /// Zero-copy datagrams the driver has released (all up to this one).
+    released: u64,
+    /// Completions waiting in CQs for a release.
+    gated: usize,
 }
 
 macro_rules! ctx {
@@ -238,6 +254,9 @@ macro_rules! ctx {
             udp_src_port: $self.cfg.udp_src_port,
             port_mtu: $self.cfg.port_mtu,
             gather: false,
+            next_gather_seq: $self.gather_seq + 1,
+            released: $self.released,
+            gated: &mut $self.gated,
         }
     };
 }
@@ -245,7 +264,10 @@ macro_rules! ctx {
 impl Device {
     /// A device with no objects.
     pub fn new(cfg: DeviceConfig) -> Self {
-        let mut rng = Rng::new(cfg.seed);
+        let mut rng = match cfg.key {
+            Some(k) => KeyRng::new(k),
+            None => KeyRng::from_seed(cfg.seed),
+        };
         // QPNs start at a random point like rxe's, past the special QPs 0 and 1.
         let next_qpn = 0x11 + (rng.next_u32() & 0x3ff);
         Device {
@@ -264,6 +286,9 @@ impl Device {
             timers: BTreeSet::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
+            gather_seq: 0,
+            released: 0,
+            gated: 0,
         }
     }
 
@@ -394,6 +419,7 @@ impl Device {
         if c.users > 0 {
             return Err(VerbsError::Busy);
         }
+        self.gated -= c.gated_len();
         self.cqs.remove(cq.0);
         Ok(())
     }
@@ -865,10 +891,11 @@ impl Device {
     }
 
     /// Like [`Self::poll_transmit`], but a payload that sits in registered
-    /// memory which lends its bytes ([`RegionMemory::as_slice`]) is left
+    /// memory which lends its address ([`RegionMemory::address`]) is left
     /// there: the returned [`Transmit::gather`] says how to assemble the
     /// datagram, and the ICRC already covers it. The memory must not change
-    /// before the datagram is sent (as with a NIC's DMA).
+    /// before the datagram is sent (as with a NIC's DMA). The driver owes
+    /// [`Device::handle_released`] for every gather it takes.
     #[must_use]
     pub fn poll_transmit_gather(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.poll_transmit_with(now, buf, true)
@@ -904,6 +931,10 @@ impl Device {
             };
             let tx = tx.map(|(t, request)| {
                 qp.last_tx_request = request;
+                if let Some(g) = &t.gather {
+                    debug_assert_eq!(g.seq, self.gather_seq + 1);
+                    self.gather_seq = g.seq;
+                }
                 t
             });
             Self::sync_timer(&mut self.timers, qp, idx);
@@ -947,6 +978,44 @@ impl Device {
             Self::wake(&mut self.tx_ready, qp, idx);
             Self::sync_timer(&mut self.timers, qp, idx);
         }
+    }
+
+    /// The driver no longer reads the pieces of the zero-copy datagrams
+    /// with sequence numbers up to `seq` (it sent, copied or dropped them).
+    /// Send completions that waited for them become visible; a completion
+    /// event fires for armed CQs.
+    ///
+    /// A driver that uses [`Device::poll_transmit_gather`] must call this,
+    /// or the completions of requests sent from registered memory never
+    /// appear: the program may reuse a send buffer once its request has
+    /// completed, so the completion waits until nothing reads the buffer.
+    pub fn handle_released(&mut self, seq: u64) {
+        if seq <= self.released {
+            return;
+        }
+        self.released = seq.min(self.gather_seq);
+        if self.gated == 0 {
+            return;
+        }
+        let released = self.released;
+        let mut still = 0;
+        for (id, cq) in self.cqs.iter_mut() {
+            if cq.release(released) {
+                self.events.push_back(Event::Completion(CqId(id)));
+            }
+            still += cq.gated_len();
+        }
+        self.gated = still;
+    }
+
+    /// The smallest gather sequence number a completion waits for: the
+    /// driver need not call [`Device::handle_released`] before it has
+    /// released that one.
+    pub fn release_wanted(&self) -> Option<u64> {
+        if self.gated == 0 {
+            return None;
+        }
+        self.cqs.iter().filter_map(|(_, cq)| cq.gated_min()).min()
     }
 
     /// The next event.

@@ -54,9 +54,43 @@ impl Instant {
     }
 }
 
-/// A small deterministic PRNG (SplitMix64): memory keys and initial PSNs.
-/// Not for cryptography; seeded by the driver (the engine from the OS, the
-/// simulator from the test seed).
+/// Unguessable numbers: memory keys, initial PSNs, the first QPN. ChaCha20
+/// keyed with 256 bits the driver supplies (the engine from the operating
+/// system, the simulator and tests from their seed), so one key observed on
+/// the wire tells nothing about the next — SplitMix64 and its kind are
+/// invertible.
+pub struct KeyRng(chacha20::ChaCha20Rng);
+
+impl KeyRng {
+    /// A generator keyed with `key` (256 bits; the engine's from the OS).
+    pub fn new(key: [u8; 32]) -> Self {
+        use rand_core::SeedableRng;
+        KeyRng(chacha20::ChaCha20Rng::from_seed(key))
+    }
+    /// A generator keyed from a 64-bit seed: deterministic, for the
+    /// simulator and tests.
+    pub fn from_seed(seed: u64) -> Self {
+        let mut key = [0u8; 32];
+        let mut s = Rng::new(seed);
+        for c in key.chunks_exact_mut(8) {
+            c.copy_from_slice(&s.next_u64().to_le_bytes());
+        }
+        KeyRng::new(key)
+    }
+    /// Next 32 random bits.
+    pub fn next_u32(&mut self) -> u32 {
+        rand_core::Rng::next_u32(&mut self.0)
+    }
+}
+
+impl std::fmt::Debug for KeyRng {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyRng")
+    }
+}
+
+/// A small deterministic PRNG (SplitMix64) for the simulator and tests.
+/// Not for anything a peer must not guess: see [`KeyRng`].
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
@@ -163,5 +197,11 @@ impl<T> Slab<T> {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|v| (i as u32, v)))
+    }
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_mut().map(|v| (i as u32, v)))
     }
 }

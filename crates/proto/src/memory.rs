@@ -5,16 +5,37 @@
 //! program's registered buffers. Every local access (scatter/gather entry)
 //! and remote access (R_Key, VA, length) is checked here against the
 //! region's bounds, protection domain and access flags before any byte moves.
+//!
+//! # Lifetime of region bytes
+//!
+//! A registered region is a [`Region`]: the memory plus a *revoked* flag.
+//! Work requests, READ responses being sent and zero-copy datagrams keep
+//! the `Region` (an `Arc`), not a bare pointer. Deregistration revokes it
+//! (`MrTable::deregister`), and from then on every access through it fails
+//! with [`Revoked`] instead of touching the bytes: a requester re-reading a
+//! send buffer completes its request with a local protection error, a READ
+//! response stops with a remote access NAK, a WRITE landing in it is NAKed.
+//! Since every access of the core happens inside a call into the core, the
+//! driver knows that once `dereg_mr` returns, the core will never touch
+//! the bytes again; zero-copy pieces it still holds (see
+//! [`Piece::address`]) are its own to copy or drop before it returns to
+//! the program.
 
 use crate::verbs::{Access, PdId, Sge, VerbsError, VerbsResult};
-use crate::{Rng, U32Map};
+use crate::{KeyRng, U32Map};
 use softrdma_wire::RKey;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Bytes of a registered region, as the core sees them. Offsets are relative
 /// to the start of the region and always in bounds: the core checks before it
 /// calls.
+///
+/// Implementations that reach memory other threads may use at the same
+/// time (the engine's registered buffers) must do so without Rust
+/// references to it: raw pointers and atomic copies (see the `softrdma`
+/// crate's `memory` module for the rules).
 pub trait RegionMemory: Send + Sync {
     /// Length of the region in bytes.
     fn len(&self) -> usize;
@@ -24,7 +45,9 @@ pub trait RegionMemory: Send + Sync {
     }
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
     fn read(&self, offset: usize, dst: &mut [u8]);
-    /// Copies `src` into the region at `offset`.
+    /// Copies `src` into the region at `offset`. The last byte is stored
+    /// last, with release ordering: a program that sees it (acquire) sees
+    /// every byte before it (the "poll the last byte" idiom).
     fn write(&self, offset: usize, src: &[u8]);
     /// Atomically adds `add` to the native-endian u64 at `offset` (8-byte
     /// aligned) and returns the previous value.
@@ -32,24 +55,107 @@ pub trait RegionMemory: Send + Sync {
     /// Atomically replaces the u64 at `offset` with `swap` if it equals
     /// `compare`; returns the previous value.
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
-    /// The bytes at `offset`, when the memory can hand them out for the
-    /// duration of a send (zero-copy transmission); `None` makes the core
-    /// copy them into the packet buffer instead.
-    fn as_slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        let _ = (offset, len);
+    /// The address of byte 0, when the I/O layer may read the bytes itself
+    /// (zero-copy transmission; the driver dereferences it, the core never
+    /// does). `None` makes the core copy payloads into the packet buffer.
+    fn address(&self) -> Option<std::ptr::NonNull<u8>> {
         None
     }
-    /// Feeds `len` bytes at `offset` into the ICRC (default: through a
-    /// bounded stack buffer; implementations with direct access override it).
-    fn icrc_update(&self, offset: usize, len: usize, icrc: &mut softrdma_wire::Icrc) {
+}
+
+/// The region was deregistered: its bytes are no longer ours to touch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Revoked;
+
+/// A registered region's bytes and whether they may still be touched.
+pub struct Region {
+    mem: Arc<dyn RegionMemory>,
+    revoked: AtomicBool,
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Region({} bytes", self.mem.len())?;
+        if self.is_revoked() {
+            f.write_str(", revoked")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl Region {
+    /// Wraps registered memory.
+    pub fn new(mem: Arc<dyn RegionMemory>) -> Self {
+        Region {
+            mem,
+            revoked: AtomicBool::new(false),
+        }
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
+    }
+    /// Deregistered: no access from now on.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+    /// Forbids every later access (deregistration).
+    pub(crate) fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
+    fn live(&self) -> Result<&dyn RegionMemory, Revoked> {
+        if self.is_revoked() {
+            Err(Revoked)
+        } else {
+            Ok(&*self.mem)
+        }
+    }
+    /// [`RegionMemory::read`], unless revoked.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Revoked> {
+        self.live()?.read(offset, dst);
+        Ok(())
+    }
+    /// [`RegionMemory::write`], unless revoked.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Revoked> {
+        self.live()?.write(offset, src);
+        Ok(())
+    }
+    /// [`RegionMemory::fetch_add`], unless revoked.
+    pub fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, Revoked> {
+        Ok(self.live()?.fetch_add(offset, add))
+    }
+    /// [`RegionMemory::compare_swap`], unless revoked.
+    pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Revoked> {
+        Ok(self.live()?.compare_swap(offset, compare, swap))
+    }
+    /// Feeds `len` bytes at `offset` into the ICRC, through a bounded stack
+    /// buffer (the bytes are copied out, never borrowed).
+    pub fn icrc_update(
+        &self,
+        offset: usize,
+        len: usize,
+        icrc: &mut softrdma_wire::Icrc,
+    ) -> Result<(), Revoked> {
+        let mem = self.live()?;
         let mut buf = [0u8; 1024];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(buf.len());
-            self.read(offset + done, &mut buf[..n]);
+            mem.read(offset + done, &mut buf[..n]);
             icrc.update(&buf[..n]);
             done += n;
         }
+        Ok(())
+    }
+    /// The address of byte `offset` for zero-copy I/O, unless revoked or
+    /// the memory does not lend its address.
+    pub fn address(&self, offset: usize) -> Option<*const u8> {
+        let base = self.live().ok()?.address()?;
+        Some(base.as_ptr().wrapping_add(offset) as *const u8)
     }
 }
 
@@ -76,7 +182,7 @@ pub struct Mr {
     /// False after LOCAL_INV or SEND_WITH_INV until re-registered.
     pub valid: bool,
     /// The bytes.
-    pub mem: Arc<dyn RegionMemory>,
+    pub region: Arc<Region>,
 }
 
 impl fmt::Debug for Mr {
@@ -105,7 +211,7 @@ impl Mr {
 #[derive(Clone)]
 pub struct Span {
     /// Region bytes.
-    pub mem: Arc<dyn RegionMemory>,
+    pub region: Arc<Region>,
     /// Offset inside the region.
     pub offset: usize,
     /// Length.
@@ -122,8 +228,8 @@ impl fmt::Debug for Span {
 /// to send from (zero-copy transmission).
 #[derive(Clone)]
 pub struct Piece {
-    /// The region's bytes (kept alive until the datagram is sent).
-    pub mem: Arc<dyn RegionMemory>,
+    /// The region (kept alive while the datagram waits).
+    pub region: Arc<Region>,
     /// Offset inside the region.
     pub offset: usize,
     /// Length.
@@ -137,9 +243,16 @@ impl fmt::Debug for Piece {
 }
 
 impl Piece {
-    /// The bytes, when the memory lends them (see [`RegionMemory::as_slice`]).
-    pub fn bytes(&self) -> Option<&[u8]> {
-        self.mem.as_slice(self.offset, self.len)
+    /// Where the I/O layer reads the bytes: `None` once the region is
+    /// deregistered (the driver must then copy or drop the datagram before
+    /// `dereg_mr` returns to the program), or when its memory does not lend
+    /// its address.
+    pub fn address(&self) -> Option<*const u8> {
+        self.region.address(self.offset)
+    }
+    /// Copies the bytes into `dst` (`len` bytes), unless revoked.
+    pub fn read(&self, dst: &mut [u8]) -> Result<(), Revoked> {
+        self.region.read(self.offset, &mut dst[..self.len])
     }
 }
 
@@ -221,7 +334,7 @@ impl SgList {
         self.for_range(offset, len, |s, o, n| {
             if k < N {
                 out[k] = Some(Piece {
-                    mem: s.mem.clone(),
+                    region: s.region.clone(),
                     offset: o,
                     len: n,
                 });
@@ -233,20 +346,28 @@ impl SgList {
         ok.then_some(out)
     }
     /// Copies `dst.len()` bytes from list offset `offset`.
-    pub fn read(&self, offset: u64, dst: &mut [u8]) {
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), Revoked> {
         let mut at = 0;
+        let mut r = Ok(());
         self.for_range(offset, dst.len(), |s, o, n| {
-            s.mem.read(o, &mut dst[at..at + n]);
+            if r.is_ok() {
+                r = s.region.read(o, &mut dst[at..at + n]);
+            }
             at += n;
         });
+        r
     }
     /// Copies `src` to list offset `offset`.
-    pub fn write(&self, offset: u64, src: &[u8]) {
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), Revoked> {
         let mut at = 0;
+        let mut r = Ok(());
         self.for_range(offset, src.len(), |s, o, n| {
-            s.mem.write(o, &src[at..at + n]);
+            if r.is_ok() {
+                r = s.region.write(o, &src[at..at + n]);
+            }
             at += n;
         });
+        r
     }
 }
 
@@ -261,7 +382,7 @@ impl MrTable {
     /// Registers a region and returns its key (lkey = rkey).
     pub fn register(
         &mut self,
-        rng: &mut Rng,
+        rng: &mut KeyRng,
         pd: PdId,
         va: u64,
         mem: Arc<dyn RegionMemory>,
@@ -271,9 +392,12 @@ impl MrTable {
         if self.by_key.len() >= crate::limits::MAX_MR {
             return Err(VerbsError::NoMemory);
         }
+        // Unguessable (a cryptographic generator): one key seen on the wire
+        // says nothing of the next. Never 0, and never 0xffffffff, which
+        // UCX and others take for "no key".
         let key = loop {
             let k = rng.next_u32();
-            if k != 0 && !self.by_key.contains_key(&k) {
+            if k != 0 && k != u32::MAX && !self.by_key.contains_key(&k) {
                 break k;
             }
         };
@@ -324,6 +448,7 @@ impl MrTable {
 
     fn insert(&mut self, key: u32, pd: PdId, va: u64, mem: Arc<dyn RegionMemory>, access: Access) {
         let len = mem.len() as u64;
+        let region = Arc::new(Region::new(mem));
         self.by_key.insert(
             key,
             Mr {
@@ -334,15 +459,17 @@ impl MrTable {
                 lkey: key,
                 rkey: RKey(key),
                 valid: true,
-                mem,
+                region,
             },
         );
         *self.pds.entry(pd.0).or_default() += 1;
     }
 
-    /// Removes a region.
+    /// Removes a region and revokes its bytes: work requests, responses
+    /// and datagrams that still name it can no longer touch them.
     pub fn deregister(&mut self, key: u32) -> VerbsResult<()> {
         let mr = self.by_key.remove(&key).ok_or(VerbsError::NoSuchObject)?;
+        mr.region.revoke();
         if let Some(n) = self.pds.get_mut(&mr.pd.0) {
             *n -= 1;
             if *n == 0 {
@@ -393,7 +520,7 @@ impl MrTable {
             }
             let offset = mr.offset_of(s.addr, s.length as u64).ok_or(AccessDenied)?;
             list.spans.push(Span {
-                mem: mr.mem.clone(),
+                region: mr.region.clone(),
                 offset,
                 len: s.length as usize,
             });
@@ -418,7 +545,7 @@ impl MrTable {
         }
         let offset = mr.offset_of(va, len).ok_or(AccessDenied)?;
         Ok(Span {
-            mem: mr.mem.clone(),
+            region: mr.region.clone(),
             offset,
             len: len as usize,
         })
@@ -489,7 +616,7 @@ mod tests {
 
     #[test]
     fn checks_bounds_pd_and_rights() {
-        let mut rng = Rng::new(1);
+        let mut rng = KeyRng::from_seed(1);
         let mut t = MrTable::default();
         let mem: Arc<dyn RegionMemory> = Arc::new(VecMemory::new(64));
         let pd = PdId(1);
@@ -538,9 +665,9 @@ mod tests {
         ];
         let l = t.resolve_local(pd, &sges, Access::LOCAL_WRITE).unwrap();
         assert_eq!(l.len(), 20);
-        l.write(14, &[1, 2, 3, 4]);
+        l.write(14, &[1, 2, 3, 4]).unwrap();
         let mut out = [0u8; 4];
-        l.read(14, &mut out);
+        l.read(14, &mut out).unwrap();
         assert_eq!(out, [1, 2, 3, 4]);
         let mut whole = [0u8; 64];
         mem.read(0, &mut whole);

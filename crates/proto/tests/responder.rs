@@ -664,3 +664,65 @@ fn comm_established_on_first_packet_in_rtr() {
     // A responder in RTR answers.
     assert_eq!(r.sent()[0].aeth, Some((ack_syn(), 1)));
 }
+
+#[test]
+fn operations_the_qp_does_not_allow_are_invalid_request() {
+    // IBA 9.7.5.1.2 / rxe check_op_valid: a WRITE, READ or atomic on an RC
+    // QP whose access flags do not grant it → NAK invalid request (0x61)
+    // at once, the QP in the error state, the region untouched.
+    let all = Access::LOCAL_WRITE
+        .with(Access::REMOTE_WRITE)
+        .with(Access::REMOTE_READ)
+        .with(Access::REMOTE_ATOMIC);
+    for (missing, opcode) in [
+        (Access::REMOTE_WRITE, 0x0a),
+        (Access::REMOTE_READ, 0x0c),
+        (Access::REMOTE_ATOMIC, 0x14),
+        (Access::REMOTE_ATOMIC, 0x13),
+    ] {
+        let mut r = Rig::new(Setup::default());
+        // The region allows everything; only the QP forbids `missing`.
+        let qp_flags = Access(all.remote().0 & !missing.0);
+        r.dev
+            .modify_qp(
+                r.now,
+                r.qpn,
+                &QpAttr {
+                    qp_access_flags: qp_flags,
+                    ..Default::default()
+                },
+                AttrMask::ACCESS_FLAGS,
+            )
+            .unwrap();
+        let psn = r.take_psn(1);
+        let p = match opcode {
+            0x0a => write_only(&r, psn, VA, r.key, &[7; 32]),
+            0x0c => read_req(&r, psn, VA, 64),
+            _ => {
+                let mut p = PacketRepr::new(r.bth(opcode, psn), &[]);
+                p.atomic_eth = Some(AtomicEthRepr {
+                    va: VA,
+                    rkey: RKey(r.key),
+                    swap_add: 1,
+                    compare: 0,
+                });
+                p
+            }
+        };
+        r.deliver(&p);
+        let out = r.sent();
+        assert_eq!(out.len(), 1, "opcode {opcode:#x}: {out:?}");
+        assert_eq!(out[0].opcode, 0x11, "opcode {opcode:#x}");
+        assert_eq!(out[0].psn, psn.value());
+        assert_eq!(
+            out[0].aeth,
+            Some((Syndrome::Nak(NakCode::InvalidRequest), 0)),
+            "opcode {opcode:#x}"
+        );
+        assert_eq!(r.state(), QpState::Err, "opcode {opcode:#x}");
+        assert_eq!(r.read_mem(0, 32), vec![0; 32], "opcode {opcode:#x}");
+        assert!(r
+            .events()
+            .contains(&Event::Async(AsyncEvent::QpReqErr(r.qpn))));
+    }
+}

@@ -127,6 +127,7 @@ impl Drop for DeviceInner {
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
+        self.shared.materialize_queued();
     }
 }
 
@@ -172,21 +173,13 @@ impl Device {
         }
         let socket = bind(&opts)?;
         let local = socket.local_addr();
-        let seed = {
-            let mut b = [0u8; 8];
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos() as u64;
-            // getrandom through std's RandomState: no extra dependency.
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(t);
-            h.write_u32(std::process::id());
-            b.copy_from_slice(&h.finish().to_le_bytes());
-            u64::from_le_bytes(b)
-        };
-        let mut cfg = DeviceConfig::new(local.ip(), seed);
+        // Memory keys, initial PSNs and the first QPN come from a generator
+        // keyed by the operating system's randomness.
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key)
+            .map_err(|e| Error::io("reading OS randomness", std::io::Error::other(e)))?;
+        let mut cfg = DeviceConfig::new(local.ip(), 0);
+        cfg.key = Some(key);
         cfg.udp_src_port = local.port();
         cfg.udp_dst_port = local.port();
         cfg.port_mtu = opts.mtu;

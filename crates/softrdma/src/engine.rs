@@ -20,11 +20,12 @@
 
 use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{PcapWriter, Record};
-use softrdma_io::{GatherTransmit, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
+use softrdma_io::{GatherTransmit, IoPiece, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
 use softrdma_proto::device::MIN_TX_BUF;
+use softrdma_proto::memory::Region;
 use softrdma_proto::{CqId, Device as Core, Event, Gather, Instant, RecvMeta};
 use std::collections::{HashMap, VecDeque};
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSliceMut;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,31 +58,95 @@ struct Pending {
     /// Zero-copy: headers in `buf`, payload in registered memory, trailer
     /// (pad + ICRC) in `buf` after the headers.
     gather: Option<Gather>,
+    /// The gather sequence number to release once this datagram is sent or
+    /// dropped (0: it never read registered memory).
+    seq: u64,
 }
 
 impl Pending {
-    /// The datagram's parts, in order.
-    fn parts(&self) -> impl Iterator<Item = &[u8]> {
-        let (head, pieces, tail): (&[u8], &[Option<softrdma_proto::memory::Piece>], &[u8]) =
-            match &self.gather {
-                None => (&self.buf[..self.len], &[], &[]),
-                Some(g) => (
-                    &self.buf[..g.header_len],
-                    &g.pieces[..],
-                    &self.buf[g.header_len..g.header_len + g.trailer_len],
-                ),
-            };
-        std::iter::once(head)
-            .chain(pieces.iter().flatten().map(|p| p.bytes().unwrap_or(&[])))
-            .chain(std::iter::once(tail).filter(|t| !t.is_empty()))
+    /// Appends the datagram's parts, in order, as I/O pieces.
+    fn pieces<'a>(&'a self, out: &mut Vec<IoPiece<'a>>) {
+        let Some(g) = &self.gather else {
+            out.push(IoPiece::new(&self.buf[..self.len]));
+            return;
+        };
+        out.push(IoPiece::new(&self.buf[..g.header_len]));
+        for p in g.pieces.iter().flatten() {
+            match p.address() {
+                // SAFETY: the region is registered: deregistration copies
+                // the payload of queued datagrams out of it (`materialize`,
+                // under the `tx` lock we hold) before it returns, so the
+                // bytes stay valid while this datagram is queued. The kernel
+                // only reads them, and no Rust reference to them exists.
+                Some(a) => out.push(unsafe { IoPiece::from_raw(a, p.len) }),
+                None => {
+                    // Cannot happen (see above); the datagram then leaves
+                    // short and the receiver drops it, as a damaged one.
+                    debug_assert!(false, "a queued datagram reads a revoked region");
+                    return;
+                }
+            }
+        }
+        if g.trailer_len > 0 {
+            out.push(IoPiece::new(
+                &self.buf[g.header_len..g.header_len + g.trailer_len],
+            ));
+        }
+    }
+
+    /// Whether the payload still sits in `region` (or any region, for
+    /// `None`).
+    fn reads(&self, region: Option<&Arc<Region>>) -> bool {
+        self.gather.as_ref().is_some_and(|g| {
+            g.pieces
+                .iter()
+                .flatten()
+                .any(|p| region.is_none_or(|r| Arc::ptr_eq(&p.region, r)))
+        })
+    }
+
+    /// Copies the payload out of registered memory into `buf`, so the
+    /// datagram no longer reads the program's memory.
+    fn materialize(&mut self) {
+        let Some(g) = self.gather.take() else {
+            return;
+        };
+        let payload: usize = g.pieces.iter().flatten().map(|p| p.len).sum();
+        let total = g.header_len + payload + g.trailer_len;
+        if self.buf.len() < total {
+            self.buf.resize(total, 0);
+        }
+        // Trailer to its place after the payload, then the payload.
+        self.buf.copy_within(
+            g.header_len..g.header_len + g.trailer_len,
+            g.header_len + payload,
+        );
+        let mut at = g.header_len;
+        for p in g.pieces.iter().flatten() {
+            // A revoked region cannot be read: zeros make the receiver drop
+            // the datagram (its ICRC no longer checks), as a damaged one.
+            if p.read(&mut self.buf[at..at + p.len]).is_err() {
+                self.buf[at..at + p.len].fill(0);
+            }
+            at += p.len;
+        }
+        self.len = total;
     }
 
     /// The datagram in one piece (for the capture file).
     fn contiguous(&self) -> std::borrow::Cow<'_, [u8]> {
-        match self.gather {
-            None => std::borrow::Cow::Borrowed(&self.buf[..self.len]),
-            Some(_) => std::borrow::Cow::Owned(self.parts().flatten().copied().collect()),
+        let Some(g) = &self.gather else {
+            return std::borrow::Cow::Borrowed(&self.buf[..self.len]);
+        };
+        let mut v = Vec::with_capacity(self.len);
+        v.extend_from_slice(&self.buf[..g.header_len]);
+        for p in g.pieces.iter().flatten() {
+            let at = v.len();
+            v.resize(at + p.len, 0);
+            let _ = p.read(&mut v[at..]);
         }
+        v.extend_from_slice(&self.buf[g.header_len..g.header_len + g.trailer_len]);
+        std::borrow::Cow::Owned(v)
     }
 }
 
@@ -125,6 +190,13 @@ pub(crate) struct Shared {
     /// Datagrams the socket refused (queue overflow): lost, counted.
     pub tx_dropped: AtomicU64,
     gso: bool,
+    /// The smallest gather sequence number a send completion waits for
+    /// (`u64::MAX`: none), published whenever the core lock is held, so a
+    /// sender can tell without the lock whether what it released matters.
+    release_wanted: AtomicU64,
+    /// Gather sequence numbers sent or dropped (the core's
+    /// `handle_released` mark, applied under its lock).
+    released: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -165,6 +237,8 @@ impl Shared {
             app_active: AtomicBool::new(false),
             tx_dropped: AtomicU64::new(0),
             gso,
+            release_wanted: AtomicU64::new(u64::MAX),
+            released: AtomicU64::new(0),
         })
     }
 
@@ -226,7 +300,65 @@ impl Shared {
         }
     }
 
+    /// The datagrams up to gather sequence number `seq` were sent or
+    /// dropped. The core learns it the next time anyone holds its lock;
+    /// now, when a completion waits for it.
+    fn release(&self, seq: u64) {
+        // SeqCst with `route_events`' store of `release_wanted` and load of
+        // `released`: of a sender releasing and a lock holder gating at the
+        // same moment, at least one sees the other.
+        self.released.fetch_max(seq, Ordering::SeqCst);
+        if seq < self.release_wanted.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut core = lock(&self.core);
+        self.route_events(&mut core);
+    }
+
+    fn publish_release_wanted(&self, core: &Core) {
+        self.release_wanted
+            .store(core.release_wanted().unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    /// `ibv_dereg_mr`: queued datagrams whose payload still sits in the
+    /// region get a copy of it first; then the core revokes the region.
+    /// When this returns, nothing of softrdma reads or writes those bytes.
+    pub fn dereg_mr(&self, key: u32) -> softrdma_proto::VerbsResult<()> {
+        let now = self.now();
+        let mut core = lock(&self.core);
+        if let Some(region) = core.mr(key).map(|m| m.region.clone()) {
+            let mut tx = lock(&self.tx);
+            for d in tx.pending.iter_mut().filter(|d| d.reads(Some(&region))) {
+                d.materialize();
+            }
+        }
+        let r = core.dereg_mr(key);
+        self.after(core, now);
+        r
+    }
+
+    /// Datagrams still queued (the socket was full) stop reading the
+    /// program's memory: their payload is copied out. QP destruction and
+    /// device close call it, so nothing reads a buffer after they return.
+    pub fn materialize_queued(&self) {
+        let mut tx = lock(&self.tx);
+        for d in tx.pending.iter_mut().filter(|d| d.reads(None)) {
+            d.materialize();
+        }
+    }
+
     fn route_events(&self, core: &mut Core) {
+        // Completions this interaction gated may already be released; and a
+        // sender may release while we publish what we wait for (see
+        // `release`).
+        loop {
+            let r = self.released.load(Ordering::SeqCst);
+            core.handle_released(r);
+            self.publish_release_wanted(core);
+            if self.released.load(Ordering::SeqCst) == r {
+                break;
+            }
+        }
         while let Some(e) = core.poll_event() {
             match e {
                 Event::Completion(cq) => {
@@ -255,6 +387,7 @@ impl Shared {
                             dst: t.dst,
                             tos: t.traffic_class,
                             ttl: t.hop_limit,
+                            seq: t.gather.as_ref().map_or(0, |g| g.seq),
                             gather: t.gather,
                         });
                         n += 1;
@@ -265,18 +398,17 @@ impl Shared {
                     }
                 }
             }
+            // What was just pulled may have completed requests whose
+            // payload is queued here: they wait for its release.
+            self.publish_release_wanted(&core);
             let more = n == TX_BATCH && core.wants_transmit();
-            if !more {
-                drop(core);
-                self.send_locked(&mut tx);
-                return;
-            }
             // Keep the order: send this batch before releasing `tx`, but let
             // other threads use the core meanwhile.
             drop(core);
-            let full = self.send_locked(&mut tx);
+            let (full, released) = self.send_locked(&mut tx);
             drop(tx);
-            if full {
+            self.release(released);
+            if !more || full {
                 return;
             }
             core = lock(&self.core);
@@ -285,13 +417,17 @@ impl Shared {
 
     fn send_pending(&self) {
         let mut tx = lock(&self.tx);
-        self.send_locked(&mut tx);
+        let (_, released) = self.send_locked(&mut tx);
+        drop(tx);
+        self.release(released);
     }
 
-    /// Sends queued datagrams; returns true when the socket is full.
-    fn send_locked(&self, tx: &mut TxQueue) -> bool {
+    /// Sends queued datagrams. Returns whether the socket is full, and the
+    /// highest gather sequence number of the datagrams sent or dropped.
+    fn send_locked(&self, tx: &mut TxQueue) -> (bool, u64) {
+        let mut released = 0;
         if tx.pending.is_empty() {
-            return false;
+            return (false, released);
         }
         if !self.spin.is_zero() {
             // Only the busy-poll window reads it: no clock read otherwise.
@@ -320,14 +456,16 @@ impl Shared {
                         // network would.
                         let drop_n = tx.pending.len() / 2;
                         for d in tx.pending.drain(..drop_n) {
+                            released = released.max(d.seq);
                             tx.pool.push(d.buf);
                         }
                         self.tx_dropped.fetch_add(drop_n as u64, Ordering::Relaxed);
                     }
-                    return true;
+                    return (true, released);
                 }
                 Ok(n) => {
                     for d in tx.pending.drain(..n) {
+                        released = released.max(d.seq);
                         if tx.pool.len() < 1024 {
                             tx.pool.push(d.buf);
                         }
@@ -335,7 +473,7 @@ impl Shared {
                 }
             }
         }
-        false
+        (false, released)
     }
 
     /// One sendmmsg worth of the queue, GSO-coalescing runs of equal-sized
@@ -346,7 +484,7 @@ impl Shared {
         } else {
             1
         };
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(tx.pending.len().min(1024));
+        let mut slices: Vec<IoPiece<'_>> = Vec::with_capacity(tx.pending.len().min(1024));
         // (first datagram, first slice, end of its slices, datagrams)
         let mut groups: Vec<(usize, usize, usize, usize)> = Vec::new();
         let mut i = 0;
@@ -378,7 +516,7 @@ impl Shared {
             }
             let first_slice = slices.len();
             for d in items.range(i..j) {
-                slices.extend(d.parts().map(IoSlice::new));
+                d.pieces(&mut slices);
             }
             groups.push((i, first_slice, slices.len(), j - i));
             i = j;

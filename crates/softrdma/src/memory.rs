@@ -1,28 +1,114 @@
-//! Memory that remote peers can reach.
+//! Memory that remote peers can reach, and the rules for touching it.
 //!
-//! A [`MemoryRegion`] is either allocated by softrdma (page-aligned, zeroed,
-//! freed when the last user — the handle or a work request in flight — is
-//! gone) or registered from the program's own memory (`unsafe`, see
+//! A [`MemoryRegion`](crate::MemoryRegion) is either allocated by softrdma
+//! (page-aligned, zeroed, freed when the last user — the handle or a work
+//! request in flight — is gone) or registered from the program's own memory
+//! (`unsafe`, see
 //! [`ProtectionDomain::register_mr`](crate::ProtectionDomain::register_mr)).
 //!
-//! # Rules for the program
+//! # The rules (all of them, for every layer)
 //!
-//! While a region is registered, the device's engine thread may read or
-//! write its bytes at any time, exactly like an RDMA NIC's DMA engine: a
-//! remote WRITE lands without the program's involvement. The program
-//! therefore never holds a Rust reference (`&[u8]` / `&mut [u8]`) into a
-//! region that a peer may write; it uses the accessors here, which go through
-//! raw pointers with volatile or atomic accesses, and it synchronises with
-//! peers the RDMA way: through completions, or by polling a flag byte with
-//! [`MemoryRegion::load_u8`] (acquire). The engine writes payload bytes in
-//! order, so the last byte of a WRITE landing means the whole WRITE landed
-//! (the "spin on the last byte" idiom of `ib_write_lat`).
+//! While a region is registered, the device's engine may read or write its
+//! bytes at any time, exactly like an RDMA NIC's DMA engine: a remote WRITE
+//! lands without the program's involvement, and the program may be reading
+//! or writing the same bytes meanwhile (the flag idiom below, or a bug).
+//! Bytes that another thread may access concurrently must never be reached
+//! through a Rust reference (`&[u8]`/`&mut [u8]`): the compiler may assume
+//! such bytes do not change and that it may read them again, and a data
+//! race on them is undefined behaviour. So:
+//!
+//! 1. Region bytes are reached only through raw pointers, by the copies in
+//!    this module: [`copy_out`] and [`copy_in`] move bytes with relaxed
+//!    atomic loads and stores, 8 bytes at a time where aligned (an atomic
+//!    access racing with anything is defined behaviour; it compiles to
+//!    plain moves). Remote atomics use `AtomicU64` on the 8 bytes.
+//! 2. [`copy_in`] stores the last byte last, with release ordering. The
+//!    engine writes a message's packets in order, so a program that sees
+//!    the last byte of a WRITE with an acquire load
+//!    ([`MemoryRegion::load_u8`](crate::MemoryRegion::load_u8)) sees the
+//!    whole WRITE (the "spin on the last byte" idiom of `ib_write_lat`).
+//! 3. The I/O layer reads payload for zero-copy transmission by handing the
+//!    kernel a raw address (an iovec); the ICRC over those bytes is computed
+//!    from a copy made with [`copy_out`], never from a borrowed slice.
+//! 4. A send buffer is read only until its work request completes: the
+//!    core holds a send completion back until the engine has handed every
+//!    datagram that reads the buffer to the kernel (or copied or dropped
+//!    it) — `Device::handle_released` in the core.
+//! 5. Nothing is touched after deregistration returns: the core revokes
+//!    the region (every later access through a work request, a READ
+//!    response or a landing WRITE fails instead) and the engine copies the
+//!    payload of datagrams still queued for the socket out of it before
+//!    `ibv_dereg_mr` / the handle's drop returns. The same holds for QP
+//!    destruction and device close.
+//!
+//! The program synchronises with peers the RDMA way: through completions,
+//! or by polling a flag byte with acquire ordering.
 
 use softrdma_proto::RegionMemory;
-use softrdma_wire::Icrc;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// Copies `dst.len()` bytes of region memory at `src` into `dst` with
+/// relaxed atomic loads.
+///
+/// # Safety
+/// `src..src + dst.len()` must be valid for reads and writes (registered,
+/// in bounds) for the duration of the call.
+pub unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
+    let len = dst.len();
+    let mut i = 0;
+    // SAFETY (all three loops): in bounds per the contract; each atomic is
+    // properly aligned (bytes always, words after the head loop).
+    unsafe {
+        while i < len && !(src as usize + i).is_multiple_of(8) {
+            dst[i] = AtomicU8::from_ptr(src.add(i).cast_mut()).load(Ordering::Relaxed);
+            i += 1;
+        }
+        while i + 8 <= len {
+            let w = AtomicU64::from_ptr(src.add(i).cast_mut().cast()).load(Ordering::Relaxed);
+            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        }
+        while i < len {
+            dst[i] = AtomicU8::from_ptr(src.add(i).cast_mut()).load(Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+/// Copies `src` into region memory at `dst` with relaxed atomic stores; the
+/// last byte is stored last, with release ordering (rule 2).
+///
+/// # Safety
+/// `dst..dst + src.len()` must be valid for reads and writes (registered,
+/// in bounds) for the duration of the call.
+pub unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
+    let Some((&last, body)) = src.split_last() else {
+        return;
+    };
+    let len = body.len();
+    let mut i = 0;
+    // SAFETY (all loops and the last store): in bounds per the contract;
+    // each atomic is properly aligned.
+    unsafe {
+        while i < len && !(dst as usize + i).is_multiple_of(8) {
+            AtomicU8::from_ptr(dst.add(i)).store(body[i], Ordering::Relaxed);
+            i += 1;
+        }
+        while i + 8 <= len {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&body[i..i + 8]);
+            AtomicU64::from_ptr(dst.add(i).cast()).store(u64::from_ne_bytes(w), Ordering::Relaxed);
+            i += 8;
+        }
+        while i < len {
+            AtomicU8::from_ptr(dst.add(i)).store(body[i], Ordering::Relaxed);
+            i += 1;
+        }
+        AtomicU8::from_ptr(dst.add(len)).store(last, Ordering::Release);
+    }
+}
 
 /// Page alignment of allocated regions.
 pub const PAGE: usize = 4096;
@@ -110,23 +196,13 @@ impl RegionMemory for RawRegion {
     }
     fn read(&self, offset: usize, dst: &mut [u8]) {
         self.check(offset, dst.len());
-        // SAFETY: in bounds (checked); `dst` is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        }
+        // SAFETY: in bounds (checked); valid while the region lives.
+        unsafe { copy_out(self.ptr.as_ptr().add(offset), dst) }
     }
     fn write(&self, offset: usize, src: &[u8]) {
         self.check(offset, src.len());
-        // SAFETY: in bounds (checked); `src` is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
-        }
-        // Publish the bytes before anyone sees a later flag byte.
-        std::sync::atomic::fence(Ordering::Release);
+        // SAFETY: in bounds (checked); valid while the region lives.
+        unsafe { copy_in(self.ptr.as_ptr().add(offset), src) }
     }
     fn fetch_add(&self, offset: usize, add: u64) -> u64 {
         self.atomic(offset).fetch_add(add, Ordering::SeqCst)
@@ -141,43 +217,25 @@ impl RegionMemory for RawRegion {
             Ok(v) | Err(v) => v,
         }
     }
-    fn as_slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        self.check(offset, len);
-        // SAFETY: in bounds; valid for as long as `self` (the registration
-        // contract). The bytes may be changed concurrently by the program,
-        // exactly as a NIC's DMA may read memory the program is writing.
-        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) })
-    }
-    fn icrc_update(&self, offset: usize, len: usize, icrc: &mut Icrc) {
-        self.check(offset, len);
-        // SAFETY: in bounds; the slice lives only for this call. Bytes a
-        // peer writes concurrently would make the ICRC (and the data) wrong,
-        // which the receiver detects — the same as a NIC reading memory the
-        // program is changing.
-        let s = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) };
-        icrc.update(s);
+    fn address(&self) -> Option<NonNull<u8>> {
+        Some(self.ptr)
     }
 }
 
-/// Accessors shared by every region handle.
-pub(crate) fn volatile_read(r: &RawRegion, offset: usize, dst: &mut [u8]) {
+/// The program reads region bytes (after an acquire fence: what it
+/// synchronised with before is visible).
+pub(crate) fn program_read(r: &RawRegion, offset: usize, dst: &mut [u8]) {
     r.check(offset, dst.len());
     std::sync::atomic::fence(Ordering::Acquire);
-    let base = r.ptr.as_ptr().wrapping_add(offset);
-    for (i, d) in dst.iter_mut().enumerate() {
-        // SAFETY: in bounds (checked above).
-        *d = unsafe { std::ptr::read_volatile(base.add(i)) };
-    }
+    // SAFETY: in bounds (checked above); valid while the region lives.
+    unsafe { copy_out(r.ptr.as_ptr().add(offset), dst) }
 }
 
-pub(crate) fn volatile_write(r: &RawRegion, offset: usize, src: &[u8]) {
+/// The program writes region bytes.
+pub(crate) fn program_write(r: &RawRegion, offset: usize, src: &[u8]) {
     r.check(offset, src.len());
-    let base = r.ptr.as_ptr().wrapping_add(offset);
-    for (i, s) in src.iter().enumerate() {
-        // SAFETY: in bounds (checked above).
-        unsafe { std::ptr::write_volatile(base.add(i), *s) };
-    }
-    std::sync::atomic::fence(Ordering::Release);
+    // SAFETY: in bounds (checked above); valid while the region lives.
+    unsafe { copy_in(r.ptr.as_ptr().add(offset), src) }
 }
 
 pub(crate) fn load_u8(r: &RawRegion, offset: usize) -> u8 {
@@ -201,7 +259,7 @@ mod tests {
         assert_eq!(r.as_ptr() as usize % PAGE, 0);
         r.write(100, b"hello");
         let mut b = [0u8; 5];
-        volatile_read(&r, 100, &mut b);
+        program_read(&r, 100, &mut b);
         assert_eq!(&b, b"hello");
         assert_eq!(load_u8(&r, 104), b'o');
         r.fetch_add(8, 5);
@@ -210,6 +268,29 @@ mod tests {
         let mut z = [1u8; 3];
         r.read(9997, &mut z);
         assert_eq!(z, [0, 0, 0]);
+    }
+
+    #[test]
+    fn copies_move_every_byte_at_every_alignment() {
+        let r = RawRegion::allocate(256).unwrap();
+        for off in 0..17 {
+            for len in 0..40 {
+                let src: Vec<u8> = (0..len).map(|i| (i * 7 + off + 1) as u8).collect();
+                r.write(off, &src);
+                let mut back = vec![0u8; len];
+                r.read(off, &mut back);
+                assert_eq!(back, src, "offset {off} length {len}");
+            }
+        }
+        // Bytes around a write stay as they were.
+        let r = RawRegion::allocate(64).unwrap();
+        r.write(0, &[0xee; 64]);
+        r.write(3, &[1; 11]);
+        let mut all = [0u8; 64];
+        r.read(0, &mut all);
+        assert_eq!(&all[..3], &[0xee; 3]);
+        assert_eq!(&all[3..14], &[1; 11]);
+        assert_eq!(&all[14..], &[0xee; 50]);
     }
 
     #[test]

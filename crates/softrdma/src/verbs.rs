@@ -193,8 +193,9 @@ impl std::fmt::Debug for MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        let key = self.key;
-        let _ = self.pd.inner.dev.shared().with_core(|c, _| c.dereg_mr(key));
+        // When this returns, softrdma never touches the bytes again (see
+        // the memory module's rules).
+        let _ = self.pd.inner.dev.shared().dereg_mr(self.key);
     }
 }
 
@@ -239,13 +240,15 @@ impl MemoryRegion {
     pub fn as_ptr(&self) -> *mut u8 {
         self.region.as_ptr()
     }
-    /// Copies bytes out with volatile reads (panics out of bounds).
+    /// Copies bytes out, with the atomic copies of the
+    /// [`memory`](crate::memory) rules (panics out of bounds).
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        memory::volatile_read(&self.region, offset, dst)
+        memory::program_read(&self.region, offset, dst)
     }
-    /// Copies bytes in with volatile writes (panics out of bounds).
+    /// Copies bytes in, with the atomic copies of the
+    /// [`memory`](crate::memory) rules (panics out of bounds).
     pub fn write(&self, offset: usize, src: &[u8]) {
-        memory::volatile_write(&self.region, offset, src)
+        memory::program_write(&self.region, offset, src)
     }
     /// `len` bytes at `offset`.
     pub fn to_vec(&self, offset: usize, len: usize) -> Vec<u8> {
@@ -636,6 +639,7 @@ impl Drop for QueuePair {
         // poll go out first: the peer must not retry for what we have.
         sh.flush_now();
         let _ = sh.with_core(|c, _| c.destroy_qp(q));
+        sh.materialize_queued();
     }
 }
 

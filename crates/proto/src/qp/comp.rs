@@ -41,12 +41,9 @@ impl Qp {
             if w.is_read_or_atomic() && w.npkts > 0 {
                 self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
             }
-            if status != WcStatus::Success || w.signaled {
-                let wc = self.send_wc(&w, status);
-                if !ctx.complete(self.send_cq, wc) {
-                    self.enter_error(ctx);
-                    return;
-                }
+            if (status != WcStatus::Success || w.signaled) && !self.complete_send(&w, status, ctx) {
+                self.enter_error(ctx);
+                return;
             }
             if status != WcStatus::Success {
                 self.enter_error(ctx);
@@ -278,11 +275,16 @@ impl Qp {
                 self.counters.stale_responses += 1;
                 return progress;
             }
-            if let Some(sgl) = &w.sgl {
-                sgl.write(0, &orig.to_ne_bytes());
-            }
+            let placed = w
+                .sgl
+                .as_ref()
+                .map_or(Ok(()), |l| l.write(0, &orig.to_ne_bytes()));
             w.acked_pkts = 1;
-            w.done = Some(WcStatus::Success);
+            // The result buffer was deregistered meanwhile: a local error.
+            w.done = Some(match placed {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocProtErr,
+            });
             return progress + 1;
         }
         // READ responses are placed by PSN, whatever order they come in
@@ -307,7 +309,11 @@ impl Qp {
             return progress;
         }
         if let Some(sgl) = &w.sgl {
-            sgl.write(offset, pkt.payload);
+            if sgl.write(offset, pkt.payload).is_err() {
+                // The destination was deregistered meanwhile.
+                w.done = Some(WcStatus::LocProtErr);
+                return progress + 1;
+            }
         }
         if idx == w.acked_pkts {
             w.acked_pkts += 1;

@@ -45,6 +45,10 @@ pub(crate) struct SendWqe {
     pub ooo: u32,
     /// The outcome, once known; the completion is delivered in order.
     pub done: Option<WcStatus>,
+    /// Gather sequence number of the last datagram that left payload of
+    /// this request in the program's memory (0: none); the completion
+    /// waits until the driver released it.
+    pub gather_seq: u64,
     /// Generate a completion on success.
     pub signaled: bool,
 }
@@ -107,16 +111,31 @@ pub(crate) struct Ctx<'a> {
     pub port_mtu: u32,
     /// Leave payloads in registered memory (zero-copy transmission).
     pub gather: bool,
+    /// The sequence number the next zero-copy datagram gets.
+    pub next_gather_seq: u64,
+    /// Gather sequence numbers the driver has released.
+    pub released: u64,
+    /// Completions gated in all CQs (see `Cq::push_gated`).
+    pub gated: &'a mut usize,
 }
 
 impl Ctx<'_> {
     /// Delivers a completion. Returns false on a CQ overrun (the QP must go
     /// to the error state).
     pub fn complete(&mut self, cq: CqId, wc: Wc) -> bool {
+        self.complete_after(cq, wc, 0)
+    }
+    /// Delivers a completion once gather sequence number `after` is
+    /// released (see `Cq::push_gated`).
+    pub fn complete_after(&mut self, cq: CqId, wc: Wc, after: u64) -> bool {
+        let released = self.released;
         let Some(c) = self.cqs.get_mut(cq.0) else {
             return false;
         };
-        match c.push(wc) {
+        if after > released {
+            *self.gated += 1;
+        }
+        match c.push_gated(wc, after, released) {
             Pushed::Ok => true,
             Pushed::Notified => {
                 self.events.push_back(crate::device::Event::Completion(cq));
@@ -161,6 +180,9 @@ pub(crate) struct Qp {
     pub sqd_notify: bool,
     /// The deadline the device's timer set holds for this QP.
     pub armed: Option<Instant>,
+    /// The gather sequence number the last send completion waited for:
+    /// later ones wait at least as long, so they stay in order.
+    pub comp_floor: u64,
 }
 
 /// Attribute masks allowed per transition (IBA table 91 / `ib_modify_qp_is_ok`).
@@ -282,6 +304,7 @@ impl Qp {
             last_tx_request: false,
             sqd_notify: false,
             armed: None,
+            comp_floor: 0,
         }
     }
 
@@ -454,8 +477,7 @@ impl Qp {
             if status == WcStatus::Success && !(w.signaled || self.sq_sig_all) {
                 continue;
             }
-            let wc = self.send_wc(&w, status);
-            ctx.complete(self.send_cq, wc);
+            self.complete_send(&w, status, ctx);
         }
         self.req.cur = 0;
         self.req.cur_pkt = 0;
@@ -466,6 +488,15 @@ impl Qp {
         if self.srq.is_some() {
             ctx.event(AsyncEvent::QpLastWqeReached(self.qpn));
         }
+    }
+
+    /// Delivers the completion of a send request, after the driver has
+    /// released every datagram that reads its payload (and those of the
+    /// QP's earlier requests). Returns false on a CQ overrun.
+    pub fn complete_send(&mut self, w: &SendWqe, status: WcStatus, ctx: &mut Ctx) -> bool {
+        self.comp_floor = self.comp_floor.max(w.gather_seq);
+        let wc = self.send_wc(w, status);
+        ctx.complete_after(self.send_cq, wc, self.comp_floor)
     }
 
     pub fn send_wc(&self, w: &SendWqe, status: WcStatus) -> Wc {
@@ -570,13 +601,13 @@ impl Qp {
             ooo: 0,
             done: None,
             signaled,
+            gather_seq: 0,
         };
         self.sq.push_back(w);
         if self.state == QpState::Err {
             // Posted to a QP in error: flushed at once (IBA 10.8.3.3).
             let w = self.sq.pop_back().expect("just pushed");
-            let wc = self.send_wc(&w, WcStatus::WrFlushErr);
-            ctx.complete(self.send_cq, wc);
+            self.complete_send(&w, WcStatus::WrFlushErr, ctx);
         }
         Ok(())
     }

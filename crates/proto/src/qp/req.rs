@@ -6,7 +6,7 @@
 use super::{Ctx, Qp, SendWqe};
 use crate::device::{Gather, Transmit, MAX_GATHER};
 use crate::limits::{ACK_REQ_EVERY_PKTS, MAX_INFLIGHT_PKTS};
-use crate::memory::{Piece, SgList, Span};
+use crate::memory::{Piece, Revoked, SgList, Span};
 use crate::verbs::*;
 use crate::Instant;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
@@ -110,23 +110,26 @@ const GATHER_MIN: usize = 512;
 pub const MIN_TX_BUF: usize = 4096 + 128;
 
 /// Writes one packet (BTH through ICRC) into `buf` and describes it.
+/// `Ok(None)`: it cannot be built (buffer too small, addresses of two IP
+/// versions); `Err(Revoked)`: its payload's region was deregistered.
 pub(crate) fn build_packet(
     ctx: &Ctx,
     av: &AddressVector,
     mut repr: PacketRepr<'_>,
     payload: Payload<'_>,
     buf: &mut [u8],
-) -> Option<Transmit> {
+) -> Result<Option<Transmit>, Revoked> {
     let plen = payload.len();
     repr.bth.pad_count = PacketRepr::pad_for(plen);
     repr.payload = &[];
     let hlen = repr.header_len();
     let total = hlen + plen + repr.bth.pad_count as usize + softrdma_wire::ICRC_LEN;
-    if buf.len() < total {
-        return None;
+    if buf.len() < total || repr.emit_headers(buf).is_err() {
+        return Ok(None);
     }
-    repr.emit_headers(buf).ok()?;
-    let ip = IpRepr::between(ctx.local_ip, av.dest, av.traffic_class).ok()?;
+    let Ok(ip) = IpRepr::between(ctx.local_ip, av.dest, av.traffic_class) else {
+        return Ok(None);
+    };
     let d = DatagramRepr {
         ip,
         udp: UdpRepr {
@@ -151,7 +154,7 @@ pub(crate) fn build_packet(
             Payload::Span(sp, off, n) => {
                 let mut p: [Option<Piece>; MAX_GATHER] = std::array::from_fn(|_| None);
                 p[0] = Some(Piece {
-                    mem: sp.mem.clone(),
+                    region: sp.region.clone(),
                     offset: sp.offset + off,
                     len: *n,
                 });
@@ -159,35 +162,36 @@ pub(crate) fn build_packet(
             }
             _ => None,
         };
-        if let Some(pieces) = pieces.filter(|p| p.iter().flatten().all(|x| x.bytes().is_some())) {
+        if let Some(pieces) = pieces.filter(|p| p.iter().flatten().all(|x| x.address().is_some())) {
             let mut icrc = d.icrc_begin(total);
             icrc.transport(&buf[..hlen]);
             for p in pieces.iter().flatten() {
-                p.mem.icrc_update(p.offset, p.len, &mut icrc);
+                p.region.icrc_update(p.offset, p.len, &mut icrc)?;
             }
             buf[hlen..hlen + pad].fill(0);
             icrc.update(&buf[hlen..hlen + pad]);
             let c = icrc.finish();
             buf[hlen + pad..hlen + pad + softrdma_wire::ICRC_LEN].copy_from_slice(&c.to_le_bytes());
-            return Some(tx(Some(Gather {
+            return Ok(Some(tx(Some(Gather {
                 header_len: hlen,
                 trailer_len: pad + softrdma_wire::ICRC_LEN,
                 pieces,
-            })));
+                seq: ctx.next_gather_seq,
+            }))));
         }
     }
     let data = &mut buf[hlen..hlen + plen];
     match payload {
         Payload::None => {}
         Payload::Bytes(b) => data.copy_from_slice(b),
-        Payload::Sgl(l, off, _) => l.read(off, data),
-        Payload::Span(s, off, _) => s.mem.read(s.offset + off, data),
+        Payload::Sgl(l, off, _) => l.read(off, data)?,
+        Payload::Span(s, off, _) => s.region.read(s.offset + off, data)?,
     }
     let pad_end = total - softrdma_wire::ICRC_LEN;
     buf[hlen + plen..pad_end].fill(0);
     let icrc = d.icrc(&buf[..pad_end]);
     buf[pad_end..total].copy_from_slice(&icrc.to_le_bytes());
-    Some(tx(None))
+    Ok(Some(tx(None)))
 }
 
 /// BTH opcode of a request packet.
@@ -374,7 +378,20 @@ impl Qp {
         // The packet that fills the window asks for an ACK, or the window
         // would only reopen on a timeout.
         let fills_window = oldest.is_some_and(|old| psn.distance_from(old) + 1 >= self.req.cwnd);
-        let tx = self.build_request(idx, psn, mtu, fills_window, ctx, buf)?;
+        let tx = match self.build_request(idx, psn, mtu, fills_window, ctx, buf) {
+            Ok(tx) => tx?,
+            Err(Revoked) => {
+                // The program deregistered the source buffer of a request
+                // it had posted: nothing more is read from it, and the
+                // request ends with a local protection error.
+                self.sq[idx].done = Some(WcStatus::LocProtErr);
+                self.enter_error(ctx);
+                return None;
+            }
+        };
+        if let Some(g) = &tx.gather {
+            self.sq[idx].gather_seq = g.seq;
+        }
         // Advance.
         if self.sq[idx].wr.opcode == WrOpcode::RdmaRead {
             self.sq[idx].resp_start = self.req.cur_pkt;
@@ -418,7 +435,7 @@ impl Qp {
         fills_window: bool,
         ctx: &Ctx,
         buf: &mut [u8],
-    ) -> Option<Transmit> {
+    ) -> Result<Option<Transmit>, Revoked> {
         let w = &self.sq[idx];
         let k = self.req.cur_pkt;
         let op = w.wr.opcode;
@@ -491,8 +508,11 @@ impl Qp {
             }
         }
         if self.qp_type == QpType::Ud {
-            let ud = w.wr.ud?;
-            av = *ctx.ahs.get(ud.ah.0)?;
+            let Some(ud) = w.wr.ud else { return Ok(None) };
+            let Some(ah) = ctx.ahs.get(ud.ah.0) else {
+                return Ok(None);
+            };
+            av = *ah;
             repr.bth.dest_qp = ud.remote_qpn;
             let qkey = if ud.remote_qkey.0 & 0x8000_0000 != 0 {
                 self.attr.qkey
@@ -510,7 +530,10 @@ impl Qp {
             let o = offset as usize;
             Payload::Bytes(&w.wr.inline_data[o..o + payload_len])
         } else {
-            Payload::Sgl(w.sgl.as_ref()?, offset, payload_len)
+            let Some(sgl) = w.sgl.as_ref() else {
+                return Ok(None);
+            };
+            Payload::Sgl(sgl, offset, payload_len)
         };
         build_packet(ctx, &av, repr, payload, buf)
     }

@@ -408,10 +408,11 @@ impl Qp {
                     .check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC, ctx)?
                     .ok_or(Fail::Nak(NakCode::RemoteAccessError))?;
                 let orig = if info.operation == Operation::CompareSwap {
-                    span.mem.compare_swap(span.offset, a.compare, a.swap_add)
+                    span.region.compare_swap(span.offset, a.compare, a.swap_add)
                 } else {
-                    span.mem.fetch_add(span.offset, a.swap_add)
-                };
+                    span.region.fetch_add(span.offset, a.swap_add)
+                }
+                .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
                 self.resp.msn = self.resp.msn.next();
                 self.resp.add_resource(psn, 1, Some(orig));
                 self.resp.out.push_back(RespJob::AtomicAck {
@@ -496,7 +497,13 @@ impl Qp {
             }
             return Err(Fail::Nak(NakCode::RemoteOperationalError));
         }
-        sgl.write(*offset, pkt.payload);
+        if sgl.write(*offset, pkt.payload).is_err() {
+            // The receive buffer was deregistered under the message.
+            if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
+                self.recv_error(&wqe, WcStatus::LocProtErr, ctx);
+            }
+            return Err(Fail::Nak(NakCode::RemoteOperationalError));
+        }
         *offset = end;
         if info.position.ends() {
             if let Some(rkey) = pkt.ieth {
@@ -567,8 +574,9 @@ impl Qp {
             return Err(Fail::Nak(NakCode::InvalidRequest));
         }
         if let Some(s) = span {
-            if !pkt.payload.is_empty() {
-                s.mem.write(s.offset + *offset, pkt.payload);
+            if !pkt.payload.is_empty() && s.region.write(s.offset + *offset, pkt.payload).is_err() {
+                // The target region was deregistered under the message.
+                return Err(Fail::Nak(NakCode::RemoteAccessError));
             }
         }
         *offset = end;
@@ -634,7 +642,9 @@ impl Qp {
                 else {
                     return;
                 };
-                // Re-execute from the duplicate's PSN with its own RETH.
+                // Re-execute from the duplicate's PSN with its own RETH,
+                // checked again: a region deregistered since is a remote
+                // access error now.
                 let Ok(span) = self.check_rkey(
                     reth.rkey,
                     reth.va,
@@ -642,6 +652,11 @@ impl Qp {
                     Access::REMOTE_READ,
                     ctx,
                 ) else {
+                    self.counters.rem_access_nak_sent += 1;
+                    ctx.event(AsyncEvent::QpAccessErr(self.qpn));
+                    self.resp
+                        .queue_nak(psn, Syndrome::Nak(NakCode::RemoteAccessError));
+                    self.enter_error(ctx);
                     return;
                 };
                 let remaining = res.npkts - psn.distance_from(res.first_psn);
@@ -717,8 +732,11 @@ impl Qp {
             self.recv_error(&wqe, WcStatus::LocLenErr, ctx);
             return;
         }
-        sgl.write(0, &meta.grh_area());
-        sgl.write(grh, pkt.payload);
+        if sgl.write(0, &meta.grh_area()).is_err() || sgl.write(grh, pkt.payload).is_err() {
+            self.recv_error(&wqe, WcStatus::LocProtErr, ctx);
+            self.enter_error(ctx);
+            return;
+        }
         let mut wc = self.recv_wc(&wqe, total as u32, WcOpcode::Recv, pkt);
         wc.src_qp = deth.src_qp;
         wc.wc_flags = WcFlags::GRH;
@@ -729,6 +747,38 @@ impl Qp {
         if !ctx.complete(self.recv_cq, wc) {
             self.enter_error(ctx);
         }
+    }
+
+    /// A READ whose region went away mid-response: NAK remote access error
+    /// at the response's PSN, and the QP to the error state.
+    fn fail_read(&mut self, psn: Psn, msn: Msn, ctx: &mut Ctx, buf: &mut [u8]) -> Option<Transmit> {
+        self.counters.rem_access_nak_sent += 1;
+        ctx.event(AsyncEvent::QpAccessErr(self.qpn));
+        self.enter_error(ctx);
+        let mut r = PacketRepr::new(
+            BthRepr {
+                opcode: Opcode::RC_ACKNOWLEDGE,
+                solicited: false,
+                mig_req: false,
+                pad_count: 0,
+                pkey: self.pkey(),
+                fecn: false,
+                becn: false,
+                dest_qp: self.attr.dest_qp_num,
+                ack_req: false,
+                psn,
+            },
+            &[],
+        );
+        r.aeth = Some(AethRepr {
+            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+            msn,
+        });
+        let av = self.attr.ah_attr;
+        let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()??;
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += tx.len as u64;
+        Some(tx)
     }
 
     /// The next response packet, if any.
@@ -743,7 +793,7 @@ impl Qp {
         let mtu = self.mtu() as usize;
         let av = self.attr.ah_attr;
         let (pkey, dest_qp) = (self.pkey(), self.attr.dest_qp_num);
-        let bth = |opcode: Opcode, psn: Psn| BthRepr {
+        let bth = move |opcode: Opcode, psn: Psn| BthRepr {
             opcode,
             solicited: false,
             mig_req: false,
@@ -763,7 +813,7 @@ impl Qp {
                     syndrome: *syndrome,
                     msn: *msn,
                 });
-                let tx = build_packet(ctx, &av, r, Payload::None, buf);
+                let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()?;
                 if matches!(syndrome, Syndrome::Ack { .. }) {
                     self.counters.acks_sent += 1;
                 }
@@ -779,7 +829,7 @@ impl Qp {
                     msn: *msn,
                 });
                 r.atomic_ack = Some(*orig);
-                let tx = build_packet(ctx, &av, r, Payload::None, buf);
+                let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()?;
                 self.resp.out.pop_front();
                 tx
             }
@@ -804,7 +854,15 @@ impl Qp {
                     Some(s) if n > 0 => Payload::Span(s, j.offset, n),
                     _ => Payload::None,
                 };
-                let tx = build_packet(ctx, &av, r, payload, buf);
+                let Ok(tx) = build_packet(ctx, &av, r, payload, buf) else {
+                    // The region was deregistered while its READ was being
+                    // answered: no byte more is read from it; the
+                    // requester gets a remote access error, as from a NIC.
+                    let psn = j.psn;
+                    let msn = j.msn;
+                    self.resp.out.pop_front();
+                    return self.fail_read(psn, msn, ctx, buf);
+                };
                 j.offset += n;
                 j.psn = j.psn.next();
                 if last {
