@@ -4,9 +4,9 @@
 //! Completions are taken one at a time from the same queue `ibv_poll_cq`
 //! uses (with the same inline progress), so the two APIs can be mixed.
 
+use crate::cq::cq_ex;
 use crate::ffi::*;
 use crate::util::guard;
-use crate::verbs::cq_ex;
 use softrdma::{Wc, WcFlags};
 use std::ffi::{c_int, c_uint};
 

@@ -8,19 +8,23 @@
 //!
 //! - `ffi`: the C structures of `<infiniband/verbs.h>`, checked against the
 //!   real header at build time (build.rs).
-//! - `device`: discovery (`SOFTRDMA_ADDR`, `$SOFTRDMA_CONFIG` or
-//!   `/etc/softrdma.conf`, else a loopback address per process), contexts
-//!   (`verbs_context` with its extended entry points), queries, async
-//!   events.
-//! - `verbs`: the objects and the data path: `ibv_post_send`,
-//!   `ibv_poll_cq` (which, like softrdma's `CompletionQueue::poll`, drives
-//!   progress inline, so a spinning poller makes progress itself).
+//! - `handle`: the one handle type behind every pointer we hand out
+//!   (registry, magic word, lookup, destroy, parent references, EBUSY).
+//! - `config`, `device`: which devices exist (`SOFTRDMA_ADDR`,
+//!   `$SOFTRDMA_CONFIG` or `/etc/softrdma.conf`, else a loopback address
+//!   per process) and the device list.
+//! - `context`: `ibv_open_device`/`ibv_close_device`, asynchronous events;
+//!   `query`: device, port, GID and P_Key queries.
+//! - one module per object: `pd`, `mr`, `channel`, `cq`, `srq`, `ah`, `qp`;
+//!   `post`: the data path (`ibv_post_send`/`recv`; `ibv_poll_cq` is in
+//!   `cq` and, like softrdma's `CompletionQueue::poll`, drives progress
+//!   inline, so a spinning poller makes progress itself).
 //! - `qpex`, `cqex`: the `ibv_wr_*` post-send API and extended CQ polling.
 //! - `misc`, `exports`: everything else exported, and the symbol versions.
 //!
 //! Every exported function stops panics at the boundary (`util::guard`)
-//! and checks its pointers: control-path verbs against a registry of live
-//! objects, data-path verbs by a magic word.
+//! and checks its pointers: control-path verbs against the registry of
+//! live objects, data-path verbs by the magic word.
 
 // Unit tests build without the exports (their `.symver`s need the version
 // script of the shared library), so most functions are unused there.
@@ -30,16 +34,38 @@
 pub mod ffi;
 
 #[allow(missing_docs, clippy::missing_safety_doc)]
+mod ah;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod channel;
+#[allow(missing_docs)]
+pub mod config;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod context;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod cq;
+#[allow(missing_docs, clippy::missing_safety_doc)]
 mod cqex;
 #[allow(missing_docs, clippy::missing_safety_doc)]
-pub mod device;
+mod device;
 #[allow(missing_docs)]
 mod exports;
+#[allow(missing_docs)]
+mod handle;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod misc;
 #[allow(missing_docs, clippy::missing_safety_doc)]
+mod mr;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod pd;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod post;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod qp;
+#[allow(missing_docs, clippy::missing_safety_doc)]
 mod qpex;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod query;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod srq;
 #[allow(missing_docs)]
 mod util;
-#[allow(missing_docs, clippy::missing_safety_doc)]
-mod verbs;

@@ -9,8 +9,10 @@
 //! argument is remembered and reported by `ibv_wr_complete`.
 
 use crate::ffi::*;
+use crate::handle::Obj;
+use crate::post::{gather_inline, ud_dest};
+use crate::qp::{qp_fast, Qp, WrBatch};
 use crate::util::guard;
-use crate::verbs::{gather_inline, qp_fast, ud_dest, Qp, WrBatch};
 use softrdma::{RKey, SendFlags, SendWr, Sge, WrOpcode};
 use std::ffi::{c_int, c_void};
 
@@ -41,7 +43,7 @@ pub fn fill_ops(c: &mut ibv_qp_ex) {
 }
 
 /// Runs `f` on the QP's batch (nothing for a pointer that is not ours).
-fn with(q: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut WrBatch)) {
+fn with(q: *mut ibv_qp_ex, f: impl FnOnce(&Obj<Qp>, &mut WrBatch)) {
     guard((), || {
         if let Some(x) = qp_fast(q.cast()) {
             let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
@@ -55,8 +57,8 @@ fn fail(b: &mut WrBatch, e: i32) {
 }
 
 /// Starts a request of `op` with the program's current wr_id and flags.
-fn begin<'b>(x: &Qp, b: &'b mut WrBatch, op: WrOpcode) -> &'b mut SendWr {
-    let c = x.c_ex();
+fn begin<'b>(x: &Obj<Qp>, b: &'b mut WrBatch, op: WrOpcode) -> &'b mut SendWr {
+    let c = x.repr();
     // SAFETY: fields of the QP's C structure, written by the program before
     // this call (never concurrently with it, by the API's contract).
     let (id, flags) = unsafe { ((*c).wr_id, (*c).wr_flags) };
@@ -221,7 +223,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
     bufs: *const ibv_data_buf,
 ) {
     with(q, |_, b| {
-        if n > 0 && bufs.is_null() || n > softrdma_proto::limits::MAX_SGE as usize {
+        if n > 0 && bufs.is_null() || n > softrdma::limits::MAX_SGE as usize {
             return fail(b, libc::EINVAL);
         }
         let list = if n == 0 {
@@ -256,7 +258,7 @@ unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length:
 
 unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, sges: *const ibv_sge) {
     with(q, |_, b| {
-        if n > 0 && sges.is_null() || n > softrdma_proto::limits::MAX_SGE as usize {
+        if n > 0 && sges.is_null() || n > softrdma::limits::MAX_SGE as usize {
             return fail(b, libc::EINVAL);
         }
         let list = if n == 0 {

@@ -1,10 +1,7 @@
 //! What every entry point needs: errno, panics stopped at the boundary,
-//! and a registry of live objects so a stale or foreign pointer is refused
-//! instead of followed.
+//! C strings and extensible output structures.
 
-use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard};
 
 /// Sets the calling thread's `errno`.
 pub fn set_errno(e: i32) {
@@ -61,48 +58,11 @@ pub fn guard_ptr<T>(f: impl FnOnce() -> Result<*mut T, i32>) -> *mut T {
     })
 }
 
-/// Kinds of objects handed to C, for the registry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Device,
-    DeviceList,
-    Context,
-    Pd,
-    Mr,
-    Channel,
-    Cq,
-    Srq,
-    Qp,
-    Ah,
-}
-
-static LIVE: Mutex<Option<HashSet<(usize, Kind)>>> = Mutex::new(None);
-
-fn live() -> MutexGuard<'static, Option<HashSet<(usize, Kind)>>> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Records a pointer handed to C.
-pub fn register(p: *const (), kind: Kind) {
-    live()
-        .get_or_insert_with(HashSet::new)
-        .insert((p as usize, kind));
-}
-
-/// Forgets a pointer (its object is being freed). Returns whether it was
-/// live: a second destroy of the same object is refused.
-pub fn unregister(p: *const (), kind: Kind) -> bool {
-    live()
-        .as_mut()
-        .is_some_and(|s| s.remove(&(p as usize, kind)))
-}
-
-/// Whether `p` is a live object of this kind.
-pub fn is_live(p: *const (), kind: Kind) -> bool {
-    !p.is_null()
-        && live()
-            .as_ref()
-            .is_some_and(|s| s.contains(&(p as usize, kind)))
+/// An all-zero C structure.
+pub fn zeroed<T>() -> T {
+    // SAFETY: only used for the C structures of ffi.rs, which are plain
+    // data (integers, pointers, Option<fn>): all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 /// Copies `s` into a C char array, NUL-terminated and truncated to fit.

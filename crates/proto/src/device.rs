@@ -63,8 +63,9 @@ impl DeviceConfig {
     }
 }
 
-/// EUI-64-style GUID derived from the address (stable per address).
-fn guid_of(ip: IpAddr) -> u64 {
+/// EUI-64-style node GUID derived from the address (stable per address, so
+/// it is known before a device is opened).
+pub fn guid_of(ip: IpAddr) -> u64 {
     let b = match ip {
         IpAddr::V4(a) => {
             let o = a.octets();

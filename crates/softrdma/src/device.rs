@@ -42,6 +42,13 @@ pub struct DeviceOptions {
     pub gso: bool,
     /// Use UDP GRO to receive them.
     pub gro: bool,
+    /// Socket send buffer in bytes (`SO_SNDBUF`; the kernel doubles it).
+    /// What a burst may queue in the kernel before datagrams wait in the
+    /// engine's own queue.
+    pub send_buffer: usize,
+    /// Socket receive buffer in bytes (`SO_RCVBUF`): what may arrive while
+    /// nothing polls before the kernel drops datagrams.
+    pub recv_buffer: usize,
 }
 
 impl Default for DeviceOptions {
@@ -54,6 +61,8 @@ impl Default for DeviceOptions {
             spin: None,
             gso: true,
             gro: true,
+            send_buffer: SocketConfig::default().send_buffer,
+            recv_buffer: SocketConfig::default().recv_buffer,
         }
     }
 }
@@ -75,6 +84,8 @@ fn bind(opts: &DeviceOptions) -> Result<UdpSocket> {
     let mut cfg = SocketConfig::default();
     cfg.gso = opts.gso;
     cfg.gro = opts.gro;
+    cfg.send_buffer = opts.send_buffer;
+    cfg.recv_buffer = opts.recv_buffer;
     // Devices bind one address, never a wildcard: every datagram's
     // destination is that address, so asking the kernel costs a control
     // message per datagram for nothing.

@@ -50,11 +50,16 @@ mod verbs;
 pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
 pub use error::{Error, Result};
 pub use event::CompletionChannel;
-pub use softrdma_proto::device::DeviceAttr;
+pub use softrdma_proto::device::{guid_of as node_guid_of, DeviceAttr};
+/// Limits of the device (queue depths, SGEs, inline data, message size).
+pub use softrdma_proto::limits;
 pub use softrdma_proto::{
     Access, AddressVector, AsyncEvent, AttrMask, Counters, CqId, Mtu, QpAttr, QpCap, QpState,
     QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
+/// GIDs and the GRH area of UD receives: `gid_of`, `addr_of_gid`,
+/// `ud_grh_source`, `GRH_LEN`.
+pub use softrdma_wire::grh;
 pub use softrdma_wire::{Psn, QKey, Qpn, RKey};
 #[cfg(feature = "tokio")]
 pub use stream::WcStream;

@@ -1,0 +1,103 @@
+//! Completion channels: `ibv_create_comp_channel`, `ibv_get_cq_event`.
+//!
+//! `channel->fd` is an epoll descriptor watching softrdma's eventfd:
+//! readable while an event is pending, pollable like the kernel's, with an
+//! O_NONBLOCK flag of its own that `ibv_get_cq_event` honours (EAGAIN
+//! instead of blocking).
+
+use crate::context::{context, epoll_watching, is_nonblocking, Ctx};
+use crate::cq::Cq;
+use crate::ffi::*;
+use crate::handle::{Castable, Kind, Obj};
+use crate::util::{guard, guard_errno, guard_neg, guard_ptr};
+use softrdma::CompletionChannel;
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+/// A completion channel.
+pub struct Channel {
+    pub ch: CompletionChannel,
+    ep: OwnedFd,
+    pub ctx: Ctx,
+}
+
+impl Castable for Channel {
+    type Repr = ibv_comp_channel;
+    type Api = ibv_comp_channel;
+    const KIND: Kind = Kind::Channel;
+    const MAGIC: u64 = 0x5352_4348_0000_0005;
+}
+
+pub unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard_ptr(|| {
+        let c = context(ctx).ok_or(libc::EINVAL)?;
+        let ch = c.dev.create_comp_channel().map_err(|e| e.errno())?;
+        let ep = epoll_watching(ch.as_raw_fd())?;
+        let cc = ibv_comp_channel {
+            context: c.api(),
+            fd: ep.as_raw_fd(),
+            refcnt: 0,
+        };
+        Ok(Obj::new(cc, Channel { ch, ep, ctx: c }).publish())
+    })
+}
+
+pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int {
+    // EBUSY while CQs use it.
+    guard_errno(|| Obj::<Channel>::take(p).map_or_else(|e| e, |_| 0))
+}
+
+pub unsafe extern "C" fn get_cq_event(
+    p: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
+    guard_neg(|| {
+        let x = Obj::<Channel>::get(p).ok_or(libc::EINVAL)?;
+        if cq_out.is_null() || ctx_out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let nonblock = is_nonblocking(x.ep.as_raw_fd());
+        loop {
+            let id = if nonblock {
+                x.ch.try_get_event().ok_or(libc::EAGAIN)?
+            } else {
+                match x.ch.get_event(None) {
+                    Ok(Some(id)) => id,
+                    Ok(None) => continue,
+                    Err(e) => return Err(e.errno()),
+                }
+            };
+            let found = x
+                .ctx
+                .objs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .cqs
+                .get(&id.0)
+                .and_then(|w| w.upgrade());
+            let Some(q) = found else {
+                continue; // the CQ was destroyed meanwhile
+            };
+            q.events.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: valid output pointers (checked non-NULL); the CQ's
+            // `cq_context` is ours to read.
+            unsafe {
+                *cq_out = q.api();
+                *ctx_out = (*q.repr()).cq_context;
+            }
+            return Ok(());
+        }
+    })
+}
+
+pub unsafe extern "C" fn ack_cq_events(cq: *mut ibv_cq, n: u32) {
+    guard((), || {
+        if let Some(q) = Obj::<Cq>::get(cq) {
+            // SAFETY: a u32 of the CQ's C structure; the program only reads it.
+            unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).comp_events_completed)) }
+                .fetch_add(n, Ordering::SeqCst);
+        }
+    })
+}

@@ -1,0 +1,263 @@
+//! Contexts: `ibv_open_device`, `ibv_close_device`, asynchronous events.
+//!
+//! A context is a `verbs_context` (which ends with the `ibv_context` the
+//! program sees), with `sz` and `abi_compat = __VERBS_ABI_IS_EXTENDED` so
+//! verbs.h's `verbs_get_ctx_op` finds the extended entry points we fill
+//! (`query_port`, `query_device_ex`, `create_cq_ex`, `create_qp_ex`,
+//! `create_srq_ex`, `query_rt_values`); every other slot stays NULL and the
+//! inline wrappers fail with EOPNOTSUPP themselves.
+//!
+//! Closing a context with PDs, CQs or channels still alive (perftest's
+//! client does) is allowed: the objects hold the context, which is freed
+//! with the last of them.
+
+use crate::cq::Cq;
+use crate::device::DevEntry;
+use crate::ffi::*;
+use crate::handle::{Castable, Kind, Obj};
+use crate::qp::Qp;
+use crate::srq::Srq;
+use crate::util::{guard, guard_neg};
+use softrdma::{AsyncEvent, Device, Qpn};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+
+/// The objects of a context by their core handles, to turn completion and
+/// asynchronous events back into C pointers (weak: the objects own
+/// themselves).
+#[derive(Default)]
+pub struct Objects {
+    pub cqs: HashMap<u32, Weak<Obj<Cq>>>,
+    pub qps: HashMap<u32, Weak<Obj<Qp>>>,
+    pub srqs: HashMap<u32, Weak<Obj<Srq>>>,
+}
+
+/// Our side of a context.
+pub struct Context {
+    pub dev: Device,
+    entry: &'static DevEntry,
+    /// An epoll descriptor watching the device's async-event eventfd: it is
+    /// `context->async_fd`, readable while an event is pending, and has
+    /// its own O_NONBLOCK flag for the program to set.
+    async_ep: OwnedFd,
+    pub objs: Mutex<Objects>,
+    /// Whether an empty `ibv_poll_cq` now and then yields the CPU (see
+    /// [`yield_on_idle_polls`]).
+    pub yield_idle: bool,
+}
+
+impl Castable for Context {
+    type Repr = verbs_context;
+    type Api = ibv_context;
+    const KIND: Kind = Kind::Context;
+    const MAGIC: u64 = 0x5352_4354_5854_0002;
+    const API_OFFSET: usize = std::mem::offset_of!(verbs_context, context);
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        self.entry.release();
+    }
+}
+
+/// A context as its objects hold it.
+pub type Ctx = Arc<Obj<Context>>;
+
+/// The context behind a program's pointer, if live.
+pub fn context(p: *mut ibv_context) -> Option<Ctx> {
+    Obj::<Context>::get(p)
+}
+
+/// Whether a thread spinning on an empty CQ should now and then yield the
+/// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default yes when the
+/// device has a loopback address (every peer is on this host) and the host
+/// has fewer than 4 cores. Then a spinning program, its peer and the
+/// progress threads share too few cores, and a round trip would otherwise
+/// wait for a scheduler time slice (milliseconds) whenever the one who
+/// must act is not running — the policy of `softrdma perf --spin auto`.
+pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
+    match std::env::var("SOFTRDMA_POLL_YIELD").as_deref() {
+        Ok("1") | Ok("yes") | Ok("always") => true,
+        Ok("0") | Ok("no") | Ok("never") => false,
+        _ => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            addr.is_loopback() && cores < 4
+        }
+    }
+}
+
+/// An epoll instance watching one descriptor for input: readable exactly
+/// when that descriptor is, but a file of its own (so a program may make
+/// it non-blocking without touching softrdma's descriptor).
+pub fn epoll_watching(fd: RawFd) -> Result<OwnedFd, i32> {
+    // SAFETY: epoll_create1 takes no pointers; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(crate::util::errno());
+    }
+    // SAFETY: `ep` is a fresh descriptor we own.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 0,
+    };
+    // SAFETY: valid epoll and target descriptors, `ev` lives across the call.
+    if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+        return Err(crate::util::errno());
+    }
+    Ok(ep)
+}
+
+/// Whether the program made `fd` non-blocking.
+pub fn is_nonblocking(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL takes no pointer.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// `ibv_open_device`.
+pub fn open(entry: &'static DevEntry) -> Result<*mut ibv_context, i32> {
+    let dev = entry.acquire()?;
+    let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
+    let async_ep = match epoll_watching(dev.async_fd()) {
+        Ok(e) => e,
+        Err(e) => {
+            entry.release();
+            return Err(e);
+        }
+    };
+    // SAFETY: verbs_context is plain data (pointers, Option<fn>, ints):
+    // all-zero is valid, and every function slot is then None.
+    let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
+    vctx.query_port = Some(crate::query::query_port_ex);
+    vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
+    vctx.query_device_ex = Some(crate::query::query_device_ex);
+    vctx.create_qp_ex = Some(crate::qp::create_qp_ex);
+    vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
+    vctx.query_rt_values = Some(crate::query::query_rt_values);
+    vctx.sz = std::mem::size_of::<verbs_context>();
+    let c = &mut vctx.context;
+    c.device = &entry.c as *const ibv_device as *mut ibv_device;
+    c.ops._compat_query_device = Some(crate::query::compat_query_device);
+    c.ops.poll_cq = Some(crate::cq::poll_cq);
+    c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
+    c.ops.post_srq_recv = Some(crate::post::post_srq_recv);
+    c.ops.post_send = Some(crate::post::post_send);
+    c.ops.post_recv = Some(crate::post::post_recv);
+    c.cmd_fd = -1;
+    c.async_fd = async_ep.as_raw_fd();
+    c.num_comp_vectors = 1;
+    c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
+    let ctx = Context {
+        dev,
+        entry,
+        async_ep,
+        objs: Mutex::new(Objects::default()),
+        yield_idle,
+    };
+    Ok(Obj::new(vctx, ctx).publish())
+}
+
+pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
+    // Always succeeds for a live context, like libibverbs; the context is
+    // freed now or with its last object (whichever reference goes last).
+    guard_neg(|| {
+        Obj::<Context>::take(ctx)
+            .map(drop)
+            .map_err(|_| libc::EINVAL)
+    })
+}
+
+// -------------------------------------------------------- async events ----
+
+pub unsafe extern "C" fn get_async_event(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int {
+    guard_neg(|| {
+        let c = context(ctx).ok_or(libc::EINVAL)?;
+        if ev.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let nonblock = is_nonblocking(c.async_ep.as_raw_fd());
+        loop {
+            let e = if nonblock {
+                c.dev.poll_async_event().ok_or(libc::EAGAIN)?
+            } else {
+                match c.dev.get_async_event(None) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => continue,
+                    Err(e) => return Err(e.errno()),
+                }
+            };
+            if let Some(out) = translate_async_event(&c, e) {
+                // SAFETY: valid output structure.
+                unsafe { ev.write(out) };
+                return Ok(());
+            }
+            // An event for an object already destroyed: skip it.
+        }
+    })
+}
+
+/// The C event for a softrdma event, or `None` when its object is gone.
+fn translate_async_event(c: &Context, e: AsyncEvent) -> Option<ibv_async_event> {
+    let o = c.objs.lock().unwrap_or_else(|e| e.into_inner());
+    let ev = |element: *mut c_void, event_type| ibv_async_event {
+        element,
+        event_type,
+    };
+    let qp = |n: Qpn, t: c_int| {
+        let q = o.qps.get(&n.value())?.upgrade()?;
+        Some(ev(q.api().cast(), t))
+    };
+    match e {
+        AsyncEvent::CqErr(id) => {
+            let q = o.cqs.get(&id.0)?.upgrade()?;
+            Some(ev(q.api().cast(), IBV_EVENT_CQ_ERR))
+        }
+        AsyncEvent::QpFatal(n) => qp(n, IBV_EVENT_QP_FATAL),
+        AsyncEvent::QpReqErr(n) => qp(n, IBV_EVENT_QP_REQ_ERR),
+        AsyncEvent::QpAccessErr(n) => qp(n, IBV_EVENT_QP_ACCESS_ERR),
+        AsyncEvent::CommEst(n) => qp(n, IBV_EVENT_COMM_EST),
+        AsyncEvent::SqDrained(n) => qp(n, IBV_EVENT_SQ_DRAINED),
+        AsyncEvent::QpLastWqeReached(n) => qp(n, IBV_EVENT_QP_LAST_WQE_REACHED),
+        AsyncEvent::SrqLimitReached(id) => {
+            let s = o.srqs.get(&id.0)?.upgrade()?;
+            Some(ev(s.api().cast(), IBV_EVENT_SRQ_LIMIT_REACHED))
+        }
+    }
+}
+
+/// `ibv_ack_async_event`: counts the event on its object.
+pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
+    guard((), || {
+        if ev.is_null() {
+            return;
+        }
+        // SAFETY: the caller passes the event it got.
+        let ev = unsafe { &*ev };
+        // SAFETY (all three): a u32 field of the object's C structure.
+        match ev.event_type {
+            IBV_EVENT_CQ_ERR => {
+                if let Some(q) = Obj::<Cq>::get(ev.element.cast()) {
+                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).async_events_completed)) }
+                        .fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            IBV_EVENT_SRQ_LIMIT_REACHED => {
+                if let Some(s) = Obj::<Srq>::get(ev.element.cast()) {
+                    unsafe { s.counter(|r| std::ptr::addr_of_mut!((*r).events_completed)) }
+                        .fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            _ => {
+                if let Some(q) = Obj::<Qp>::get(ev.element.cast()) {
+                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed)) }
+                        .fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    })
+}

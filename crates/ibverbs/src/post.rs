@@ -1,0 +1,281 @@
+//! The data path: `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`,
+//! reached through `context->ops` (pointers checked by their magic word
+//! only), and the conversion of C work requests.
+
+use crate::ah::Ah;
+use crate::ffi::*;
+use crate::handle::Obj;
+use crate::qp::{qp_fast, Qp};
+use crate::srq::Srq;
+use crate::util::guard_errno;
+use softrdma::{QKey, Qpn, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use std::ffi::c_int;
+
+/// Converts a C receive request.
+///
+/// # Safety
+/// `w` points to a valid request whose `sg_list` has `num_sge` entries.
+unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
+    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if w.num_sge as u32 > softrdma::limits::MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    let sges = if w.num_sge == 0 {
+        &[][..]
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
+    };
+    Ok(RecvWr {
+        wr_id: w.wr_id,
+        sg_list: sges
+            .iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect(),
+    })
+}
+
+/// Walks a list of receive requests, posting each with `post`; on failure
+/// sets `*bad` to the failing request and returns its errno.
+unsafe fn post_recv_list(
+    mut w: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    mut post: impl FnMut(RecvWr) -> Result<(), i32>,
+) -> c_int {
+    while !w.is_null() {
+        // SAFETY: the program passes a valid list.
+        let r = unsafe { recv_wr(&*w) }.and_then(&mut post);
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: valid output pointer.
+                unsafe { *bad = w };
+            }
+            return e;
+        }
+        // SAFETY: as above.
+        w = unsafe { (*w).next };
+    }
+    0
+}
+
+pub unsafe extern "C" fn post_srq_recv(
+    s: *mut ibv_srq,
+    w: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard_errno(|| {
+        // SAFETY: reached through `context->ops` with the program's SRQ.
+        let Some(x) = (unsafe { Obj::<Srq>::fast(s) }) else {
+            if !bad.is_null() {
+                // SAFETY: valid output pointer.
+                unsafe { *bad = w };
+            }
+            return libc::EINVAL;
+        };
+        // SAFETY: forwarded.
+        unsafe { post_recv_list(w, bad, |r| x.srq.post_recv(r).map_err(|e| e.errno())) }
+    })
+}
+
+/// The UD destination of an address handle pointer.
+pub fn ud_dest(ah: *mut ibv_ah, qpn: u32, qkey: u32) -> Result<UdDest, i32> {
+    // SAFETY: the program passes an AH it created (data path: the magic
+    // word only).
+    let a = unsafe { Obj::<Ah>::fast(ah) }.ok_or(libc::EINVAL)?;
+    Ok(UdDest {
+        ah: a.ah.id(),
+        remote_qpn: Qpn::new(qpn),
+        remote_qkey: QKey(qkey),
+    })
+}
+
+/// Inline data gathered from SGEs (program memory, read at post time).
+///
+/// # Safety
+/// Each SGE must describe readable memory of the program.
+pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
+    let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+    if total > softrdma::limits::MAX_INLINE_DATA as u64 {
+        return Err(libc::EINVAL);
+    }
+    let mut v = Vec::with_capacity(total as usize);
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        if s.addr == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the contract (inline data is copied at post time).
+        v.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+        });
+    }
+    Ok(v)
+}
+
+/// Converts a C send request.
+///
+/// # Safety
+/// `w` points to a valid request whose `sg_list` has `num_sge` entries.
+unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
+    let op = u32::try_from(w.opcode)
+        .ok()
+        .and_then(WrOpcode::from_ibv)
+        .ok_or(if (8..=15).contains(&w.opcode) {
+            libc::EOPNOTSUPP // bind MW, TSO, atomic write
+        } else {
+            libc::EINVAL
+        })?;
+    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if w.num_sge as u32 > softrdma::limits::MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    let sges = if w.num_sge == 0 {
+        &[][..]
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
+    };
+    let mut wr = SendWr::new(w.wr_id, op);
+    wr.flags = SendFlags(w.send_flags & 0xf);
+    if wr.flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {
+        // SAFETY: the SGEs describe the program's memory.
+        wr.inline_data = unsafe { gather_inline(sges) }?;
+    } else {
+        wr.flags = SendFlags(wr.flags.0 & !IBV_SEND_INLINE);
+        wr.sg_list = sges
+            .iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+    }
+    match op {
+        WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => {
+            wr.imm_data = u32::from_be(w.imm_data)
+        }
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.invalidate_rkey = RKey(w.imm_data),
+        _ => {}
+    }
+    // SAFETY (all union reads below): the members are plain integers and
+    // pointers; any bit pattern is a valid value.
+    match op {
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
+            let r = unsafe { w.wr.rdma };
+            wr.remote_addr = r.remote_addr;
+            wr.rkey = RKey(r.rkey);
+        }
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            // SAFETY: as above (union of plain integers and pointers).
+            let a = unsafe { w.wr.atomic };
+            wr.remote_addr = a.remote_addr;
+            wr.rkey = RKey(a.rkey);
+            wr.compare_add = a.compare_add;
+            wr.swap = a.swap;
+        }
+        _ => {}
+    }
+    if q.is_ud() {
+        // SAFETY: as above (union of plain integers and pointers).
+        let u = unsafe { w.wr.ud };
+        wr.ud = Some(ud_dest(u.ah, u.remote_qpn, u.remote_qkey)?);
+    }
+    Ok(wr)
+}
+
+/// Requests converted and posted under one lock per batch.
+const POST_BATCH: usize = 32;
+
+pub unsafe extern "C" fn post_send(
+    q: *mut ibv_qp,
+    w: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard_errno(|| {
+        let set_bad = |p: *mut ibv_send_wr| {
+            if !bad.is_null() {
+                // SAFETY: valid output pointer.
+                unsafe { *bad = p };
+            }
+        };
+        let Some(x) = qp_fast(q) else {
+            set_bad(w);
+            return libc::EINVAL;
+        };
+        // SAFETY: the program passes a valid list.
+        if !w.is_null() && unsafe { (*w).next }.is_null() {
+            // One request: the common case, no batch.
+            // SAFETY: as above.
+            let r =
+                unsafe { send_wr(x, &*w) }.and_then(|wr| x.qp.post_send(wr).map_err(|e| e.errno()));
+            return match r {
+                Ok(()) => 0,
+                Err(e) => {
+                    set_bad(w);
+                    e
+                }
+            };
+        }
+        let mut cur = w;
+        let mut ptrs: Vec<*mut ibv_send_wr> = Vec::new();
+        let mut wrs: Vec<SendWr> = Vec::new();
+        while !cur.is_null() {
+            ptrs.clear();
+            wrs.clear();
+            let mut conv_err = None;
+            while !cur.is_null() && wrs.len() < POST_BATCH {
+                // SAFETY: the program passes a valid list.
+                match unsafe { send_wr(x, &*cur) } {
+                    Ok(wr) => {
+                        wrs.push(wr);
+                        ptrs.push(cur);
+                        // SAFETY: as above.
+                        cur = unsafe { (*cur).next };
+                    }
+                    Err(e) => {
+                        conv_err = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Err((i, e)) = x.qp.post_send_batch(wrs.drain(..)) {
+                set_bad(ptrs[i]);
+                return e.errno();
+            }
+            if let Some(e) = conv_err {
+                set_bad(cur);
+                return e;
+            }
+        }
+        0
+    })
+}
+
+pub unsafe extern "C" fn post_recv(
+    q: *mut ibv_qp,
+    w: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard_errno(|| {
+        let Some(x) = qp_fast(q) else {
+            if !bad.is_null() {
+                // SAFETY: valid output pointer.
+                unsafe { *bad = w };
+            }
+            return libc::EINVAL;
+        };
+        // SAFETY: forwarded.
+        unsafe { post_recv_list(w, bad, |r| x.qp.post_recv(r).map_err(|e| e.errno())) }
+    })
+}

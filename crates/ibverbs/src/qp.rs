@@ -1,0 +1,389 @@
+//! Queue pairs: create (also `ibv_create_qp_ex`), modify, query, destroy.
+//! Posting is in `post`, the `ibv_wr_*` API in `qpex`.
+
+use crate::ah::{address_vector, ah_attr_of};
+use crate::context::{context, Ctx};
+use crate::cq::Cq;
+use crate::ffi::*;
+use crate::handle::{Castable, Kind, Obj, Use};
+use crate::pd::Pd;
+use crate::srq::Srq;
+use crate::util::{guard_errno, guard_ptr, zeroed};
+use softrdma::{Access, AttrMask, Mtu, Psn, QKey, QpAttr, QpState, QpType, Qpn, QueuePair, SendWr};
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+
+/// What `ibv_wr_start` … `ibv_wr_complete` accumulate.
+#[derive(Default)]
+pub struct WrBatch {
+    pub wrs: Vec<SendWr>,
+    /// The first error met while building (reported by `wr_complete`).
+    pub err: Option<i32>,
+}
+
+/// A queue pair (always an `ibv_qp_ex`; `ibv_qp` is its prefix).
+pub struct Qp {
+    pub qp: QueuePair,
+    ctx: Ctx,
+    _pd: Use<Pd>,
+    _send_cq: Use<Cq>,
+    _recv_cq: Use<Cq>,
+    _srq: Option<Use<Srq>>,
+    cap: ibv_qp_cap,
+    qp_type: c_int,
+    sq_sig_all: c_int,
+    pub batch: Mutex<WrBatch>,
+}
+
+impl Castable for Qp {
+    type Repr = ibv_qp_ex;
+    type Api = ibv_qp;
+    const KIND: Kind = Kind::Qp;
+    const MAGIC: u64 = 0x5352_5150_0000_0008;
+}
+
+impl Qp {
+    pub fn is_ud(&self) -> bool {
+        self.qp_type == IBV_QPT_UD
+    }
+}
+
+/// The data path's check (post, `ibv_wr_*`): NULL and the magic word.
+#[inline]
+pub fn qp_fast<'a>(p: *mut ibv_qp) -> Option<&'a Obj<Qp>> {
+    // SAFETY: reached through `context->ops` or the QP's own function
+    // pointers with the program's QP.
+    unsafe { Obj::<Qp>::fast(p) }
+}
+
+const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_SEND_WITH_INV;
+
+#[allow(clippy::too_many_arguments)]
+fn new_qp(
+    p: *mut ibv_pd,
+    qp_context: *mut c_void,
+    send_cq: *mut ibv_cq,
+    recv_cq: *mut ibv_cq,
+    srq: *mut ibv_srq,
+    cap: &mut ibv_qp_cap,
+    qp_type: c_int,
+    sq_sig_all: c_int,
+) -> Result<*mut ibv_qp, i32> {
+    let t = match qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        8..=10 | 0xff => return Err(libc::EOPNOTSUPP), // raw packet, XRC, driver
+        _ => return Err(libc::EINVAL),
+    };
+    let x = Obj::<Pd>::get_use(p).ok_or(libc::EINVAL)?;
+    let scq = Obj::<Cq>::get_use(send_cq).ok_or(libc::EINVAL)?;
+    let rcq = Obj::<Cq>::get_use(recv_cq).ok_or(libc::EINVAL)?;
+    let s = if srq.is_null() {
+        None
+    } else {
+        Some(Obj::<Srq>::get_use(srq).ok_or(libc::EINVAL)?)
+    };
+    let ctx = x.ctx.clone();
+    if !Arc::ptr_eq(&scq.ctx, &ctx) || !Arc::ptr_eq(&rcq.ctx, &ctx) {
+        return Err(libc::EINVAL);
+    }
+    let dev = ctx.dev.query_device();
+    if cap.max_send_wr > dev.max_qp_wr
+        || cap.max_recv_wr > dev.max_qp_wr
+        || cap.max_send_sge > dev.max_sge
+        || cap.max_recv_sge > dev.max_sge
+        || cap.max_inline_data > dev.max_inline_data
+    {
+        return Err(libc::EINVAL);
+    }
+    let mut b =
+        x.pd.qp_builder(t, &scq.cq, &rcq.cq)
+            .max_send_wr(cap.max_send_wr)
+            .max_recv_wr(cap.max_recv_wr)
+            .max_send_sge(cap.max_send_sge)
+            .max_recv_sge(cap.max_recv_sge)
+            .max_inline_data(cap.max_inline_data)
+            .sq_sig_all(sq_sig_all != 0);
+    if let Some(s) = &s {
+        b = b.srq(&s.srq);
+    }
+    let qp = b.build().map_err(|e| e.errno())?;
+    let got = qp.cap();
+    *cap = ibv_qp_cap {
+        max_send_wr: got.max_send_wr,
+        max_recv_wr: if s.is_some() { 0 } else { got.max_recv_wr },
+        max_send_sge: got.max_send_sge,
+        max_recv_sge: if s.is_some() { 0 } else { got.max_recv_sge },
+        max_inline_data: got.max_inline_data,
+    };
+    let mut c: ibv_qp_ex = zeroed();
+    c.qp_base.context = ctx.api();
+    c.qp_base.qp_context = qp_context;
+    c.qp_base.pd = x.api();
+    c.qp_base.send_cq = send_cq;
+    c.qp_base.recv_cq = recv_cq;
+    c.qp_base.srq = srq;
+    c.qp_base.handle = qp.qpn().value();
+    c.qp_base.qp_num = qp.qpn().value();
+    c.qp_base.state = 0;
+    c.qp_base.qp_type = qp_type;
+    crate::qpex::fill_ops(&mut c);
+    let qpn = qp.qpn().value();
+    let o = Obj::new(
+        c,
+        Qp {
+            qp,
+            ctx: ctx.clone(),
+            _pd: x,
+            _send_cq: scq,
+            _recv_cq: rcq,
+            _srq: s,
+            cap: *cap,
+            qp_type,
+            sq_sig_all,
+            batch: Mutex::new(WrBatch::default()),
+        },
+    );
+    ctx.objs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .qps
+        .insert(qpn, Arc::downgrade(&o));
+    Ok(o.publish())
+}
+
+pub unsafe extern "C" fn create_qp(p: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard_ptr(|| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: valid attribute structure.
+        let a = unsafe { &mut *attr };
+        new_qp(
+            p,
+            a.qp_context,
+            a.send_cq,
+            a.recv_cq,
+            a.srq,
+            &mut a.cap,
+            a.qp_type,
+            a.sq_sig_all,
+        )
+    })
+}
+
+pub unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard_ptr(|| {
+        let c = context(ctx).ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: valid attribute structure.
+        let a = unsafe { &mut *attr };
+        let known =
+            IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
+        }
+        if a.comp_mask & !known != 0 {
+            return Err(libc::EOPNOTSUPP); // XRC, RSS, TSO
+        }
+        if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
+            && a.send_ops_flags & !SEND_OPS_SUPPORTED != 0
+        {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let x = Obj::<Pd>::get(a.pd).ok_or(libc::EINVAL)?;
+        if !Arc::ptr_eq(&x.ctx, &c) {
+            return Err(libc::EINVAL);
+        }
+        new_qp(
+            a.pd,
+            a.qp_context,
+            a.send_cq,
+            a.recv_cq,
+            a.srq,
+            &mut a.cap,
+            a.qp_type,
+            a.sq_sig_all,
+        )
+    })
+}
+
+pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard_ptr(|| Obj::<Qp>::get(q).map(|x| x.repr()).ok_or(libc::EINVAL))
+}
+
+pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {
+    guard_errno(|| match Obj::<Qp>::take(q) {
+        Ok(x) => {
+            x.ctx
+                .objs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .qps
+                .remove(&x.qp.qpn().value());
+            0
+        }
+        Err(e) => e,
+    })
+}
+
+fn qp_state(v: c_int) -> Result<QpState, i32> {
+    u32::try_from(v)
+        .ok()
+        .and_then(QpState::from_ibv)
+        .ok_or(libc::EINVAL)
+}
+
+pub unsafe extern "C" fn modify_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    guard_errno(|| {
+        let Some(x) = Obj::<Qp>::get(q) else {
+            return libc::EINVAL;
+        };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: valid attribute structure.
+        let a = unsafe { &*attr };
+        let m = AttrMask(mask as u32);
+        let r = (|| -> Result<(), i32> {
+            if mask < 0 {
+                return Err(libc::EINVAL);
+            }
+            let mut qa = QpAttr::default();
+            if m.contains(AttrMask::STATE) {
+                qa.qp_state = qp_state(a.qp_state)?;
+            }
+            if m.contains(AttrMask::CUR_STATE) {
+                qa.cur_qp_state = qp_state(a.cur_qp_state)?;
+            }
+            if m.contains(AttrMask::PATH_MTU) {
+                qa.path_mtu = u32::try_from(a.path_mtu)
+                    .ok()
+                    .and_then(Mtu::from_ibv)
+                    .ok_or(libc::EINVAL)?;
+            }
+            if m.contains(AttrMask::AV) {
+                qa.ah_attr = address_vector(&a.ah_attr)?;
+            }
+            if m.contains(AttrMask::CAP) {
+                // Resizing a QP's queues is not supported.
+                return Err(libc::EINVAL);
+            }
+            qa.qkey = QKey(a.qkey);
+            qa.rq_psn = Psn::new(a.rq_psn);
+            qa.sq_psn = Psn::new(a.sq_psn);
+            qa.dest_qp_num = Qpn::new(a.dest_qp_num);
+            qa.qp_access_flags = Access(a.qp_access_flags);
+            qa.pkey_index = a.pkey_index;
+            qa.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+            qa.max_rd_atomic = a.max_rd_atomic;
+            qa.max_dest_rd_atomic = a.max_dest_rd_atomic;
+            qa.min_rnr_timer = a.min_rnr_timer;
+            qa.port_num = a.port_num;
+            qa.timeout = a.timeout;
+            qa.retry_cnt = a.retry_cnt;
+            qa.rnr_retry = a.rnr_retry;
+            x.qp.modify(&qa, m).map_err(|e| e.errno())
+        })();
+        match r {
+            Ok(()) => {
+                if m.contains(AttrMask::STATE) {
+                    // libibverbs keeps `qp->state` in step with modify.
+                    // SAFETY: a field of our own allocation.
+                    unsafe { (*x.api()).state = a.qp_state };
+                }
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+pub unsafe extern "C" fn query_qp(
+    q: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard_errno(|| {
+        let Some(x) = Obj::<Qp>::get(q) else {
+            return libc::EINVAL;
+        };
+        if attr.is_null() || init.is_null() {
+            return libc::EINVAL;
+        }
+        let qa = match x.qp.query() {
+            Ok(a) => a,
+            Err(e) => return e.errno(),
+        };
+        let mut o = ibv_qp_attr {
+            qp_state: qa.qp_state.to_ibv() as c_int,
+            cur_qp_state: qa.qp_state.to_ibv() as c_int,
+            path_mtu: qa.path_mtu as c_int,
+            path_mig_state: 0, // IBV_MIG_MIGRATED
+            qkey: qa.qkey.0,
+            rq_psn: qa.rq_psn.value(),
+            sq_psn: qa.sq_psn.value(),
+            dest_qp_num: qa.dest_qp_num.value(),
+            qp_access_flags: qa.qp_access_flags.0,
+            cap: x.cap,
+            ah_attr: ah_attr_of(&qa.ah_attr),
+            pkey_index: qa.pkey_index,
+            en_sqd_async_notify: qa.en_sqd_async_notify as u8,
+            sq_draining: 0,
+            max_rd_atomic: qa.max_rd_atomic,
+            max_dest_rd_atomic: qa.max_dest_rd_atomic,
+            min_rnr_timer: qa.min_rnr_timer,
+            port_num: 1,
+            timeout: qa.timeout,
+            retry_cnt: qa.retry_cnt,
+            rnr_retry: qa.rnr_retry,
+            ..Default::default()
+        };
+        if x.is_ud() || qa.qp_state == QpState::Reset || qa.qp_state == QpState::Init {
+            // No path yet (or none at all).
+            o.ah_attr = ibv_ah_attr::default();
+        }
+        // SAFETY: valid output structures.
+        unsafe {
+            attr.write(o);
+            let c = &*x.api();
+            init.write(ibv_qp_init_attr {
+                qp_context: c.qp_context,
+                send_cq: c.send_cq,
+                recv_cq: c.recv_cq,
+                srq: c.srq,
+                cap: x.cap,
+                qp_type: x.qp_type,
+                sq_sig_all: x.sq_sig_all,
+            });
+        }
+        0
+    })
+}
+
+pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
+    guard_errno(|| {
+        if Obj::<Qp>::get(q).is_none() {
+            return libc::EINVAL;
+        }
+        libc::EOPNOTSUPP
+    })
+}

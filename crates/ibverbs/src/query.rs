@@ -1,0 +1,390 @@
+//! The queries: device, port, GID and P_Key attributes, real-time values.
+//!
+//! softrdma has one port (1), one GID (index 0: the device's address as a
+//! RoCE v2 GID) and one P_Key (the default, 0xffff).
+
+use crate::context::{context, Context};
+use crate::ffi::*;
+use crate::util::{self, copy_cstr, guard_errno, guard_neg};
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+
+fn env_u32(name: &str) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| {
+            let s = s.trim();
+            match s.strip_prefix("0x") {
+                Some(h) => u32::from_str_radix(h, 16).ok(),
+                None => s.parse().ok(),
+            }
+        })
+        .unwrap_or(0)
+}
+
+fn device_attr(c: &Context) -> ibv_device_attr {
+    let a = c.dev.query_device();
+    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
+    // SAFETY: plain data; all-zero is valid.
+    let mut d: ibv_device_attr = unsafe { std::mem::zeroed() };
+    copy_cstr(
+        &mut d.fw_ver,
+        concat!("softrdma ", env!("CARGO_PKG_VERSION")),
+    );
+    d.node_guid = a.node_guid.to_be();
+    d.sys_image_guid = a.node_guid.to_be();
+    d.max_mr_size = a.max_mr_size;
+    d.page_size_cap = 0xffff_f000; // any multiple of 4 KiB
+                                   // No PCI identity (0) unless SOFTRDMA_VENDOR_ID / SOFTRDMA_VENDOR_PART_ID
+                                   // say otherwise: some programs key features on it (perftest turns on
+                                   // its ibv_wr_* path only for devices it recognises).
+    d.vendor_id = env_u32("SOFTRDMA_VENDOR_ID");
+    d.vendor_part_id = env_u32("SOFTRDMA_VENDOR_PART_ID");
+    d.hw_ver = 0;
+    d.max_qp = i(a.max_qp);
+    d.max_qp_wr = i(a.max_qp_wr);
+    d.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR
+        | IBV_DEVICE_BAD_QKEY_CNTR
+        | IBV_DEVICE_CURR_QP_STATE_MOD
+        | IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_N_NOTIFY_CQ;
+    d.max_sge = i(a.max_sge);
+    d.max_sge_rd = i(a.max_sge_rd);
+    d.max_cq = i(a.max_cq);
+    d.max_cqe = i(a.max_cqe);
+    d.max_mr = i(a.max_mr);
+    d.max_pd = i(a.max_pd);
+    d.max_qp_rd_atom = i(a.max_qp_rd_atom);
+    d.max_qp_init_rd_atom = i(a.max_qp_init_rd_atom);
+    d.max_res_rd_atom = i(a.max_qp_rd_atom.saturating_mul(a.max_qp));
+    d.atomic_cap = IBV_ATOMIC_HCA;
+    d.max_ah = i(a.max_ah);
+    d.max_srq = i(a.max_srq);
+    d.max_srq_wr = i(a.max_srq_wr);
+    d.max_srq_sge = i(a.max_srq_sge);
+    d.max_pkeys = a.max_pkeys;
+    d.local_ca_ack_delay = 15;
+    d.phys_port_cnt = 1;
+    d
+}
+
+pub unsafe extern "C" fn query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
+    guard_errno(|| {
+        let Some(c) = context(ctx) else {
+            return libc::EINVAL;
+        };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes a valid ibv_device_attr.
+        unsafe { attr.write(device_attr(&c)) };
+        0
+    })
+}
+
+pub unsafe extern "C" fn compat_query_device(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    // SAFETY: same contract.
+    unsafe { query_device(ctx, attr) }
+}
+
+pub unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    guard_errno(|| {
+        let Some(c) = context(ctx) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: NULL or a valid input structure.
+        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        if attr.is_null() || attr_size < std::mem::size_of::<ibv_device_attr>() {
+            return libc::EINVAL;
+        }
+        // SAFETY: plain data; all-zero is valid.
+        let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        x.orig_attr = device_attr(&c);
+        x.phys_port_cnt_ex = 1;
+        // SAFETY: the caller states `attr` holds `attr_size` bytes.
+        unsafe { util::write_prefix(attr, &x, attr_size) };
+        0
+    })
+}
+
+pub unsafe extern "C" fn query_rt_values(
+    ctx: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    guard_errno(|| {
+        if context(ctx).is_none() || values.is_null() {
+            return libc::EINVAL;
+        }
+        // IBV_VALUES_MASK_RAW_CLOCK: the clock completions would be stamped
+        // with (CLOCK_MONOTONIC); we stamp none, but the clock is honest.
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        // SAFETY: valid output structure.
+        let v = unsafe { &mut *values };
+        if v.comp_mask & 1 != 0 {
+            v.raw_clock.tv_sec = ts.tv_sec;
+            v.raw_clock.tv_nsec = ts.tv_nsec;
+            v.comp_mask = 1;
+        } else {
+            v.comp_mask = 0;
+        }
+        0
+    })
+}
+
+/// Port attributes of port 1.
+pub fn port_attr(c: &Context) -> ibv_port_attr {
+    let p = c.dev.query_port();
+    let mtu_enum = |b: u32| softrdma::Mtu::from_bytes_floor(b).map_or(5, |m| m as c_int);
+    // SAFETY: plain data; all-zero is valid.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    a.state = IBV_PORT_ACTIVE;
+    a.max_mtu = mtu_enum(p.max_mtu);
+    a.active_mtu = mtu_enum(p.active_mtu);
+    a.gid_tbl_len = p.gid_tbl_len as c_int;
+    a.port_cap_flags = IBV_PORT_IP_BASED_GIDS;
+    a.max_msg_sz = softrdma::limits::MAX_MSG_SIZE;
+    a.bad_pkey_cntr = 0;
+    a.qkey_viol_cntr = 0;
+    a.pkey_tbl_len = p.pkey_tbl_len;
+    a.lid = 0;
+    a.sm_lid = 0;
+    a.lmc = 0;
+    a.max_vl_num = 1;
+    a.sm_sl = 0;
+    a.subnet_timeout = 0;
+    a.init_type_reply = 0;
+    a.active_width = 1; // 1X
+    a.active_speed = 32; // EDR (25 Gb/s per lane): a figure, not a limit
+    a.phys_state = 5; // LinkUp
+    a.link_layer = IBV_LINK_LAYER_ETHERNET;
+    a.flags = 0;
+    a.port_cap_flags2 = 0;
+    a
+}
+
+/// `ibv_query_port` as exported: the caller's structure is the
+/// pre-`port_cap_flags2` layout, so only that prefix is written.
+pub unsafe extern "C" fn query_port(ctx: *mut ibv_context, port: u8, attr: *mut c_void) -> c_int {
+    guard_errno(|| {
+        let Some(c) = context(ctx) else {
+            return libc::EINVAL;
+        };
+        if port != 1 || attr.is_null() {
+            return libc::EINVAL;
+        }
+        let a = port_attr(&c);
+        // SAFETY: the compat structure is `ibv_port_attr` up to `flags`.
+        unsafe {
+            util::write_prefix(
+                attr.cast::<ibv_port_attr>(),
+                &a,
+                std::mem::offset_of!(ibv_port_attr, port_cap_flags2),
+            )
+        };
+        0
+    })
+}
+
+fn ifindex_of(ip: IpAddr) -> u32 {
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
+        return 0;
+    }
+    let mut found = 0;
+    let mut p = ifa;
+    while !p.is_null() {
+        // SAFETY: a node of the list returned by getifaddrs.
+        let i = unsafe { &*p };
+        if !i.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr of the family it names.
+            let a = unsafe {
+                match (*i.ifa_addr).sa_family as i32 {
+                    libc::AF_INET => {
+                        let s = &*(i.ifa_addr as *const libc::sockaddr_in);
+                        Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
+                    }
+                    libc::AF_INET6 => {
+                        let s = &*(i.ifa_addr as *const libc::sockaddr_in6);
+                        Some(IpAddr::from(s.sin6_addr.s6_addr))
+                    }
+                    _ => None,
+                }
+            };
+            let hit = match (a, ip) {
+                (Some(a), ip) if a == ip => true,
+                // Every 127/8 address is on the loopback interface.
+                (Some(IpAddr::V4(a)), IpAddr::V4(b)) => a.is_loopback() && b.is_loopback(),
+                _ => false,
+            };
+            if hit {
+                // SAFETY: ifa_name is a NUL-terminated interface name.
+                found = unsafe { libc::if_nametoindex(i.ifa_name) };
+                break;
+            }
+        }
+        p = i.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(ifa) };
+    found
+}
+
+fn gid_entry(c: &Context) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: ibv_gid { raw: c.dev.gid() },
+        gid_index: 0,
+        port_num: 1,
+        gid_type: IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: ifindex_of(c.dev.local_addr().ip()),
+    }
+}
+
+pub unsafe extern "C" fn query_gid(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard_neg(|| {
+        let c = context(ctx).ok_or(libc::EINVAL)?;
+        if port != 1 || index != 0 || gid.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller passes a valid gid.
+        unsafe { gid.write(ibv_gid { raw: c.dev.gid() }) };
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn query_gid_ex(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard_errno(|| {
+        let Some(c) = context(ctx) else {
+            return libc::EINVAL;
+        };
+        if flags != 0 || entry.is_null() || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+            return libc::EINVAL;
+        }
+        if port != 1 || index != 0 {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes a valid entry of at least our size.
+        unsafe { entry.write(gid_entry(&c)) };
+        0
+    })
+}
+
+pub unsafe extern "C" fn query_gid_table(
+    ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    util::guard(-(libc::EIO as isize), || {
+        let Some(c) = context(ctx) else {
+            return -(libc::EINVAL as isize);
+        };
+        if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+            return -(libc::EINVAL as isize);
+        }
+        if max < 1 || entries.is_null() {
+            return -(libc::EINVAL as isize);
+        }
+        // SAFETY: the caller passes at least one entry of `entry_size`.
+        unsafe { entries.write(gid_entry(&c)) };
+        1
+    })
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): rdma-core's sysfs numbering,
+/// where RoCE v2 is 1 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+pub unsafe extern "C" fn query_gid_type(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: u32,
+    ty: *mut c_int,
+) -> c_int {
+    guard_neg(|| {
+        context(ctx).ok_or(libc::EINVAL)?;
+        if port != 1 || index != 0 || ty.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: valid output pointer.
+        unsafe { *ty = 1 };
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn query_pkey(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard_neg(|| {
+        context(ctx).ok_or(libc::EINVAL)?;
+        if port != 1 || index != 0 || pkey.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: valid output pointer; __be16 0xffff.
+        unsafe { *pkey = 0xffff_u16.to_be() };
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
+    util::guard(-1, || {
+        if context(ctx).is_none() || port != 1 {
+            return -1;
+        }
+        if u16::from_be(pkey) & 0x7fff == 0x7fff {
+            0
+        } else {
+            -1
+        }
+    })
+}
+
+pub unsafe extern "C" fn query_port_ex(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    guard_errno(|| {
+        let Some(c) = context(ctx) else {
+            return libc::EINVAL;
+        };
+        if port != 1 || attr.is_null() {
+            return libc::EINVAL;
+        }
+        let a = port_attr(&c);
+        // SAFETY: the caller states `attr` holds `len` bytes.
+        unsafe { util::write_prefix(attr, &a, len) };
+        0
+    })
+}

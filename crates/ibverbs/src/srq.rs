@@ -1,0 +1,171 @@
+//! Shared receive queues.
+
+use crate::context::{context, Ctx};
+use crate::ffi::*;
+use crate::handle::{Castable, Kind, Obj, Use};
+use crate::pd::Pd;
+use crate::util::{self, guard_errno, guard_ptr, zeroed};
+use softrdma::SharedReceiveQueue;
+use std::ffi::c_int;
+use std::sync::Arc;
+
+/// A shared receive queue.
+pub struct Srq {
+    pub srq: SharedReceiveQueue,
+    _pd: Use<Pd>,
+    ctx: Ctx,
+}
+
+impl Castable for Srq {
+    type Repr = ibv_srq;
+    type Api = ibv_srq;
+    const KIND: Kind = Kind::Srq;
+    const MAGIC: u64 = 0x5352_5352_5100_0007;
+}
+
+pub unsafe extern "C" fn create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    guard_ptr(|| {
+        let x = Obj::<Pd>::get_use(p).ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller passes a valid attribute structure.
+        let a = unsafe { &mut *attr };
+        let dev = x.ctx.dev.query_device();
+        if a.attr.max_wr == 0
+            || a.attr.max_wr > dev.max_srq_wr
+            || a.attr.max_sge > dev.max_srq_sge
+            || a.attr.srq_limit > a.attr.max_wr
+        {
+            return Err(libc::EINVAL);
+        }
+        let srq =
+            x.pd.create_srq(a.attr.max_wr, a.attr.max_sge.max(1), a.attr.srq_limit)
+                .map_err(|e| e.errno())?;
+        if let Ok((w, s, _, _)) = srq.query() {
+            a.attr.max_wr = w;
+            a.attr.max_sge = s;
+        }
+        let ctx = x.ctx.clone();
+        let mut c: ibv_srq = zeroed();
+        c.context = ctx.api();
+        c.srq_context = a.srq_context;
+        c.pd = x.api();
+        c.handle = srq.id().0;
+        let id = srq.id().0;
+        let o = Obj::new(
+            c,
+            Srq {
+                srq,
+                _pd: x,
+                ctx: ctx.clone(),
+            },
+        );
+        ctx.objs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .srqs
+            .insert(id, Arc::downgrade(&o));
+        Ok(o.publish())
+    })
+}
+
+pub unsafe extern "C" fn create_srq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard_ptr(|| {
+        if context(ctx).is_none() || attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller passes a valid attribute structure.
+        let a = unsafe { &mut *attr };
+        let basic = a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || a.srq_type == IBV_SRQT_BASIC;
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
+        }
+        if !basic || a.comp_mask & !(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE) != 0 {
+            return Err(libc::EOPNOTSUPP); // XRC and tag-matching SRQs
+        }
+        // ibv_srq_init_attr is the prefix of ibv_srq_init_attr_ex.
+        // SAFETY: forwarded with the prefix structure.
+        let r = unsafe { create_srq(a.pd, (a as *mut ibv_srq_init_attr_ex).cast()) };
+        if r.is_null() {
+            Err(util::errno())
+        } else {
+            Ok(r)
+        }
+    })
+}
+
+pub unsafe extern "C" fn modify_srq(
+    s: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard_errno(|| {
+        let Some(x) = Obj::<Srq>::get(s) else {
+            return libc::EINVAL;
+        };
+        if attr.is_null() || mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+            return libc::EINVAL;
+        }
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            return libc::EOPNOTSUPP; // no SRQ resize (not in device_cap_flags)
+        }
+        if mask & IBV_SRQ_LIMIT != 0 {
+            // SAFETY: valid attribute structure.
+            let limit = unsafe { (*attr).srq_limit };
+            if let Ok((w, _, _, _)) = x.srq.query() {
+                if limit > w {
+                    return libc::EINVAL;
+                }
+            }
+            if let Err(e) = x.srq.set_limit(limit) {
+                return e.errno();
+            }
+        }
+        0
+    })
+}
+
+pub unsafe extern "C" fn query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard_errno(|| {
+        let Some(x) = Obj::<Srq>::get(s) else {
+            return libc::EINVAL;
+        };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        match x.srq.query() {
+            Ok((w, sge, limit, _)) => {
+                // SAFETY: valid output structure.
+                unsafe {
+                    attr.write(ibv_srq_attr {
+                        max_wr: w,
+                        max_sge: sge,
+                        srq_limit: limit,
+                    })
+                };
+                0
+            }
+            Err(e) => e.errno(),
+        }
+    })
+}
+
+pub unsafe extern "C" fn destroy_srq(s: *mut ibv_srq) -> c_int {
+    // EBUSY while QPs use it.
+    guard_errno(|| match Obj::<Srq>::take(s) {
+        Ok(x) => {
+            x.ctx
+                .objs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .srqs
+                .remove(&x.srq.id().0);
+            0
+        }
+        Err(e) => e,
+    })
+}
