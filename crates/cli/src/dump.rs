@@ -21,9 +21,10 @@
 //! the PSN went backwards: go-back-N restarts), AETH syndromes by kind and
 //! ICRC failures.
 
-use crate::capture::{self, CaptureReader, Frame, Timestamp};
 use crate::json;
-use crate::link::{self, Network, Transport};
+use crate::traffic::{self, Transport};
+use softrdma_pcap::link::{self, Network};
+use softrdma_pcap::{self as capture, CaptureReader, Frame, Timestamp};
 use softrdma_wire::opcode::Transport as IbTransport;
 use softrdma_wire::{pretty, DatagramRepr, NakCode, Psn, RoceDatagram, Syndrome};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -299,7 +300,7 @@ impl Stats {
                 return false;
             }
         };
-        if let Transport::Other(kind) = link::transport(ip) {
+        if let Transport::Other(kind) = traffic::transport(ip) {
             *self.skipped.entry(kind.to_string()).or_default() += 1;
             return false;
         }

@@ -15,32 +15,17 @@
 //! arrived. Every error carries the byte offset of the record or field at
 //! fault. Nothing here panics on any input.
 
+use crate::{
+    NG_BYTE_ORDER_MAGIC, NG_DEFAULT_TSRESOL, NG_EPB, NG_IDB, NG_OPB, NG_OPT_END,
+    NG_OPT_IF_TSOFFSET, NG_OPT_IF_TSRESOL, NG_SHB, NG_SPB, PCAP_HEADER_LEN, PCAP_MAGIC_NS,
+    PCAP_MAGIC_US, PCAP_RECORD_HEADER_LEN,
+};
 use std::fmt;
 use std::io::{self, Read};
 
 /// The longest record (pcap) or block (pcapng) the reader accepts, 64 MiB.
 /// Real captures stay under 256 KiB per packet.
 pub const MAX_RECORD_LEN: u64 = 64 << 20;
-
-/// Link-layer header types (the LINKTYPE_* registry of tcpdump.org).
-pub mod linktype {
-    /// BSD loopback: a 4-byte address family in the writer's byte order.
-    pub const NULL: u32 = 0;
-    /// Ethernet (possibly with 802.1Q / 802.1ad tags).
-    pub const ETHERNET: u32 = 1;
-    /// Raw IP, version from the first nibble.
-    pub const RAW: u32 = 101;
-    /// OpenBSD loopback: a 4-byte big-endian address family.
-    pub const LOOP: u32 = 108;
-    /// Linux "cooked" capture, version 1 (16-byte header).
-    pub const LINUX_SLL: u32 = 113;
-    /// Raw IPv4.
-    pub const IPV4: u32 = 228;
-    /// Raw IPv6.
-    pub const IPV6: u32 = 229;
-    /// Linux "cooked" capture, version 2 (20-byte header).
-    pub const LINUX_SLL2: u32 = 276;
-}
 
 /// The container format of a capture file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,23 +167,6 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 type Result<T> = core::result::Result<T, Error>;
-
-const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
-const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
-const PCAP_HEADER_LEN: usize = 24;
-const PCAP_RECORD_HEADER_LEN: usize = 16;
-
-const NG_SHB: u32 = 0x0a0d_0d0a;
-const NG_BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
-const NG_IDB: u32 = 1;
-const NG_OPB: u32 = 2;
-const NG_SPB: u32 = 3;
-const NG_EPB: u32 = 6;
-const NG_OPT_END: u16 = 0;
-const NG_OPT_IF_TSRESOL: u16 = 9;
-const NG_OPT_IF_TSOFFSET: u16 = 14;
-/// Default `if_tsresol`: microseconds.
-const NG_DEFAULT_TSRESOL: u8 = 6;
 
 fn u16_at(b: &[u8], at: usize, le: bool) -> Option<u16> {
     let a: [u8; 2] = b.get(at..at.checked_add(2)?)?.try_into().ok()?;
@@ -866,194 +834,96 @@ fn timestamp(units: u64, iface: &Interface) -> Timestamp {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::linktype;
+    use crate::write::{IdbOptions, NgWriter, PcapHeader, PcapWriter};
 
-    /// Builds classic pcap files.
-    pub(crate) struct PcapWriter {
-        pub out: Vec<u8>,
-        /// End of the file header and of each record (all packets).
-        pub ends: Vec<(usize, bool)>,
-        le: bool,
+    /// Builds a classic pcap file in memory and notes where the file header
+    /// and each record end (all records hold packets).
+    struct Pcap {
+        w: PcapWriter<Vec<u8>>,
+        ends: Vec<(usize, bool)>,
     }
 
-    impl PcapWriter {
-        pub fn new(le: bool, nanosecond: bool, linktype: u32) -> Self {
-            let mut w = PcapWriter {
-                out: Vec::new(),
-                ends: Vec::new(),
-                le,
+    impl Pcap {
+        fn new(le: bool, nanosecond: bool, linktype: u32) -> Self {
+            let header = PcapHeader {
+                big_endian: !le,
+                nanosecond,
+                snaplen: 65535,
+                linktype,
             };
-            w.u32(if nanosecond {
-                PCAP_MAGIC_NS
-            } else {
-                PCAP_MAGIC_US
-            });
-            w.u16(2);
-            w.u16(4);
-            w.u32(0);
-            w.u32(0);
-            w.u32(65535);
-            w.u32(linktype);
-            w.ends.push((w.out.len(), false));
-            w
+            let w = PcapWriter::new(Vec::new(), header).unwrap();
+            let ends = vec![(w.get_ref().len(), false)];
+            Pcap { w, ends }
         }
-        fn u16(&mut self, v: u16) {
-            let b = if self.le {
-                v.to_le_bytes()
-            } else {
-                v.to_be_bytes()
-            };
-            self.out.extend_from_slice(&b);
+        fn record(&mut self, sec: u32, frac: u32, data: &[u8], orig: u32) {
+            self.w.record(sec, frac, data, orig).unwrap();
+            self.ends.push((self.w.get_ref().len(), true));
         }
-        fn u32(&mut self, v: u32) {
-            let b = if self.le {
-                v.to_le_bytes()
-            } else {
-                v.to_be_bytes()
-            };
-            self.out.extend_from_slice(&b);
-        }
-        pub fn record(&mut self, sec: u32, frac: u32, data: &[u8], orig: u32) {
-            self.u32(sec);
-            self.u32(frac);
-            self.u32(data.len() as u32);
-            self.u32(orig);
-            self.out.extend_from_slice(data);
-            self.ends.push((self.out.len(), true));
+        fn out(&self) -> &[u8] {
+            self.w.get_ref()
         }
     }
 
-    /// Builds pcapng files.
-    pub(crate) struct NgWriter {
-        pub out: Vec<u8>,
-        /// End of each block and whether it holds a packet.
-        pub ends: Vec<(usize, bool)>,
-        le: bool,
+    /// Builds a pcapng file in memory and notes where each block ends and
+    /// whether it holds a packet. Interfaces carry an `if_name` and packets
+    /// an `epb_flags` option, so that option skipping is exercised.
+    struct Ng {
+        w: NgWriter<Vec<u8>>,
+        ends: Vec<(usize, bool)>,
     }
 
-    impl NgWriter {
-        pub fn new(le: bool) -> Self {
-            let mut w = NgWriter {
-                out: Vec::new(),
-                ends: Vec::new(),
-                le,
-            };
-            w.shb(le);
-            w
+    impl Ng {
+        fn new(le: bool) -> Self {
+            let w = NgWriter::new(Vec::new(), !le).unwrap();
+            let ends = vec![(w.get_ref().len(), false)];
+            Ng { w, ends }
         }
-        fn b16(&self, v: u16) -> [u8; 2] {
-            if self.le {
-                v.to_le_bytes()
-            } else {
-                v.to_be_bytes()
-            }
+        fn note(&mut self, r: io::Result<()>, packet: bool) {
+            r.unwrap();
+            self.ends.push((self.w.get_ref().len(), packet));
         }
-        fn b32(&self, v: u32) -> [u8; 4] {
-            if self.le {
-                v.to_le_bytes()
-            } else {
-                v.to_be_bytes()
-            }
-        }
-        pub fn block(&mut self, ty: u32, body: &[u8]) {
-            let mut body = body.to_vec();
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-            let len = 12 + body.len() as u32;
-            let (t, l) = (self.b32(ty), self.b32(len));
-            self.out.extend_from_slice(&t);
-            self.out.extend_from_slice(&l);
-            self.out.extend_from_slice(&body);
-            self.out.extend_from_slice(&l);
-            let packet = matches!(ty, NG_EPB | NG_SPB | NG_OPB);
-            self.ends.push((self.out.len(), packet));
+        fn out(&self) -> &[u8] {
+            self.w.get_ref()
         }
         /// Starts a new section, possibly switching byte order.
-        pub fn shb(&mut self, le: bool) {
-            self.le = le;
-            let mut body = self.b32(NG_BYTE_ORDER_MAGIC).to_vec();
-            body.extend_from_slice(&self.b16(1));
-            body.extend_from_slice(&self.b16(0));
-            body.extend_from_slice(&[0xff; 8]); // section length unknown
-            self.block(NG_SHB, &body);
+        fn shb(&mut self, le: bool) {
+            let r = self.w.section(!le);
+            self.note(r, false);
         }
-        pub fn idb(
-            &mut self,
-            linktype: u16,
-            snaplen: u32,
-            tsresol: Option<u8>,
-            tsoffset: Option<i64>,
-        ) {
-            let mut body = self.b16(linktype).to_vec();
-            body.extend_from_slice(&[0, 0]);
-            body.extend_from_slice(&self.b32(snaplen));
-            // if_name first, to exercise option skipping and padding.
-            body.extend_from_slice(&self.b16(2));
-            body.extend_from_slice(&self.b16(3));
-            body.extend_from_slice(b"lo\0\0");
-            if let Some(r) = tsresol {
-                body.extend_from_slice(&self.b16(NG_OPT_IF_TSRESOL));
-                body.extend_from_slice(&self.b16(1));
-                body.extend_from_slice(&[r, 0, 0, 0]);
-            }
-            if let Some(o) = tsoffset {
-                body.extend_from_slice(&self.b16(NG_OPT_IF_TSOFFSET));
-                body.extend_from_slice(&self.b16(8));
-                let b = if self.le {
-                    o.to_le_bytes()
-                } else {
-                    o.to_be_bytes()
-                };
-                body.extend_from_slice(&b);
-            }
-            body.extend_from_slice(&[0, 0, 0, 0]); // opt_endofopt
-            self.block(NG_IDB, &body);
+        fn idb(&mut self, linktype: u16, snaplen: u32, tsresol: Option<u8>, tsoffset: Option<i64>) {
+            let opts = IdbOptions {
+                name: Some("lo"),
+                tsresol,
+                tsoffset,
+            };
+            let r = self.w.interface(linktype, snaplen, &opts);
+            self.note(r, false);
         }
-        pub fn epb(&mut self, iface: u32, ts: u64, data: &[u8], orig: u32) {
-            let mut body = self.b32(iface).to_vec();
-            body.extend_from_slice(&self.b32((ts >> 32) as u32));
-            body.extend_from_slice(&self.b32(ts as u32));
-            body.extend_from_slice(&self.b32(data.len() as u32));
-            body.extend_from_slice(&self.b32(orig));
-            body.extend_from_slice(data);
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-            // An epb_flags option after the data.
-            body.extend_from_slice(&self.b16(2));
-            body.extend_from_slice(&self.b16(4));
-            body.extend_from_slice(&self.b32(1));
-            body.extend_from_slice(&[0, 0, 0, 0]);
-            self.block(NG_EPB, &body);
+        fn epb(&mut self, iface: u32, ts: u64, data: &[u8], orig: u32) {
+            let r = self.w.enhanced(iface, ts, data, orig, Some(1));
+            self.note(r, true);
         }
-        pub fn spb(&mut self, data: &[u8], orig: u32) {
-            let mut body = self.b32(orig).to_vec();
-            body.extend_from_slice(data);
-            self.block(NG_SPB, &body);
+        fn spb(&mut self, data: &[u8], orig: u32) {
+            let r = self.w.simple(data, orig);
+            self.note(r, true);
         }
-        pub fn opb(&mut self, iface: u16, ts: u64, data: &[u8]) {
-            let mut body = self.b16(iface).to_vec();
-            body.extend_from_slice(&self.b16(0));
-            body.extend_from_slice(&self.b32((ts >> 32) as u32));
-            body.extend_from_slice(&self.b32(ts as u32));
-            body.extend_from_slice(&self.b32(data.len() as u32));
-            body.extend_from_slice(&self.b32(data.len() as u32));
-            body.extend_from_slice(data);
-            self.block(NG_OPB, &body);
+        fn opb(&mut self, iface: u16, ts: u64, data: &[u8]) {
+            let r = self.w.obsolete_packet(iface, ts, data);
+            self.note(r, true);
         }
         /// Some block the reader skips (an Interface Statistics Block).
-        pub fn isb(&mut self) {
-            let mut body = self.b32(0).to_vec();
-            body.extend_from_slice(&[0; 8]);
-            self.block(5, &body);
+        fn isb(&mut self) {
+            let r = self.w.block(5, &[0; 12]);
+            self.note(r, false);
         }
     }
 
     /// Owned copy of a frame, for comparisons.
     #[derive(Debug, Clone, PartialEq, Eq)]
-    pub(crate) struct Owned {
+    struct Owned {
         pub number: u64,
         pub interface: u32,
         pub linktype: u32,
@@ -1062,7 +932,7 @@ pub(crate) mod tests {
         pub data: Vec<u8>,
     }
 
-    pub(crate) fn read_all(bytes: &[u8]) -> Result<Vec<Owned>> {
+    fn read_all(bytes: &[u8]) -> Result<Vec<Owned>> {
         let mut r = CaptureReader::from_bytes(bytes)?;
         let mut v = Vec::new();
         while let Some(f) = r.next_frame()? {
@@ -1086,10 +956,10 @@ pub(crate) mod tests {
     fn classic_pcap_both_byte_orders_and_resolutions() {
         for le in [true, false] {
             for ns in [false, true] {
-                let mut w = PcapWriter::new(le, ns, linktype::RAW);
+                let mut w = Pcap::new(le, ns, linktype::RAW);
                 w.record(10, 5, &[0x45, 1, 2], 3);
                 w.record(11, 999_999, &[6; 7], 70);
-                let f = read_all(&w.out).unwrap();
+                let f = read_all(w.out()).unwrap();
                 assert_eq!(f.len(), 2);
                 let unit = if ns { 1 } else { 1000 };
                 assert_eq!(f[0].ts.unwrap().nanos, 10_000_000_000 + 5 * unit);
@@ -1099,7 +969,7 @@ pub(crate) mod tests {
                 assert_eq!((f[1].orig_len, f[1].data.len()), (70, 7));
                 assert_eq!(f[1].linktype, linktype::RAW);
                 assert_eq!(f[1].number, 2);
-                let r = CaptureReader::from_bytes(&w.out).unwrap();
+                let r = CaptureReader::from_bytes(w.out()).unwrap();
                 assert_eq!(
                     r.format(),
                     Format::Pcap {
@@ -1112,11 +982,11 @@ pub(crate) mod tests {
     }
 
     fn sample_pcapng(le: bool) -> Vec<u8> {
-        sample_pcapng_writer(le).out
+        sample_pcapng_writer(le).out().to_vec()
     }
 
-    fn sample_pcapng_writer(le: bool) -> NgWriter {
-        let mut w = NgWriter::new(le);
+    fn sample_pcapng_writer(le: bool) -> Ng {
+        let mut w = Ng::new(le);
         w.idb(linktype::ETHERNET as u16, 0, None, None);
         w.idb(linktype::LINUX_SLL2 as u16, 4, Some(9), Some(-2));
         w.epb(0, 1_500_000, &[1, 2, 3, 4, 5], 5);
@@ -1158,25 +1028,25 @@ pub(crate) mod tests {
 
     #[test]
     fn pcapng_sections_may_switch_byte_order_and_reset_interfaces() {
-        let mut w = NgWriter::new(true);
+        let mut w = Ng::new(true);
         w.idb(linktype::RAW as u16, 0, None, None);
         w.epb(0, 1, &[0x45], 1);
         w.shb(false);
         w.idb(linktype::NULL as u16, 0, Some(0x80 | 10), None);
         w.epb(0, 1024, &[2, 0, 0, 0], 4);
-        let f = read_all(&w.out).unwrap();
+        let f = read_all(w.out()).unwrap();
         assert_eq!(f.len(), 2);
         assert_eq!(f[1].linktype, linktype::NULL);
         // 1024 units of 2^-10 s = 1 s.
         assert_eq!(f[1].ts.unwrap().nanos, 1_000_000_000);
         // A section without an IDB cannot have packets.
-        let mut w = NgWriter::new(true);
+        let mut w = Ng::new(true);
         w.idb(1, 0, None, None);
         w.shb(true);
-        let n = w.out.len();
+        let n = w.out().len();
         w.epb(0, 1, &[0], 1);
         assert_eq!(
-            read_all(&w.out).unwrap_err(),
+            read_all(w.out()).unwrap_err(),
             Error {
                 offset: n as u64 + 8,
                 kind: ErrorKind::UnknownInterface(0)
@@ -1259,11 +1129,11 @@ pub(crate) mod tests {
     #[test]
     fn truncation_at_every_offset_pcap() {
         for le in [true, false] {
-            let mut w = PcapWriter::new(le, false, linktype::ETHERNET);
+            let mut w = Pcap::new(le, false, linktype::ETHERNET);
             w.record(1, 2, &[1; 5], 5);
             w.record(1, 3, &[], 0);
             w.record(1, 4, &[2; 9], 100);
-            check_every_truncation(&w.out, &w.ends);
+            check_every_truncation(w.out(), &w.ends);
         }
     }
 
@@ -1271,16 +1141,16 @@ pub(crate) mod tests {
     fn truncation_at_every_offset_pcapng() {
         for le in [true, false] {
             let w = sample_pcapng_writer(le);
-            check_every_truncation(&w.out, &w.ends);
+            check_every_truncation(w.out(), &w.ends);
         }
     }
 
     #[test]
     fn garbled_lengths_are_refused_with_offsets() {
         // A record claiming 4 GiB in a small file: refused before reading.
-        let mut w = PcapWriter::new(true, false, 1);
+        let mut w = Pcap::new(true, false, 1);
         w.record(0, 0, &[1, 2, 3], 3);
-        let mut bad = w.out.clone();
+        let mut bad = w.out().to_vec();
         bad[24 + 8..24 + 12].copy_from_slice(&u32::MAX.to_le_bytes());
         let e = read_all(&bad).unwrap_err();
         assert_eq!(e.offset, 32);
@@ -1316,19 +1186,20 @@ pub(crate) mod tests {
             assert_eq!(e.offset, (idb + 4) as u64, "{l}: {e}");
         }
         // EPB whose captured length overruns its block.
-        let mut w = NgWriter::new(true);
+        let mut w = Ng::new(true);
         w.idb(1, 0, None, None);
-        let epb = w.out.len();
+        let epb = w.out().len();
         w.epb(0, 0, &[1, 2, 3, 4], 4);
-        w.out[epb + 20..epb + 24].copy_from_slice(&100u32.to_le_bytes());
-        let e = read_all(&w.out).unwrap_err();
+        let mut bad = w.out().to_vec();
+        bad[epb + 20..epb + 24].copy_from_slice(&100u32.to_le_bytes());
+        let e = read_all(&bad).unwrap_err();
         assert_eq!(e.offset, epb as u64 + 20, "{e}");
         // Wrong magic, wrong versions.
         assert!(matches!(
             read_all(b"GIF89a......").unwrap_err().kind,
             ErrorKind::UnknownMagic(_)
         ));
-        let mut v = PcapWriter::new(true, false, 1).out;
+        let mut v = Pcap::new(true, false, 1).out().to_vec();
         v[4] = 3;
         assert!(matches!(
             read_all(&v).unwrap_err().kind,
@@ -1361,9 +1232,9 @@ pub(crate) mod tests {
     #[test]
     fn streaming_without_size_reads_the_same() {
         for bytes in [sample_pcapng(false), {
-            let mut w = PcapWriter::new(false, true, 1);
+            let mut w = Pcap::new(false, true, 1);
             w.record(1, 2, &[3; 33], 33);
-            w.out
+            w.out().to_vec()
         }] {
             let mut r = CaptureReader::new(Dribble(&bytes), None).unwrap();
             let mut n = 0;
