@@ -127,7 +127,9 @@ fn dump_json_schema() {
     };
     let (json, res) = dump_bytes(w.get_ref(), &opts);
     res.unwrap();
-    let lines = json.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let lines = json
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap());
     let cut: Vec<Value> = lines.filter(|v| v["malformed"].is_string()).collect();
     assert!(!cut.is_empty(), "{json}");
     for v in &cut {

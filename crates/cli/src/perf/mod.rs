@@ -24,7 +24,7 @@ use ctrl::{Ctrl, REPLY_TIMEOUT};
 use ops::Receives;
 use params::{AtomicType, Conn, Op, Params, SizeRun, Test};
 use pattern::Strict;
-use report::{Json, Progress, RULE};
+use report::{counters, document, num, obj, Json, Progress, RULE};
 use setup::{bw_slots, DeviceChoice, Side, SpinMode};
 use softrdma::cm;
 use softrdma::Device;
@@ -564,18 +564,18 @@ fn header_text(side: &Side, peer: &str, role: &str) -> String {
 
 fn params_json(p: &Params) -> Vec<(String, Json)> {
     vec![
-        ("test".into(), Json::str(p.test.name())),
-        ("connection".into(), Json::str(p.conn.name())),
-        ("qps".into(), Json::Int(p.qps as u64)),
-        ("mtu".into(), Json::Int(p.mtu as u64)),
-        ("tx_depth".into(), Json::Int(p.tx_depth as u64)),
-        ("rx_depth".into(), Json::Int(p.rx_depth as u64)),
-        ("outstanding_rd_atomic".into(), Json::Int(p.outs as u64)),
-        ("cq_moderation".into(), Json::Int(p.cq_mod as u64)),
+        ("test".into(), Json::from(p.test.name())),
+        ("connection".into(), Json::from(p.conn.name())),
+        ("qps".into(), Json::from(p.qps as u64)),
+        ("mtu".into(), Json::from(p.mtu as u64)),
+        ("tx_depth".into(), Json::from(p.tx_depth as u64)),
+        ("rx_depth".into(), Json::from(p.rx_depth as u64)),
+        ("outstanding_rd_atomic".into(), Json::from(p.outs as u64)),
+        ("cq_moderation".into(), Json::from(p.cq_mod as u64)),
         (
             "atomic_type".into(),
             if p.test.op() == Op::Atomic {
-                Json::str(p.atomic.name())
+                Json::from(p.atomic.name())
             } else {
                 Json::Null
             },
@@ -583,7 +583,7 @@ fn params_json(p: &Params) -> Vec<(String, Json)> {
         (
             "duration_s".into(),
             p.duration_ms
-                .map_or(Json::Null, |ms| Json::Num(ms as f64 / 1000.0)),
+                .map_or(Json::Null, |ms| num(ms as f64 / 1000.0)),
         ),
         ("verify".into(), Json::Bool(p.verify)),
     ]
@@ -788,14 +788,14 @@ fn client_sizes(
     };
     let role = if o.loopback { "loopback" } else { "client" };
     rep.head = vec![
-        ("role".into(), Json::str(role)),
-        ("device".into(), Json::str(side.dev.name())),
+        ("role".into(), Json::from(role)),
+        ("device".into(), Json::from(side.dev.name())),
         (
             "address".into(),
-            Json::str(side.dev.local_addr().to_string()),
+            Json::from(side.dev.local_addr().to_string()),
         ),
-        ("peer".into(), Json::str(addr)),
-        ("path_mtu".into(), Json::Int(side.path_mtu as u64)),
+        ("peer".into(), Json::from(addr)),
+        ("path_mtu".into(), Json::from(side.path_mtu as u64)),
         ("yield_when_idle".into(), Json::Bool(side.yield_idle)),
     ];
     rep.head.extend(params_json(p));
@@ -876,7 +876,7 @@ fn client_sizes(
         }
         json.push((
             "verified".into(),
-            Json::str(if !p.verify {
+            Json::from(if !p.verify {
                 "off"
             } else if bad.is_empty() {
                 "ok"
@@ -885,9 +885,9 @@ fn client_sizes(
             }),
         ));
         if p.test.op() == Op::Send {
-            json.push(("server_received".into(), Json::Int(res.received)));
+            json.push(("server_received".into(), Json::from(res.received)));
         }
-        rep.rows.push(Json::Obj(json));
+        rep.rows.push(obj(json));
         failures.extend(bad.into_iter().map(|b| format!("{size} B: {b}")));
     }
     ctrl.send("BYE")?;
@@ -926,13 +926,13 @@ fn client_sizes(
     rep.text(&tail)?;
     if rep.json {
         let mut doc = rep.head.clone();
-        doc.push(("results".into(), Json::Arr(rep.rows.clone())));
+        doc.push(("results".into(), Json::Array(rep.rows.clone())));
         doc.push((
             "verification".into(),
-            Json::obj([
+            obj([
                 (
                     "status",
-                    Json::str(if !p.verify {
+                    Json::from(if !p.verify {
                         "off"
                     } else if failures.is_empty() {
                         "ok"
@@ -942,22 +942,22 @@ fn client_sizes(
                 ),
                 (
                     "errors",
-                    Json::Arr(failures.iter().map(|f| Json::str(f.clone())).collect()),
+                    Json::Array(failures.iter().map(|f| Json::from(f.clone())).collect()),
                 ),
             ]),
         ));
         doc.push((
             "notes".into(),
-            Json::Arr(notes.iter().map(|n| Json::str(n.clone())).collect()),
+            Json::Array(notes.iter().map(|n| Json::from(n.clone())).collect()),
         ));
         doc.push((
             "counters".into(),
-            Json::obj([
-                ("client", Json::counters(&local)),
-                ("server", Json::counters(&server_counters)),
+            obj([
+                ("client", counters(&local)),
+                ("server", counters(&server_counters)),
             ]),
         ));
-        rep.out.write_all(Json::Obj(doc).to_document().as_bytes())?;
+        rep.out.write_all(document(&obj(doc)).as_bytes())?;
         rep.out.flush()?;
     }
     if failures.is_empty() {
@@ -1095,7 +1095,7 @@ fn server_sizes(
             bad.extend(problem);
         }
         restore(side, k);
-        let received = match &recvs {
+        let received: u64 = match &recvs {
             Some(r) => r.count.iter().sum(),
             None => done.iter().sum(),
         };
@@ -1122,10 +1122,10 @@ fn server_sizes(
                 eprintln!("softrdma perf {} server: {size} B: {b}", p.test.name());
             }
         }
-        sizes_json.push(Json::obj([
-            ("bytes", Json::Int(size)),
-            ("operations", Json::Int(received)),
-            ("verified", Json::str(status)),
+        sizes_json.push(obj([
+            ("bytes", Json::from(size)),
+            ("operations", Json::from(received)),
+            ("verified", Json::from(status)),
         ]));
         failures.extend(bad.into_iter().map(|b| format!("{size} B: {b}")));
     }
@@ -1147,22 +1147,22 @@ fn server_sizes(
     )?;
     if talk && json {
         let mut doc = vec![
-            ("role".to_string(), Json::str("server")),
-            ("device".into(), Json::str(side.dev.name())),
+            ("role".to_string(), Json::from("server")),
+            ("device".into(), Json::from(side.dev.name())),
             (
                 "address".into(),
-                Json::str(side.dev.local_addr().to_string()),
+                Json::from(side.dev.local_addr().to_string()),
             ),
-            ("peer".into(), Json::str(peer)),
+            ("peer".into(), Json::from(peer)),
         ];
         doc.extend(params_json(p));
-        doc.push(("sizes".into(), Json::Arr(sizes_json)));
+        doc.push(("sizes".into(), Json::Array(sizes_json)));
         doc.push((
             "errors".into(),
-            Json::Arr(failures.iter().map(|f| Json::str(f.clone())).collect()),
+            Json::Array(failures.iter().map(|f| Json::from(f.clone())).collect()),
         ));
-        doc.push(("counters".into(), Json::counters(&counters)));
-        out.write_all(Json::Obj(doc).to_document().as_bytes())?;
+        doc.push(("counters".into(), report::counters(&counters)));
+        out.write_all(document(&obj(doc)).as_bytes())?;
         out.flush()?;
     }
     if failures.is_empty() {
