@@ -220,7 +220,7 @@ pub fn server(
     if !matches!(p.test, Test::WriteLat | Test::SendLat) {
         // READ and atomics: the device answers.
         let line = ctrl.expect("END", None)?;
-        return Ok((super::parse_end(&line, k, 1)?, None));
+        return Ok((super::ctrl::parse_end(&line, k, 1)?, None));
     }
     let size = p.sizes[k].size;
     let mr = &side.mrs[0];
@@ -260,7 +260,7 @@ pub fn server(
                 dog.progress();
             } else if dog.idle(ctrl, "the client's next message")? {
                 let line = ctrl.expect("END", Some(REPLY_TIMEOUT))?;
-                end = Some(super::parse_end(&line, k, 1)?);
+                end = Some(super::ctrl::parse_end(&line, k, 1)?);
                 break 'rounds;
             }
         }
@@ -295,10 +295,10 @@ pub fn server(
     }
     let counts = match (end, end_line) {
         (Some(c), _) => c,
-        (None, Some(line)) => super::parse_end(&line, k, 1)?,
+        (None, Some(line)) => super::ctrl::parse_end(&line, k, 1)?,
         (None, None) => {
             let line = ctrl.expect("END", Some(REPLY_TIMEOUT))?;
-            super::parse_end(&line, k, 1)?
+            super::ctrl::parse_end(&line, k, 1)?
         }
     };
     if counts[0] != idx && problem.is_none() {
