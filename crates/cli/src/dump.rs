@@ -312,12 +312,7 @@ impl Stats {
                 if self.json {
                     json::packet(line, f.number, time.as_deref(), &d);
                 } else {
-                    let _ = write!(
-                        line,
-                        "{:>6} {:>11} ",
-                        f.number,
-                        time.as_deref().unwrap_or("-")
-                    );
+                    frame_prefix(line, f.number, time.as_deref());
                     let _ = pretty::write_datagram(line, d.datagram());
                 }
                 self.count(&d);
@@ -327,12 +322,7 @@ impl Stats {
                 if self.json {
                     json::malformed(line, f.number, time.as_deref(), ip, &e, cut);
                 } else {
-                    let _ = write!(
-                        line,
-                        "{:>6} {:>11} ",
-                        f.number,
-                        time.as_deref().unwrap_or("-")
-                    );
+                    frame_prefix(line, f.number, time.as_deref());
                     write_addresses(line, ip);
                     let _ = write!(line, "malformed ({e})");
                     if let Some((got, orig)) = cut {
@@ -439,6 +429,11 @@ impl Stats {
 }
 
 /// Time since the first frame, in seconds with the file's precision.
+/// The frame number and time that start a packet line.
+fn frame_prefix(line: &mut String, number: u64, time: Option<&str>) {
+    let _ = write!(line, "{number:>6} {:>11} ", time.unwrap_or("-"));
+}
+
 fn rel_time(first: Option<Timestamp>, ts: Option<Timestamp>) -> Option<String> {
     let (first, ts) = (first?, ts?);
     let d = ts.nanos - first.nanos;

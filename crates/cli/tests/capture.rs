@@ -9,6 +9,8 @@
 //! Each file must read to its end in `softrdma dump` and in tshark, with
 //! every ICRC valid.
 
+mod common;
+
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -112,16 +114,7 @@ fn check_capture(file: &Path) -> u64 {
 #[test]
 fn every_perf_tool_with_loopback_writes_one_valid_file() {
     let dir = scratch("perf-pcap");
-    for tool in [
-        "write-bw",
-        "write-lat",
-        "read-bw",
-        "read-lat",
-        "send-bw",
-        "send-lat",
-        "atomic-bw",
-        "atomic-lat",
-    ] {
+    for tool in common::PERF_TESTS {
         let file = dir.join(format!("{tool}.pcap"));
         let mut c = softrdma();
         c.args(["perf", tool, "--loopback", "-n", "20"])

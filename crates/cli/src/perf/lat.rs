@@ -87,7 +87,6 @@ pub fn client(
     let size = p.sizes[k].size;
     let mr = &side.mrs[0];
     let qp = &side.qps[0];
-    let sq = p.tx_depth.max(2) as u64;
     let flag_at = size as usize - 1;
     let landing = side.layout.recv_off + flag_at;
     let total = p.duration_ms.is_none().then_some(p.sizes[k].iters);
@@ -103,13 +102,15 @@ pub fn client(
         if p.test == Test::WriteLat {
             mr.write(flag_at, &[flag(idx)]);
         }
-        while outstanding >= sq {
-            let (s, _) = reap(side, &mut wcs, recvs.as_deref_mut(), k)?;
-            outstanding -= s as u64;
-            if s == 0 && dog.idle(ctrl, "send completions")? {
-                return Err(interrupted(ctrl));
-            }
-        }
+        wait_for_room(
+            side,
+            ctrl,
+            k,
+            &mut wcs,
+            &mut outstanding,
+            recvs.as_deref_mut(),
+            &mut dog,
+        )?;
         let t0 = Instant::now();
         qp.post_send(ops::send_wr(side, 0, k, size, idx, true))?;
         outstanding += 1;
@@ -201,6 +202,28 @@ fn drain(
     Ok(())
 }
 
+/// Reaps send completions until fewer than the send queue's depth are
+/// outstanding.
+fn wait_for_room(
+    side: &Side,
+    ctrl: &mut Ctrl,
+    k: usize,
+    wcs: &mut [softrdma::Wc],
+    outstanding: &mut u64,
+    mut recvs: Option<&mut Receives>,
+    dog: &mut Watchdog,
+) -> Result<(), Error> {
+    let sq = side.params.tx_depth.max(2) as u64;
+    while *outstanding >= sq {
+        let (s, _) = reap(side, wcs, recvs.as_deref_mut(), k)?;
+        *outstanding -= s as u64;
+        if s == 0 && dog.idle(ctrl, "send completions")? {
+            return Err(interrupted(ctrl));
+        }
+    }
+    Ok(())
+}
+
 fn interrupted(ctrl: &mut Ctrl) -> Error {
     match ctrl.recv(Some(Duration::from_secs(1))) {
         Ok(line) => Error::Failed(format!("the peer interrupted the run: {line}")),
@@ -225,7 +248,6 @@ pub fn server(
     let size = p.sizes[k].size;
     let mr = &side.mrs[0];
     let qp = &side.qps[0];
-    let sq = p.tx_depth.max(2) as u64;
     let flag_at = size as usize - 1;
     let landing = side.layout.recv_off + flag_at;
     let mut wcs = [EMPTY_WC; 16];
@@ -268,13 +290,15 @@ pub fn server(
         if p.test == Test::WriteLat {
             mr.write(flag_at, &[flag(idx)]);
         }
-        while outstanding >= sq {
-            let (s, _) = reap(side, &mut wcs, recvs.as_deref_mut(), k)?;
-            outstanding -= s as u64;
-            if s == 0 && dog.idle(ctrl, "send completions")? {
-                return Err(interrupted(ctrl));
-            }
-        }
+        wait_for_room(
+            side,
+            ctrl,
+            k,
+            &mut wcs,
+            &mut outstanding,
+            recvs.as_deref_mut(),
+            &mut dog,
+        )?;
         qp.post_send(ops::send_wr(side, 0, k, size, idx, true))?;
         outstanding += 1;
         idx += 1;
