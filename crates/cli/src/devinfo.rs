@@ -17,7 +17,8 @@
 //! `SOFTRDMA_ADDR`, else the first free loopback address. Opening it binds
 //! UDP port 4791 on that address for as long as the command runs.
 
-use crate::perf::report::Json;
+use crate::perf::report::{document, Json};
+use serde_json::json;
 use softrdma::{Device, DeviceAttr, DeviceOptions};
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -191,38 +192,35 @@ pub fn json(dev: &Device) -> String {
     let a = dev.query_device();
     let port = dev.query_port();
     let gid = dev.gid();
-    let limits = Json::obj(limits(&a).into_iter().map(|(k, v, _)| (k, Json::Int(v))));
-    Json::obj([
-        ("name", Json::str(dev.name())),
-        ("transport", Json::str("InfiniBand")),
-        ("fw_ver", Json::str(env!("CARGO_PKG_VERSION"))),
-        ("node_guid", Json::str(guid_text(a.node_guid))),
-        ("address", Json::str(dev.local_addr().ip().to_string())),
-        ("udp_port", Json::Int(dev.local_addr().port() as u64)),
-        (
-            "ports",
-            Json::Arr(vec![Json::obj([
-                ("port", Json::Int(1)),
-                ("state", Json::str("PORT_ACTIVE")),
-                ("max_mtu", Json::Int(port.max_mtu as u64)),
-                ("active_mtu", Json::Int(port.active_mtu as u64)),
-                ("link_layer", Json::str("Ethernet")),
-                ("gid_tbl_len", Json::Int(port.gid_tbl_len as u64)),
-                ("pkey_tbl_len", Json::Int(port.pkey_tbl_len as u64)),
-                (
-                    "gids",
-                    Json::Arr(vec![Json::obj([
-                        ("index", Json::Int(0)),
-                        ("gid", Json::str(gid_text(&gid))),
-                        ("type", Json::str("RoCE v2")),
-                        ("address", Json::str(dev.local_addr().ip().to_string())),
-                    ])]),
-                ),
-            ])]),
-        ),
-        ("limits", limits),
-    ])
-    .to_document()
+    let limits: serde_json::Map<String, Json> = limits(&a)
+        .into_iter()
+        .map(|(k, v, _)| (k.to_string(), Json::from(v)))
+        .collect();
+    let address = dev.local_addr().ip().to_string();
+    document(&json!({
+        "name": dev.name(),
+        "transport": "InfiniBand",
+        "fw_ver": env!("CARGO_PKG_VERSION"),
+        "node_guid": guid_text(a.node_guid),
+        "address": address,
+        "udp_port": dev.local_addr().port(),
+        "ports": [{
+            "port": 1,
+            "state": "PORT_ACTIVE",
+            "max_mtu": port.max_mtu,
+            "active_mtu": port.active_mtu,
+            "link_layer": "Ethernet",
+            "gid_tbl_len": port.gid_tbl_len,
+            "pkey_tbl_len": port.pkey_tbl_len,
+            "gids": [{
+                "index": 0,
+                "gid": gid_text(&gid),
+                "type": "RoCE v2",
+                "address": address,
+            }],
+        }],
+        "limits": limits,
+    }))
 }
 
 #[cfg(test)]

@@ -21,9 +21,10 @@
 //! the PSN went backwards: go-back-N restarts), AETH syndromes by kind and
 //! ICRC failures.
 
-use crate::capture::{self, CaptureReader, Frame, Timestamp};
 use crate::json;
-use crate::link::{self, Network, Transport};
+use crate::traffic::{self, Transport};
+use softrdma_pcap::link::{self, Network};
+use softrdma_pcap::{self as capture, CaptureReader, Frame, Timestamp};
 use softrdma_wire::opcode::Transport as IbTransport;
 use softrdma_wire::{pretty, DatagramRepr, NakCode, Psn, RoceDatagram, Syndrome};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -299,7 +300,7 @@ impl Stats {
                 return false;
             }
         };
-        if let Transport::Other(kind) = link::transport(ip) {
+        if let Transport::Other(kind) = traffic::transport(ip) {
             *self.skipped.entry(kind.to_string()).or_default() += 1;
             return false;
         }
@@ -311,12 +312,7 @@ impl Stats {
                 if self.json {
                     json::packet(line, f.number, time.as_deref(), &d);
                 } else {
-                    let _ = write!(
-                        line,
-                        "{:>6} {:>11} ",
-                        f.number,
-                        time.as_deref().unwrap_or("-")
-                    );
+                    frame_prefix(line, f.number, time.as_deref());
                     let _ = pretty::write_datagram(line, d.datagram());
                 }
                 self.count(&d);
@@ -326,12 +322,7 @@ impl Stats {
                 if self.json {
                     json::malformed(line, f.number, time.as_deref(), ip, &e, cut);
                 } else {
-                    let _ = write!(
-                        line,
-                        "{:>6} {:>11} ",
-                        f.number,
-                        time.as_deref().unwrap_or("-")
-                    );
+                    frame_prefix(line, f.number, time.as_deref());
                     write_addresses(line, ip);
                     let _ = write!(line, "malformed ({e})");
                     if let Some((got, orig)) = cut {
@@ -438,6 +429,11 @@ impl Stats {
 }
 
 /// Time since the first frame, in seconds with the file's precision.
+/// The frame number and time that start a packet line.
+fn frame_prefix(line: &mut String, number: u64, time: Option<&str>) {
+    let _ = write!(line, "{number:>6} {:>11} ", time.unwrap_or("-"));
+}
+
 fn rel_time(first: Option<Timestamp>, ts: Option<Timestamp>) -> Option<String> {
     let (first, ts) = (first?, ts?);
     let d = ts.nanos - first.nanos;

@@ -3,10 +3,8 @@
 //! capture (Ethernet, classic pcap) into another encapsulation and compares
 //! the dumps.
 
-use crate::capture::linktype;
-use crate::capture::tests::{NgWriter, PcapWriter};
-use crate::capture::CaptureReader;
 use crate::dump::{dump_bytes, Options};
+use softrdma_pcap::{linktype, CaptureReader, IdbOptions, NgWriter, PcapHeader, PcapWriter};
 use std::path::Path;
 
 struct Pkt {
@@ -41,6 +39,54 @@ fn l3(p: &Pkt) -> &[u8] {
     &p.eth[14..]
 }
 
+/// The Ethernet frame with `tags` (802.1Q / 802.1ad) before its ethertype.
+fn tagged(p: &Pkt, tags: &[u8]) -> Vec<u8> {
+    let mut e = p.eth[..12].to_vec();
+    e.extend_from_slice(tags);
+    e.extend_from_slice(&p.eth[12..]);
+    e
+}
+
+/// The IP datagram after a 4-byte BSD address family (IPv4 2, IPv6 `v6`,
+/// anything else 99) in the given byte order.
+fn with_family(p: &Pkt, v6: u32, big_endian: bool) -> Vec<u8> {
+    let af: u32 = match ethertype(p) {
+        0x0800 => 2,
+        0x86dd => v6,
+        _ => 99,
+    };
+    let mut h = if big_endian {
+        af.to_be_bytes()
+    } else {
+        af.to_le_bytes()
+    }
+    .to_vec();
+    h.extend_from_slice(l3(p));
+    h
+}
+
+fn pcap(le: bool, nanosecond: bool, linktype: u32) -> PcapWriter<Vec<u8>> {
+    let header = PcapHeader {
+        big_endian: !le,
+        nanosecond,
+        snaplen: 65535,
+        linktype,
+    };
+    PcapWriter::new(Vec::new(), header).unwrap()
+}
+
+fn pcapng(le: bool, interfaces: &[(u32, Option<u8>)]) -> NgWriter<Vec<u8>> {
+    let mut w = NgWriter::new(Vec::new(), !le).unwrap();
+    for &(lt, tsresol) in interfaces {
+        let opts = IdbOptions {
+            tsresol,
+            ..Default::default()
+        };
+        w.interface(lt as u16, 0, &opts).unwrap();
+    }
+    w
+}
+
 /// (packet lines, per-QP lines, summary up to the skipped kinds).
 fn parts(text: &str) -> (Vec<String>, Vec<String>, String) {
     let mut pkts = Vec::new();
@@ -64,6 +110,9 @@ fn dump(bytes: &[u8]) -> (Vec<String>, Vec<String>, String) {
     parts(&text)
 }
 
+/// pcapng Interface Statistics Block: a block the reader skips.
+const ISB: u32 = 5;
+
 const CAPTURES: [&str; 3] = [
     "rc_pingpong_64.pcap",
     "v6_rc_pingpong_64.pcap",
@@ -81,12 +130,12 @@ fn original(name: &str) -> (Vec<String>, Vec<String>, String) {
 
 /// Rewrites every frame with `f` into a classic pcap of `lt`.
 fn as_pcap(pkts: &[Pkt], le: bool, lt: u32, f: impl Fn(&Pkt) -> Vec<u8>) -> Vec<u8> {
-    let mut w = PcapWriter::new(le, false, lt);
+    let mut w = pcap(le, false, lt);
     for p in pkts {
         let d = f(p);
-        w.record(p.sec, p.usec, &d, d.len() as u32);
+        w.record(p.sec, p.usec, &d, d.len() as u32).unwrap();
     }
-    w.out
+    w.into_inner()
 }
 
 #[test]
@@ -102,19 +151,13 @@ fn classic_pcap_link_types() {
             (
                 "802.1Q",
                 as_pcap(&pkts, true, linktype::ETHERNET, |p| {
-                    let mut e = p.eth[..12].to_vec();
-                    e.extend_from_slice(&[0x81, 0x00, 0x20, 0x07]);
-                    e.extend_from_slice(&p.eth[12..]);
-                    e
+                    tagged(p, &[0x81, 0x00, 0x20, 0x07])
                 }),
             ),
             (
                 "802.1ad + 802.1Q",
                 as_pcap(&pkts, true, linktype::ETHERNET, |p| {
-                    let mut e = p.eth[..12].to_vec();
-                    e.extend_from_slice(&[0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0x00, 0x07]);
-                    e.extend_from_slice(&p.eth[12..]);
-                    e
+                    tagged(p, &[0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0x00, 0x07])
                 }),
             ),
             // Raw IP: non-IP frames stay, as bytes that are not IP.
@@ -145,42 +188,15 @@ fn classic_pcap_link_types() {
             ),
             (
                 "null, little-endian writer",
-                as_pcap(&pkts, true, linktype::NULL, |p| {
-                    let af: u32 = match ethertype(p) {
-                        0x0800 => 2,
-                        0x86dd => 30,
-                        _ => 99,
-                    };
-                    let mut h = af.to_le_bytes().to_vec();
-                    h.extend_from_slice(l3(p));
-                    h
-                }),
+                as_pcap(&pkts, true, linktype::NULL, |p| with_family(p, 30, false)),
             ),
             (
                 "null, big-endian writer",
-                as_pcap(&pkts, false, linktype::NULL, |p| {
-                    let af: u32 = match ethertype(p) {
-                        0x0800 => 2,
-                        0x86dd => 10,
-                        _ => 99,
-                    };
-                    let mut h = af.to_be_bytes().to_vec();
-                    h.extend_from_slice(l3(p));
-                    h
-                }),
+                as_pcap(&pkts, false, linktype::NULL, |p| with_family(p, 10, true)),
             ),
             (
                 "loop",
-                as_pcap(&pkts, true, linktype::LOOP, |p| {
-                    let af: u32 = match ethertype(p) {
-                        0x0800 => 2,
-                        0x86dd => 24,
-                        _ => 99,
-                    };
-                    let mut h = af.to_be_bytes().to_vec();
-                    h.extend_from_slice(l3(p));
-                    h
-                }),
+                as_pcap(&pkts, true, linktype::LOOP, |p| with_family(p, 24, true)),
             ),
         ];
         for (what, bytes) in variants {
@@ -194,11 +210,12 @@ fn nanosecond_pcap_keeps_the_lines_with_nine_digits() {
     for name in CAPTURES {
         let (pkts_want, flows_want, sum_want) = original(name);
         let pkts = load(name);
-        let mut w = PcapWriter::new(true, true, linktype::ETHERNET);
+        let mut w = pcap(true, true, linktype::ETHERNET);
         for p in &pkts {
-            w.record(p.sec, p.usec * 1000, &p.eth, p.eth.len() as u32);
+            let len = p.eth.len() as u32;
+            w.record(p.sec, p.usec * 1000, &p.eth, len).unwrap();
         }
-        let (lines, flows, sum) = dump(&w.out);
+        let (lines, flows, sum) = dump(w.get_ref());
         assert_eq!((flows, sum), (flows_want, sum_want));
         assert_eq!(lines.len(), pkts_want.len());
         for (l, w) in lines.iter().zip(&pkts_want) {
@@ -227,30 +244,40 @@ fn pcapng_in_both_byte_orders_and_with_interfaces_per_ip_version() {
         let ts = |p: &Pkt| p.sec as u64 * 1_000_000 + p.usec as u64;
         for le in [true, false] {
             // One Ethernet interface, µs timestamps (the default tsresol).
-            let mut w = NgWriter::new(le);
-            w.idb(linktype::ETHERNET as u16, 0, None, None);
+            let mut w = pcapng(le, &[(linktype::ETHERNET, None)]);
             for p in &pkts {
-                w.epb(0, ts(p), &p.eth, p.eth.len() as u32);
+                let len = p.eth.len() as u32;
+                w.enhanced(0, ts(p), &p.eth, len, None).unwrap();
             }
-            assert_eq!(dump(&w.out), want, "{name} pcapng le={le}");
+            assert_eq!(dump(w.get_ref()), want, "{name} pcapng le={le}");
 
             // Three interfaces: raw IPv4 (228), raw IPv6 (229) and Ethernet
             // for the rest, if_tsresol 6 given explicitly, and statistics
             // blocks the reader must skip.
-            let mut w = NgWriter::new(le);
-            w.idb(linktype::ETHERNET as u16, 0, Some(6), None);
-            w.isb();
-            w.idb(linktype::IPV4 as u16, 0, Some(6), None);
-            w.idb(linktype::IPV6 as u16, 0, Some(6), None);
-            for p in &pkts {
-                match ethertype(p) {
-                    0x0800 => w.epb(1, ts(p), l3(p), l3(p).len() as u32),
-                    0x86dd => w.epb(2, ts(p), l3(p), l3(p).len() as u32),
-                    _ => w.epb(0, ts(p), &p.eth, p.eth.len() as u32),
-                }
+            let mut w = pcapng(le, &[(linktype::ETHERNET, Some(6))]);
+            w.block(ISB, &[0; 12]).unwrap();
+            let us = IdbOptions {
+                tsresol: Some(6),
+                ..Default::default()
+            };
+            for lt in [linktype::IPV4, linktype::IPV6] {
+                w.interface(lt as u16, 0, &us).unwrap();
             }
-            w.isb();
-            assert_eq!(dump(&w.out), want, "{name} pcapng 3 interfaces le={le}");
+            for p in &pkts {
+                let (iface, data) = match ethertype(p) {
+                    0x0800 => (1, l3(p)),
+                    0x86dd => (2, l3(p)),
+                    _ => (0, &p.eth[..]),
+                };
+                let len = data.len() as u32;
+                w.enhanced(iface, ts(p), data, len, None).unwrap();
+            }
+            w.block(ISB, &[0; 12]).unwrap();
+            assert_eq!(
+                dump(w.get_ref()),
+                want,
+                "{name} pcapng 3 interfaces le={le}"
+            );
         }
     }
 }
@@ -260,12 +287,11 @@ fn simple_packet_blocks_have_no_time() {
     for name in CAPTURES {
         let (pkts_want, flows_want, sum_want) = original(name);
         let pkts = load(name);
-        let mut w = NgWriter::new(true);
-        w.idb(linktype::ETHERNET as u16, 0, None, None);
+        let mut w = pcapng(true, &[(linktype::ETHERNET, None)]);
         for p in &pkts {
-            w.spb(&p.eth, p.eth.len() as u32);
+            w.simple(&p.eth, p.eth.len() as u32).unwrap();
         }
-        let (lines, flows, sum) = dump(&w.out);
+        let (lines, flows, sum) = dump(w.get_ref());
         assert_eq!((flows, sum), (flows_want, sum_want));
         for (l, w) in lines.iter().zip(&pkts_want) {
             let (ln, lt, lrest) = split3(l);
@@ -281,12 +307,13 @@ fn snapshot_length_cuts_are_reported() {
     // + 12 BTH + 16 RETH + 1024 payload + 4 ICRC): a 200-byte snapshot
     // length cuts it, and the line says so instead of failing the file.
     let pkts = load("write_imm.pcap");
-    let mut w = PcapWriter::new(true, false, linktype::ETHERNET);
+    let mut w = pcap(true, false, linktype::ETHERNET);
     for p in &pkts {
         let n = p.eth.len().min(200);
-        w.record(p.sec, p.usec, &p.eth[..n], p.eth.len() as u32);
+        w.record(p.sec, p.usec, &p.eth[..n], p.eth.len() as u32)
+            .unwrap();
     }
-    let (text, res) = dump_bytes(&w.out, &Options::default());
+    let (text, res) = dump_bytes(w.get_ref(), &Options::default());
     let stats = res.unwrap();
     assert!(stats.malformed > 0);
     assert!(

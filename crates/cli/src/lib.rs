@@ -1,7 +1,7 @@
 //! The `softrdma` command line tool as a library, so its parts can be tested
-//! and fuzzed: [`capture`] reads pcap and pcapng files, [`link`] strips
-//! link-layer headers, [`dump`] is the `softrdma dump` subcommand and [`json`] its `--json`
-//! output; [`devinfo`] is `softrdma devinfo` and [`perf`] the perftest-like
+//! and fuzzed: [`dump`] is the `softrdma dump` subcommand (captures are
+//! read by `softrdma_pcap`; [`traffic`] sorts their IP traffic) and [`json`]
+//! its `--json` output; [`devinfo`] is `softrdma devinfo` and [`perf`] the perftest-like
 //! `softrdma perf` tools; [`exec`] runs unmodified verbs programs over
 //! softrdma's libibverbs.so.1.
 //!
@@ -10,13 +10,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod capture;
 pub mod devinfo;
 pub mod dump;
 pub mod exec;
 pub mod json;
-pub mod link;
 pub mod perf;
+pub mod traffic;
 
 #[cfg(test)]
 mod encap_tests;

@@ -31,11 +31,7 @@ fn dump_of_write_bw_capture_matches_its_snapshot() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stderr.is_empty());
-    let want = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/snapshots/write_bw_1027.pcap.txt"),
-    )
-    .unwrap();
+    let want = snapshot("write_bw_1027.pcap");
     assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
 }
 
@@ -114,10 +110,17 @@ fn reads_standard_input() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let want = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/snapshots/formats__rc_pingpong_64.pcapng.txt"),
-    )
-    .unwrap();
+    let want = snapshot("formats__rc_pingpong_64.pcapng");
     assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
+}
+
+/// The dump locked in `tests/snapshots/<name>.snap` (after insta's header).
+fn snapshot(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("{name}.snap"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let body = text.splitn(3, "---\n").nth(2);
+    body.unwrap_or_else(|| panic!("{}: no insta header", path.display()))
+        .to_string()
 }

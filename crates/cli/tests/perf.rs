@@ -8,16 +8,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const TESTS: [&str; 8] = [
-    "write-bw",
-    "write-lat",
-    "read-bw",
-    "read-lat",
-    "send-bw",
-    "send-lat",
-    "atomic-bw",
-    "atomic-lat",
-];
+mod common;
+
+use common::PERF_TESTS as TESTS;
 
 /// Longest any single command may take before the test calls it hung.
 const HANG: Duration = Duration::from_secs(180);

@@ -1,70 +1,50 @@
 //! The `softrdma dump` output of every capture in `tests/data` (and
-//! `tests/data/formats`) is locked in `tests/snapshots/<name>.txt`.
+//! `tests/data/formats`) is locked in `tests/snapshots/<name>.snap`
+//! (insta; `/` in a capture's path is `__` in its name).
 //!
-//! After an intended change of the output, regenerate them with
+//! After an intended change of the output, review the new output with
+//! `cargo insta test -p softrdma-cli --test snapshots --review`, or accept
+//! it all with
 //!
 //! ```text
-//! UPDATE_SNAPSHOTS=1 cargo test -p softrdma-cli --test snapshots
+//! INSTA_UPDATE=always cargo test -p softrdma-cli --test snapshots
 //! ```
 //!
-//! and review the diff (`git diff crates/cli/tests/snapshots`) before
+//! and read the diff (`git diff crates/cli/tests/snapshots`) before
 //! committing.
 
 mod common;
 
 use softrdma_cli::dump::{dump_bytes, Options};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn snapshot_path(capture: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(format!("{}.txt", capture.replace('/', "__")))
+fn snapshot_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots")
 }
 
 #[test]
 fn dump_output_matches_the_snapshots() {
-    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| v != "0");
     let captures = common::captures();
     assert!(captures.len() >= 49, "{} captures", captures.len());
-    let mut failures = Vec::new();
-    for c in &captures {
-        let bytes = std::fs::read(common::data_dir().join(c)).unwrap();
-        let (out, res) = dump_bytes(&bytes, &Options::default());
-        res.unwrap_or_else(|e| panic!("{c}: {e}"));
-        let path = snapshot_path(c);
-        if update {
-            std::fs::write(&path, &out).unwrap();
-            continue;
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(snapshot_dir());
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.bind(|| {
+        for c in &captures {
+            let bytes = std::fs::read(common::data_dir().join(c)).unwrap();
+            let (out, res) = dump_bytes(&bytes, &Options::default());
+            res.unwrap_or_else(|e| panic!("{c}: {e}"));
+            insta::assert_snapshot!(c.replace('/', "__"), out);
         }
-        let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_SNAPSHOTS=1 creates it)", path.display()));
-        if out != want {
-            let (i, (got, exp)) = out
-                .lines()
-                .chain(std::iter::repeat("<end>"))
-                .zip(want.lines().chain(std::iter::repeat("<end>")))
-                .enumerate()
-                .find(|(_, (a, b))| a != b)
-                .unwrap();
-            failures.push(format!(
-                "{c}: line {}:\n  got:  {got}\n  want: {exp}",
-                i + 1
-            ));
-        }
-    }
+    });
     // No snapshot without its capture.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        let capture = name.trim_end_matches(".txt").replace("__", "/");
-        if !captures.contains(&capture) {
-            failures.push(format!("stale snapshot {name}: no capture {capture}"));
-        }
+    for e in std::fs::read_dir(snapshot_dir()).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        let capture = name.trim_end_matches(".snap").replace("__", "/");
+        assert!(
+            captures.contains(&capture),
+            "stale snapshot {name}: no capture {capture}"
+        );
     }
-    assert!(
-        failures.is_empty(),
-        "{}\n(if the change is intended: UPDATE_SNAPSHOTS=1 cargo test -p softrdma-cli --test snapshots)",
-        failures.join("\n")
-    );
 }

@@ -47,45 +47,25 @@ fn one_pair(loss: f64, seed: u64) {
     // Client: SEND 5000 B from offset 0.
     let data = pattern(3, 5000);
     ca.mem.fill_from(0, &data);
-    let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: ca.va,
-        length: 5000,
-        lkey: ca.key,
-    }];
+    let wr = client_wr(&ca, 1, WrOpcode::Send, 0, 5000);
     sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
     // WRITE 10000 B to server offset 16384.
     let wdata = pattern(9, 10000);
     ca.mem.fill_from(8192, &wdata);
-    let mut wr = SendWr::new(2, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + 8192,
-        length: 10000,
-        lkey: ca.key,
-    }];
+    let mut wr = client_wr(&ca, 2, WrOpcode::RdmaWrite, 8192, 10000);
     wr.remote_addr = sb.va + 16384;
     wr.rkey = RKey(sb.key);
     sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
     // READ 10000 B from server offset 40000 into client offset 30000.
     let rdata = pattern(5, 10000);
     sb.mem.fill_from(40000, &rdata);
-    let mut wr = SendWr::new(3, WrOpcode::RdmaRead);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + 30000,
-        length: 10000,
-        lkey: ca.key,
-    }];
+    let mut wr = client_wr(&ca, 3, WrOpcode::RdmaRead, 30000, 10000);
     wr.remote_addr = sb.va + 40000;
     wr.rkey = RKey(sb.key);
     sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
     // FETCH_ADD 5 at server offset 60000 (initially 100) into client offset 60000.
     sb.mem.fill_from(60000, &100u64.to_ne_bytes());
-    let mut wr = SendWr::new(4, WrOpcode::AtomicFetchAndAdd);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + 60000,
-        length: 8,
-        lkey: ca.key,
-    }];
+    let mut wr = client_wr(&ca, 4, WrOpcode::AtomicFetchAndAdd, 60000, 8);
     wr.remote_addr = sb.va + 60000;
     wr.rkey = RKey(sb.key);
     wr.compare_add = 5;
@@ -190,4 +170,16 @@ fn large_reads_survive_systematic_reordering() {
         );
         assert_eq!(ca.mem.snapshot()[..2 << 20], data[..]);
     }
+}
+
+/// Work request `id` whose one SGE is `len` bytes at `off` in the client's
+/// region.
+fn client_wr(ca: &Endpoint, id: u64, op: WrOpcode, off: u64, len: u32) -> SendWr {
+    let mut wr = SendWr::new(id, op);
+    wr.sg_list = vec![Sge {
+        addr: ca.va + off,
+        length: len,
+        lkey: ca.key,
+    }];
+    wr
 }

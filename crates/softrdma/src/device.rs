@@ -3,7 +3,6 @@
 use crate::engine::{self, Shared};
 use crate::error::{Error, Result};
 use crate::event::CompletionChannel;
-use crate::pcap::PcapWriter;
 use crate::verbs::{CompletionQueue, ProtectionDomain};
 use softrdma_io::{Poller, SocketConfig, UdpSocket};
 use softrdma_proto::device::DeviceAttr;
@@ -209,7 +208,7 @@ impl Device {
             });
         let pcap = match &pcap_path {
             Some(p) => Some(
-                PcapWriter::create(p)
+                crate::pcap::open_shared(p)
                     .map_err(|e| Error::io(format!("creating {}", p.display()), e))?,
             ),
             None => None,

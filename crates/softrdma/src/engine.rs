@@ -19,7 +19,7 @@
 //! under `tx` alone, so concurrent senders can never reorder them.
 
 use crate::event::{AsyncQueue, ChannelShared};
-use crate::pcap::{PcapWriter, Record};
+use crate::pcap::{Record, SharedWriter};
 use softrdma_io::{GatherTransmit, IoPiece, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
 use softrdma_proto::device::MIN_TX_BUF;
 use softrdma_proto::memory::Region;
@@ -170,7 +170,7 @@ pub(crate) struct Shared {
     waker: Waker,
     stop: AtomicBool,
     epoch: std::time::Instant,
-    pcap: Option<Mutex<PcapWriter>>,
+    pcap: Option<SharedWriter>,
     pub local: SocketAddr,
     pub channels: Mutex<HashMap<CqId, Arc<ChannelShared>>>,
     pub async_events: AsyncQueue,
@@ -210,7 +210,7 @@ impl Shared {
         core: Core,
         socket: UdpSocket,
         poller_waker: Waker,
-        pcap: Option<PcapWriter>,
+        pcap: Option<SharedWriter>,
         spin: Duration,
         gso: bool,
     ) -> std::io::Result<Shared> {
@@ -226,7 +226,7 @@ impl Shared {
             waker: poller_waker,
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
-            pcap: pcap.map(Mutex::new),
+            pcap,
             local,
             channels: Mutex::new(HashMap::new()),
             async_events: AsyncQueue::new()?,
@@ -445,6 +445,7 @@ impl Shared {
                     received: false,
                 });
             }
+            let _ = w.flush();
         }
         while !tx.pending.is_empty() {
             let sent = self.send_some(tx);
@@ -587,6 +588,7 @@ impl Shared {
                 count += 1;
             }
         }
+        self.flush_pcap();
         if send {
             self.after(core, now);
         } else {

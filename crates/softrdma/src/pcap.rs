@@ -10,26 +10,70 @@
 //! `softrdma_wire::icrc::solve_ipv4_id`). Every record therefore decodes in
 //! Wireshark (`tshark -d udp.port==4791,infiniband`) and `softrdma dump`
 //! with a valid ICRC.
+//!
+//! Every device of a process that captures to one path writes one file
+//! ([`open_shared`]): with `SOFTRDMA_PCAP` set, a program with two devices
+//! (`softrdma perf --loopback`, a config file with two devices) gets one
+//! valid file holding both devices' packets. Records reach the file after
+//! every batch the engine sends or receives, so a program that exits
+//! without closing its device still leaves a complete capture.
 
+use softrdma_pcap::{linktype, PcapHeader};
 use softrdma_wire::icrc::solve_ipv4_id;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
 use softrdma_wire::IbPacket;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// pcap magic for nanosecond timestamps.
-const MAGIC_NS: u32 = 0xa1b2_3c4d;
-/// LINKTYPE_RAW: raw IPv4/IPv6.
-const LINKTYPE_RAW: u32 = 101;
-
-/// A pcap file being written.
+/// A pcap file being written (the format is `softrdma_pcap`'s).
 pub struct PcapWriter {
-    out: BufWriter<File>,
+    out: softrdma_pcap::PcapWriter<BufWriter<File>>,
     buf: Vec<u8>,
     records: u64,
+}
+
+/// A capture file shared by every device of the process that writes to
+/// the same path.
+pub type SharedWriter = Arc<Mutex<PcapWriter>>;
+
+/// The capture files open in this process, by absolute path.
+static OPEN: Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> = Mutex::new(Vec::new());
+
+/// Opens `path` for a device: the writer another device of this process
+/// already has on that file, or a new file (created, truncated). Two
+/// devices thus write one valid file with both their packets, instead of
+/// truncating and overwriting each other's.
+pub fn open_shared(path: &Path) -> io::Result<SharedWriter> {
+    let key = absolute(path);
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(w) = open
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(w);
+    }
+    let w = Arc::new(Mutex::new(PcapWriter::create(path)?));
+    open.push((key, Arc::downgrade(&w)));
+    Ok(w)
+}
+
+/// `path` with its directory resolved, so that two spellings of one file
+/// meet (the file itself may not exist yet).
+fn absolute(path: &Path) -> PathBuf {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// One datagram to record.
@@ -49,18 +93,13 @@ pub struct Record<'a> {
 }
 
 impl PcapWriter {
-    /// Creates (truncates) `path` and writes the file header.
+    /// Creates (truncates) `path` and writes the file header: nanosecond
+    /// timestamps, little-endian, link type RAW.
     pub fn create(path: &Path) -> io::Result<PcapWriter> {
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
-        let mut h = Vec::with_capacity(24);
-        h.extend_from_slice(&MAGIC_NS.to_le_bytes());
-        h.extend_from_slice(&2u16.to_le_bytes());
-        h.extend_from_slice(&4u16.to_le_bytes());
-        h.extend_from_slice(&0i32.to_le_bytes());
-        h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&65_535u32.to_le_bytes());
-        h.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
-        out.write_all(&h)?;
+        let file = BufWriter::with_capacity(1 << 20, File::create(path)?);
+        let mut out = softrdma_pcap::PcapWriter::new(file, PcapHeader::new(linktype::RAW))?;
+        // The header is in the file before the first packet.
+        out.get_mut().flush()?;
         Ok(PcapWriter {
             out,
             buf: Vec::with_capacity(9000),
@@ -98,14 +137,7 @@ impl PcapWriter {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let n = self.buf.len() as u32;
-        let mut rec = [0u8; 16];
-        rec[0..4].copy_from_slice(&(ts.as_secs() as u32).to_le_bytes());
-        rec[4..8].copy_from_slice(&ts.subsec_nanos().to_le_bytes());
-        rec[8..12].copy_from_slice(&n.to_le_bytes());
-        rec[12..16].copy_from_slice(&n.to_le_bytes());
-        self.out.write_all(&rec)?;
-        self.out.write_all(&self.buf)?;
+        self.out.packet(ts, &self.buf)?;
         self.records += 1;
         Ok(())
     }
@@ -115,15 +147,17 @@ impl PcapWriter {
         self.records
     }
 
-    /// Pushes buffered records to the file.
+    /// Pushes buffered records to the file. The engine calls it after
+    /// every batch it sends or receives, so the file is complete even when
+    /// the program exits without closing its device.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.out.get_mut().flush()
     }
 }
 
 impl Drop for PcapWriter {
     fn drop(&mut self) {
-        let _ = self.out.flush();
+        let _ = self.flush();
     }
 }
 

@@ -5,29 +5,30 @@
 
 use softrdma::cm::{connect_rc, Listener};
 use softrdma::*;
+use softrdma_pcap::{linktype, CaptureReader, Format};
 use softrdma_wire::ip::RoceDatagram;
 use std::time::Duration;
 
+/// The records of a capture softrdma wrote: nanosecond pcap of raw IP,
+/// read to its clean end.
 fn records(path: &std::path::Path) -> Vec<Vec<u8>> {
     let b = std::fs::read(path).unwrap();
+    let mut r = CaptureReader::from_bytes(&b).unwrap();
     assert_eq!(
-        u32::from_le_bytes(b[0..4].try_into().unwrap()),
-        0xa1b2_3c4d,
-        "nanosecond pcap"
+        r.format(),
+        Format::Pcap {
+            big_endian: false,
+            nanosecond: true
+        }
     );
-    assert_eq!(
-        u32::from_le_bytes(b[20..24].try_into().unwrap()),
-        101,
-        "LINKTYPE_RAW"
-    );
+    assert_eq!(r.linktype(), Some(linktype::RAW));
     let mut out = Vec::new();
-    let mut off = 24;
-    while off + 16 <= b.len() {
-        let incl = u32::from_le_bytes(b[off + 8..off + 12].try_into().unwrap()) as usize;
-        out.push(b[off + 16..off + 16 + incl].to_vec());
-        off += 16 + incl;
+    while let Some(f) = r
+        .next_frame()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    {
+        out.push(f.data.to_vec());
     }
-    assert_eq!(off, b.len(), "trailing bytes");
     out
 }
 

@@ -8,6 +8,8 @@
 //! against a bit-at-a-time CRC-32 written here from the spec, so the crate's
 //! own ICRC code is not its only judge.
 
+use softrdma_pcap::link::{self, Network};
+use softrdma_pcap::{linktype, CaptureReader};
 use softrdma_wire::{DatagramRepr, IbPacket, PacketRepr, RoceDatagram};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,48 +18,21 @@ fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
 }
 
-/// A minimal classic-pcap reader (either byte order, µs or ns magic): the
-/// link layer of each record, or an error string. The CLI has the robust
-/// pcap/pcapng reader; this one only has to read the rig's files.
-fn pcap_records(file: &[u8]) -> Result<(u32, Vec<&[u8]>), String> {
-    let magic = file.get(..4).ok_or("no header")?;
-    let le = match magic {
-        [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => true,
-        [0xa1, 0xb2, 0xc3, 0xd4] | [0xa1, 0xb2, 0x3c, 0x4d] => false,
-        _ => return Err(format!("not a classic pcap: magic {magic:02x?}")),
-    };
-    let u32_at = |at: usize| -> Result<u32, String> {
-        let b: [u8; 4] = file
-            .get(at..at + 4)
-            .ok_or(format!("truncated at {at}"))?
-            .try_into()
-            .unwrap();
-        Ok(if le {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        })
-    };
-    let linktype = u32_at(20)? & 0x0fff_ffff;
-    let mut at = 24;
+/// The link type and frames of a capture (softrdma-pcap's reader).
+fn pcap_records(file: &[u8]) -> Result<(u32, Vec<Vec<u8>>), String> {
+    let mut r = CaptureReader::from_bytes(file).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
-    while at < file.len() {
-        let incl = u32_at(at + 8)? as usize;
-        let data = file
-            .get(at + 16..at + 16 + incl)
-            .ok_or(format!("record at {at} truncated"))?;
-        out.push(data);
-        at += 16 + incl;
+    while let Some(f) = r.next_frame().map_err(|e| e.to_string())? {
+        out.push(f.data.to_vec());
     }
-    Ok((linktype, out))
+    Ok((r.linktype().unwrap_or(0), out))
 }
 
 /// The IP datagram of an Ethernet frame, if it is IPv4 or IPv6.
 fn ip_of_ethernet(frame: &[u8]) -> Option<&[u8]> {
-    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    match ethertype {
-        0x0800 | 0x86dd => Some(&frame[14..]),
-        _ => None,
+    match link::network(linktype::ETHERNET, frame) {
+        Network::Ip(ip) => Some(ip),
+        Network::Other(_) => None,
     }
 }
 

@@ -144,7 +144,7 @@ pub fn server(
     let Some(r) = recvs else {
         // WRITE, READ, atomics: the device does everything.
         let line = ctrl.expect("END", None)?;
-        return super::parse_end(&line, k, side.qps.len());
+        return super::ctrl::parse_end(&line, k, side.qps.len());
     };
     let p = &side.params;
     let size = p.sizes[k].size;
@@ -195,7 +195,7 @@ pub fn server(
             && (0..q).all(|i| r.count[i] >= p.sizes[k].iters);
         if all_in || (n == 0 && dog.idle(ctrl, "messages")?) {
             let line = ctrl.expect("END", Some(super::ctrl::REPLY_TIMEOUT))?;
-            end = Some(super::parse_end(&line, k, q)?);
+            end = Some(super::ctrl::parse_end(&line, k, q)?);
             end_at = Instant::now();
         }
     }

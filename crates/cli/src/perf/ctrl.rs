@@ -146,3 +146,19 @@ impl Ctrl {
         ))
     }
 }
+
+/// Parses `END k c0 c1 ...`.
+pub fn parse_end(line: &str, k: usize, q: usize) -> Result<Vec<u64>, Error> {
+    let mut w = line.split_whitespace();
+    let bad = || Error::Failed(format!("lost step with the peer: {line:?}"));
+    if w.next() != Some("END") || w.next().and_then(|s| s.parse::<usize>().ok()) != Some(k) {
+        return Err(bad());
+    }
+    let v: Vec<u64> = w
+        .map(|s| s.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if v.len() != q {
+        return Err(bad());
+    }
+    Ok(v)
+}

@@ -87,40 +87,29 @@ pub fn client(
     let size = p.sizes[k].size;
     let mr = &side.mrs[0];
     let qp = &side.qps[0];
-    let sq = p.tx_depth.max(2) as u64;
     let flag_at = size as usize - 1;
     let landing = side.layout.recv_off + flag_at;
     let total = p.duration_ms.is_none().then_some(p.sizes[k].iters);
     let secs = p.duration_ms.map(|m| m as f64 / 1000.0);
     let mut samples = Vec::with_capacity(total.unwrap_or(1 << 16).min(1 << 24) as usize);
-    let mut wcs = [EMPTY_WC; 16];
-    let mut outstanding = 0u64;
+    let mut sq = SendQueue::new();
     let mut problem = None;
     let mut dog = Watchdog::new(side);
     let start = Instant::now();
     let mut idx = 0u64;
     while !finished(side, k, idx, start) {
-        if p.test == Test::WriteLat {
-            mr.write(flag_at, &[flag(idx)]);
-        }
-        while outstanding >= sq {
-            let (s, _) = reap(side, &mut wcs, recvs.as_deref_mut(), k)?;
-            outstanding -= s as u64;
-            if s == 0 && dog.idle(ctrl, "send completions")? {
-                return Err(interrupted(ctrl));
-            }
-        }
+        before_post(side, ctrl, k, idx, &mut sq, recvs.as_deref_mut(), &mut dog)?;
         let t0 = Instant::now();
         qp.post_send(ops::send_wr(side, 0, k, size, idx, true))?;
-        outstanding += 1;
+        sq.outstanding += 1;
         // Wait for this round's answer.
         loop {
             if p.test == Test::WriteLat && mr.load_u8(landing) == flag(idx) {
                 break;
             }
-            let before = outstanding;
-            let (s, got) = reap(side, &mut wcs, recvs.as_deref_mut(), k)?;
-            outstanding -= s as u64;
+            let before = sq.outstanding;
+            let (s, got) = reap(side, &mut sq.wcs, recvs.as_deref_mut(), k)?;
+            sq.outstanding -= s as u64;
             let mut answered = false;
             match p.test.op() {
                 Op::Send => {
@@ -133,13 +122,13 @@ pub fn client(
                         }
                     }
                 }
-                Op::Read | Op::Atomic => answered = outstanding == 0,
+                Op::Read | Op::Atomic => answered = sq.outstanding == 0,
                 Op::Write => {}
             }
             if answered {
                 break;
             }
-            if s > 0 || outstanding != before {
+            if s > 0 || sq.outstanding != before {
                 dog.progress();
             } else if dog.idle(ctrl, "the server's answer")? {
                 return Err(interrupted(ctrl));
@@ -153,7 +142,7 @@ pub fn client(
         idx += 1;
         progress.tick(idx, total, secs);
     }
-    drain(side, ctrl, k, &mut wcs, &mut outstanding, recvs, None)?;
+    drain(side, ctrl, k, &mut sq.wcs, &mut sq.outstanding, recvs, None)?;
     Ok(LatRun {
         samples_ns: samples,
         done: idx,
@@ -201,6 +190,50 @@ fn drain(
     Ok(())
 }
 
+/// The send side of a ping-pong: a completion buffer and the operations
+/// still outstanding.
+struct SendQueue {
+    wcs: [softrdma::Wc; 16],
+    outstanding: u64,
+}
+
+impl SendQueue {
+    fn new() -> Self {
+        SendQueue {
+            wcs: [EMPTY_WC; 16],
+            outstanding: 0,
+        }
+    }
+}
+
+/// Before posting round `idx`: the flag byte a WRITE ping-pong carries,
+/// then room in the send queue (completions reaped until fewer than its
+/// depth are outstanding).
+fn before_post(
+    side: &Side,
+    ctrl: &mut Ctrl,
+    k: usize,
+    idx: u64,
+    sq: &mut SendQueue,
+    mut recvs: Option<&mut Receives>,
+    dog: &mut Watchdog,
+) -> Result<(), Error> {
+    let p = &side.params;
+    if p.test == Test::WriteLat {
+        let flag_at = p.sizes[k].size as usize - 1;
+        side.mrs[0].write(flag_at, &[flag(idx)]);
+    }
+    let depth = p.tx_depth.max(2) as u64;
+    while sq.outstanding >= depth {
+        let (s, _) = reap(side, &mut sq.wcs, recvs.as_deref_mut(), k)?;
+        sq.outstanding -= s as u64;
+        if s == 0 && dog.idle(ctrl, "send completions")? {
+            return Err(interrupted(ctrl));
+        }
+    }
+    Ok(())
+}
+
 fn interrupted(ctrl: &mut Ctrl) -> Error {
     match ctrl.recv(Some(Duration::from_secs(1))) {
         Ok(line) => Error::Failed(format!("the peer interrupted the run: {line}")),
@@ -220,16 +253,14 @@ pub fn server(
     if !matches!(p.test, Test::WriteLat | Test::SendLat) {
         // READ and atomics: the device answers.
         let line = ctrl.expect("END", None)?;
-        return Ok((super::parse_end(&line, k, 1)?, None));
+        return Ok((super::ctrl::parse_end(&line, k, 1)?, None));
     }
     let size = p.sizes[k].size;
     let mr = &side.mrs[0];
     let qp = &side.qps[0];
-    let sq = p.tx_depth.max(2) as u64;
     let flag_at = size as usize - 1;
     let landing = side.layout.recv_off + flag_at;
-    let mut wcs = [EMPTY_WC; 16];
-    let mut outstanding = 0u64;
+    let mut sq = SendQueue::new();
     let mut problem = None;
     let mut dog = Watchdog::new(side);
     let mut end = None;
@@ -243,8 +274,8 @@ pub fn server(
             if p.test == Test::WriteLat && mr.load_u8(landing) == flag(idx) {
                 break;
             }
-            let (s, got) = reap(side, &mut wcs, recvs.as_deref_mut(), k)?;
-            outstanding -= s as u64;
+            let (s, got) = reap(side, &mut sq.wcs, recvs.as_deref_mut(), k)?;
+            sq.outstanding -= s as u64;
             let mut arrived = false;
             for seq in got {
                 if seq == idx & 0x00ff_ffff {
@@ -260,23 +291,14 @@ pub fn server(
                 dog.progress();
             } else if dog.idle(ctrl, "the client's next message")? {
                 let line = ctrl.expect("END", Some(REPLY_TIMEOUT))?;
-                end = Some(super::parse_end(&line, k, 1)?);
+                end = Some(super::ctrl::parse_end(&line, k, 1)?);
                 break 'rounds;
             }
         }
         dog.progress();
-        if p.test == Test::WriteLat {
-            mr.write(flag_at, &[flag(idx)]);
-        }
-        while outstanding >= sq {
-            let (s, _) = reap(side, &mut wcs, recvs.as_deref_mut(), k)?;
-            outstanding -= s as u64;
-            if s == 0 && dog.idle(ctrl, "send completions")? {
-                return Err(interrupted(ctrl));
-            }
-        }
+        before_post(side, ctrl, k, idx, &mut sq, recvs.as_deref_mut(), &mut dog)?;
         qp.post_send(ops::send_wr(side, 0, k, size, idx, true))?;
-        outstanding += 1;
+        sq.outstanding += 1;
         idx += 1;
     }
     let mut end_line = None;
@@ -285,20 +307,20 @@ pub fn server(
             side,
             ctrl,
             k,
-            &mut wcs,
-            &mut outstanding,
+            &mut sq.wcs,
+            &mut sq.outstanding,
             recvs,
             Some(&mut end_line),
         )?;
     } else {
-        drain(side, ctrl, k, &mut wcs, &mut outstanding, recvs, None)?;
+        drain(side, ctrl, k, &mut sq.wcs, &mut sq.outstanding, recvs, None)?;
     }
     let counts = match (end, end_line) {
         (Some(c), _) => c,
-        (None, Some(line)) => super::parse_end(&line, k, 1)?,
+        (None, Some(line)) => super::ctrl::parse_end(&line, k, 1)?,
         (None, None) => {
             let line = ctrl.expect("END", Some(REPLY_TIMEOUT))?;
-            super::parse_end(&line, k, 1)?
+            super::ctrl::parse_end(&line, k, 1)?
         }
     };
     if counts[0] != idx && problem.is_none() {

@@ -245,165 +245,60 @@ pub fn counters_text(label: &str, v: &[(String, u64)]) -> String {
     out
 }
 
-/// A JSON value, written by hand (a handful of flat objects).
-#[derive(Clone, Debug)]
-pub enum Json {
-    /// null.
-    Null,
-    /// true / false.
-    Bool(bool),
-    /// An integer.
-    Int(u64),
-    /// A number (non-finite ones become null).
-    Num(f64),
-    /// A string.
-    Str(String),
-    /// An array.
-    Arr(Vec<Json>),
-    /// An object, fields in order.
-    Obj(Vec<(String, Json)>),
+/// A JSON value: serde_json's, keys in insertion order.
+pub type Json = serde_json::Value;
+
+/// An object from pairs, in their order.
+pub fn obj<K: Into<String>>(fields: impl IntoIterator<Item = (K, Json)>) -> Json {
+    Json::Object(fields.into_iter().map(|(k, v)| (k.into(), v)).collect())
 }
 
-impl Json {
-    /// An object from pairs.
-    pub fn obj<K: Into<String>>(fields: impl IntoIterator<Item = (K, Json)>) -> Json {
-        Json::Obj(fields.into_iter().map(|(k, v)| (k.into(), v)).collect())
-    }
-
-    /// A string value.
-    pub fn str(s: impl Into<String>) -> Json {
-        Json::Str(s.into())
-    }
-
-    /// Counters as an object.
-    pub fn counters(v: &[(String, u64)]) -> Json {
-        Json::Obj(v.iter().map(|(k, n)| (k.clone(), Json::Int(*n))).collect())
-    }
-
-    /// Serialises, indented by two spaces per level.
-    pub fn write(&self, out: &mut String, indent: usize) {
-        match self {
-            Json::Null => out.push_str("null"),
-            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Json::Int(n) => {
-                let _ = write!(out, "{n}");
-            }
-            Json::Num(x) if x.is_finite() => {
-                // Six decimals are plenty for µs and MiB/s; never exponents.
-                let s = format!("{x:.6}");
-                let s = s.trim_end_matches('0').trim_end_matches('.');
-                out.push_str(if s.is_empty() || s == "-" { "0" } else { s });
-            }
-            Json::Num(_) => out.push_str("null"),
-            Json::Str(s) => string(out, s),
-            Json::Arr(v) => {
-                if v.is_empty() {
-                    out.push_str("[]");
-                    return;
-                }
-                out.push('[');
-                for (i, x) in v.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, indent + 1);
-                    x.write(out, indent + 1);
-                }
-                newline(out, indent);
-                out.push(']');
-            }
-            Json::Obj(v) => {
-                if v.is_empty() {
-                    out.push_str("{}");
-                    return;
-                }
-                out.push('{');
-                for (i, (k, x)) in v.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, indent + 1);
-                    string(out, k);
-                    out.push_str(": ");
-                    x.write(out, indent + 1);
-                }
-                newline(out, indent);
-                out.push('}');
-            }
-        }
-    }
-
-    /// The document as a string with a final newline.
-    pub fn to_document(&self) -> String {
-        let mut s = String::new();
-        self.write(&mut s, 0);
-        s.push('\n');
-        s
-    }
+/// A number rounded to six decimals (plenty for µs and MiB/s); a
+/// non-finite one becomes null.
+pub fn num(x: f64) -> Json {
+    Json::from((x * 1e6).round() / 1e6)
 }
 
-fn newline(out: &mut String, indent: usize) {
-    out.push('\n');
-    for _ in 0..indent {
-        out.push_str("  ");
-    }
+/// Counters as an object.
+pub fn counters(v: &[(String, u64)]) -> Json {
+    obj(v.iter().map(|(k, n)| (k.clone(), Json::from(*n))))
 }
 
-fn string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+/// The document as text, indented by two spaces per level, with a final
+/// newline.
+pub fn document(v: &Json) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
 }
 
 /// Bandwidth figures as JSON.
 pub fn bw_json(f: &BwFigures) -> Vec<(String, Json)> {
     vec![
-        ("bytes".into(), Json::Int(f.size)),
-        ("iterations".into(), Json::Int(f.iters)),
-        ("operations".into(), Json::Int(f.ops)),
-        ("seconds".into(), Json::Num(f.secs)),
-        (
-            "bw_peak_mib_s".into(),
-            Json::Num(bw_unit(f.peak_bps, false)),
-        ),
-        (
-            "bw_average_mib_s".into(),
-            Json::Num(bw_unit(f.avg_bps, false)),
-        ),
-        (
-            "bw_peak_gbit_s".into(),
-            Json::Num(bw_unit(f.peak_bps, true)),
-        ),
-        (
-            "bw_average_gbit_s".into(),
-            Json::Num(bw_unit(f.avg_bps, true)),
-        ),
-        ("msg_rate_mpps".into(), Json::Num(f.msg_rate / 1e6)),
+        ("bytes".into(), Json::from(f.size)),
+        ("iterations".into(), Json::from(f.iters)),
+        ("operations".into(), Json::from(f.ops)),
+        ("seconds".into(), num(f.secs)),
+        ("bw_peak_mib_s".into(), num(bw_unit(f.peak_bps, false))),
+        ("bw_average_mib_s".into(), num(bw_unit(f.avg_bps, false))),
+        ("bw_peak_gbit_s".into(), num(bw_unit(f.peak_bps, true))),
+        ("bw_average_gbit_s".into(), num(bw_unit(f.avg_bps, true))),
+        ("msg_rate_mpps".into(), num(f.msg_rate / 1e6)),
     ]
 }
 
 /// Latency figures as JSON.
 pub fn lat_json(f: &LatFigures) -> Vec<(String, Json)> {
     vec![
-        ("bytes".into(), Json::Int(f.size)),
-        ("iterations".into(), Json::Int(f.iters)),
-        ("t_min_us".into(), Json::Num(f.min)),
-        ("t_max_us".into(), Json::Num(f.max)),
-        ("t_typical_us".into(), Json::Num(f.typical)),
-        ("t_avg_us".into(), Json::Num(f.avg)),
-        ("t_stdev_us".into(), Json::Num(f.stdev)),
-        ("p99_us".into(), Json::Num(f.p99)),
-        ("p99_9_us".into(), Json::Num(f.p999)),
+        ("bytes".into(), Json::from(f.size)),
+        ("iterations".into(), Json::from(f.iters)),
+        ("t_min_us".into(), num(f.min)),
+        ("t_max_us".into(), num(f.max)),
+        ("t_typical_us".into(), num(f.typical)),
+        ("t_avg_us".into(), num(f.avg)),
+        ("t_stdev_us".into(), num(f.stdev)),
+        ("p99_us".into(), num(f.p99)),
+        ("p99_9_us".into(), num(f.p999)),
     ]
 }
 
@@ -537,20 +432,25 @@ mod tests {
 
     #[test]
     fn json_is_well_formed() {
-        let j = Json::obj([
-            ("a", Json::Int(1)),
-            ("b", Json::Num(0.000_000_1)),
-            ("c", Json::Num(f64::NAN)),
-            ("d", Json::str("q\"\\\n\u{1}")),
-            ("e", Json::Arr(vec![Json::Bool(true), Json::Null])),
-            ("f", Json::Obj(vec![])),
-            ("g", Json::Num(1234.5)),
+        let j = obj([
+            ("a", Json::from(1u64)),
+            ("b", num(0.000_000_1)),
+            ("c", num(f64::NAN)),
+            ("d", Json::from("q\"\\\n\u{1}")),
+            ("e", Json::Array(vec![Json::Bool(true), Json::Null])),
+            ("f", obj(Vec::<(String, Json)>::new())),
+            ("g", num(1234.5)),
         ]);
-        let s = j.to_document();
-        assert!(s.contains("\"b\": 0,"), "{s}");
-        assert!(s.contains("\"c\": null"), "{s}");
-        assert!(s.contains(r#""q\"\\\n\u0001""#), "{s}");
-        assert!(s.contains("\"g\": 1234.5"), "{s}");
+        let s = document(&j);
+        assert!(s.ends_with("}\n") && s.contains("\n  \"a\": 1,"), "{s}");
+        let back: Json = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, j);
+        assert_eq!(back["b"], 0.0);
+        assert!(back["c"].is_null());
+        assert_eq!(back["d"], "q\"\\\n\u{1}");
+        assert_eq!(back["g"], 1234.5);
+        let keys: Vec<&String> = back.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["a", "b", "c", "d", "e", "f", "g"], "in order");
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //   file too;
 // - the dump's frame count is the number of frames the reader yields.
 
-use softrdma_cli::capture::CaptureReader;
 use softrdma_cli::dump::{dump_bytes, Options};
+use softrdma_pcap::CaptureReader;
 
 /// Runs every check on `data`; panics on a violated property.
 pub fn check(data: &[u8]) {

@@ -1,7 +1,20 @@
-//! Shared by the CLI's integration tests: where the captures are.
+//! Shared by the CLI's integration tests: where the captures are, the
+//! perf tests' names.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+
+/// The eight `softrdma perf` tests.
+pub const PERF_TESTS: [&str; 8] = [
+    "write-bw",
+    "write-lat",
+    "read-bw",
+    "read-lat",
+    "send-bw",
+    "send-lat",
+    "atomic-bw",
+    "atomic-lat",
+];
 
 /// `tests/data` at the repository root.
 pub fn data_dir() -> PathBuf {

@@ -1,9 +1,8 @@
-//! The RoCE v2 datagrams of the rig's captures (`tests/data/*.pcap`): a
-//! minimal classic-pcap reader (Ethernet link type, µs or ns timestamps,
-//! either byte order). The CLI has the robust pcap/pcapng reader; this one
-//! only has to read the rig's files, and fails loudly on anything else.
+//! The RoCE v2 datagrams of the rig's captures (`tests/data/*.pcap`, read
+//! by softrdma-pcap; Ethernet only, anything else fails loudly).
 #![allow(dead_code)]
 
+use softrdma_pcap::{linktype, CaptureReader};
 use softrdma_wire::ip::IpRepr;
 use softrdma_wire::{DatagramRepr, RoceDatagram};
 use std::net::IpAddr;
@@ -39,37 +38,14 @@ pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
 }
 
-/// Records of a classic pcap file: (timestamp ns, link-layer bytes).
-pub fn records(file: &[u8]) -> Vec<(u64, &[u8])> {
-    let magic = &file[..4];
-    let (le, nanos) = match magic {
-        [0xd4, 0xc3, 0xb2, 0xa1] => (true, false),
-        [0x4d, 0x3c, 0xb2, 0xa1] => (true, true),
-        [0xa1, 0xb2, 0xc3, 0xd4] => (false, false),
-        [0xa1, 0xb2, 0x3c, 0x4d] => (false, true),
-        _ => panic!("not a classic pcap: magic {magic:02x?}"),
-    };
-    let u32_at = |at: usize| -> u32 {
-        let b: [u8; 4] = file[at..at + 4].try_into().unwrap();
-        if le {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        }
-    };
-    assert_eq!(u32_at(20) & 0x0fff_ffff, 1, "Ethernet link type");
-    let mut at = 24;
+/// Records of an Ethernet capture: (timestamp ns, link-layer bytes).
+pub fn records(file: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let mut r = CaptureReader::from_bytes(file).expect("a capture file");
+    assert_eq!(r.linktype(), Some(linktype::ETHERNET), "Ethernet link type");
     let mut out = Vec::new();
-    while at < file.len() {
-        let (sec, frac, incl) = (u32_at(at), u32_at(at + 4), u32_at(at + 8) as usize);
-        let ns = sec as u64 * 1_000_000_000
-            + if nanos {
-                frac as u64
-            } else {
-                frac as u64 * 1000
-            };
-        out.push((ns, &file[at + 16..at + 16 + incl]));
-        at += 16 + incl;
+    while let Some(f) = r.next_frame().expect("a whole capture") {
+        let ts = f.timestamp.expect("a timestamp").nanos as u64;
+        out.push((ts, f.data.to_vec()));
     }
     out
 }

@@ -1,0 +1,248 @@
+//! Captures are complete and valid in every case (`SOFTRDMA_PCAP`):
+//!
+//! - several devices of one process write one file (every `softrdma perf`
+//!   tool with `--loopback` opens two devices): both devices' packets, not
+//!   two writers truncating and interleaving one file;
+//! - a program that exits without closing its device (perftest's UD
+//!   client) leaves a complete file, not an empty one.
+//!
+//! Each file must read to its end in `softrdma dump` and in tshark, with
+//! every ICRC valid.
+
+mod common;
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest any single command may take before the test calls it hung.
+const HANG: Duration = Duration::from_secs(180);
+
+fn softrdma() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+    c.env_remove("SOFTRDMA_ADDR")
+        .env_remove("SOFTRDMA_CONFIG")
+        .env_remove("SOFTRDMA_IBVERBS_DIR")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Waits for a child, killing it (and failing) if it hangs.
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + HANG;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn run(c: &mut Command, what: &str) -> Output {
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    finish(child, what)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("softrdma-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A number after `label` in `text` (`"RoCE v2 12 (ICRC bad 0, …"`).
+fn number_after(text: &str, label: &str) -> u64 {
+    text.split(label)
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} in {text}"))
+}
+
+/// `softrdma dump` and tshark read `file` to its end; every RoCE packet has
+/// a valid ICRC. Returns the number of RoCE packets.
+fn check_capture(file: &Path) -> u64 {
+    let what = file.display().to_string();
+    let dump = run(softrdma().args(["dump", "--quiet"]).arg(file), &what);
+    let text = String::from_utf8_lossy(&dump.stdout).into_owned();
+    let summary = text.lines().last().unwrap_or_default();
+    let frames = number_after(summary, "frames ");
+    let roce = number_after(summary, "RoCE v2 ");
+    assert!(roce > 0, "{what}: no RoCE packet\n{text}");
+    assert_eq!(frames, roce, "{what}: only RoCE in a softrdma capture");
+    assert_eq!(number_after(summary, "ICRC bad "), 0, "{what}\n{text}");
+    assert_eq!(number_after(summary, "malformed "), 0, "{what}\n{text}");
+
+    let tshark = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-d", "udp.port==4791,infiniband", "-T", "fields"])
+        .args(["-e", "frame.number", "-e", "_ws.malformed"])
+        .output()
+        .expect("tshark (apt-get install -y tshark; scripts/deps installs it)");
+    let err = String::from_utf8_lossy(&tshark.stderr);
+    let out = String::from_utf8_lossy(&tshark.stdout);
+    assert!(tshark.status.success(), "{what}: tshark: {err}");
+    assert!(
+        !err.contains("damaged") && !err.contains("cut short"),
+        "{what}: {err}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len() as u64, frames, "{what}: tshark saw\n{out}");
+    assert!(
+        lines.iter().all(|l| l.trim().parse::<u64>().is_ok()),
+        "{out}"
+    );
+    roce
+}
+
+#[test]
+fn every_perf_tool_with_loopback_writes_one_valid_file() {
+    let dir = scratch("perf-pcap");
+    for tool in common::PERF_TESTS {
+        let file = dir.join(format!("{tool}.pcap"));
+        let mut c = softrdma();
+        c.args(["perf", tool, "--loopback", "-n", "20"])
+            .env("SOFTRDMA_PCAP", &file);
+        run(&mut c, tool);
+        let roce = check_capture(&file);
+        // Both devices write the file: every request is there as sent by
+        // the client's device and as received by the server's.
+        assert!(roce >= 2 * 20, "{tool}: {roce} RoCE packets");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One test program pair at a time, shared with softrdma-ibverbs' interop
+/// tests (same lock file in the build directory): the pairs spin on their
+/// CQs and use fixed TCP ports.
+struct Serial(#[allow(dead_code)] std::fs::File);
+
+fn serial(profile: &Path) -> Serial {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(profile.join("softrdma-ibverbs-interop.lock"))
+        .expect("lock file");
+    // SAFETY: flock on a descriptor we own; blocks until granted.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(r, 0, "flock");
+    Serial(f)
+}
+
+/// The directory `softrdma exec` takes the library from: next to the
+/// binary, where building the workspace (`cargo build`, or the tests of
+/// softrdma-ibverbs) puts it.
+fn require_built_library() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
+    assert!(
+        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
+        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
+         (the workspace test run builds it)",
+        dir.display()
+    );
+    dir.to_path_buf()
+}
+
+/// Whether something listens on TCP `port` (looking at /proc does not use
+/// up the server's single accept).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
+        })
+    })
+}
+
+/// Runs a perftest server and its client under `softrdma exec`, each
+/// capturing to `dir/{tool}-{addr}.pcap`; returns the capture files.
+fn perftest_pair(dir: &Path, tool: &str, args: &[&str], port: u16) -> Vec<PathBuf> {
+    let pattern = dir.join(format!("{tool}-{{addr}}.pcap"));
+    let p = port.to_string();
+    let exec = |extra: &[&str]| {
+        let mut c = softrdma();
+        c.args(["exec", "--", tool, "-p", &p])
+            .args(args)
+            .args(extra)
+            .env("SOFTRDMA_PCAP", &pattern)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let server = exec(&[]).spawn().expect("server");
+    let deadline = Instant::now() + HANG;
+    while !listening(port) {
+        assert!(
+            Instant::now() < deadline,
+            "{tool}: the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = exec(&["127.0.0.1"]).spawn().expect("client");
+    finish(client, &format!("{tool} client"));
+    finish(server, &format!("{tool} server"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{tool}-")))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn perftest_pairs_under_exec_write_complete_files() {
+    let profile = require_built_library();
+    let _one_at_a_time = serial(&profile);
+    for t in ["ib_write_bw", "ib_send_bw", "ib_read_lat", "ib_atomic_bw"] {
+        assert!(
+            Command::new(t).arg("--help").output().is_ok(),
+            "{t}: apt-get install -y perftest (scripts/deps installs it)"
+        );
+    }
+    let dir = scratch("perftest-pcap");
+    let mut port = 23600;
+    for (tool, args) in [
+        // The UD client exits without destroying its QP or closing the
+        // device: its capture used to stay empty.
+        ("ib_send_bw", &["-c", "UD", "-n", "100", "-s", "1024"][..]),
+        ("ib_send_lat", &["-c", "UD", "-n", "100", "-s", "64"][..]),
+        ("ib_write_bw", &["-n", "100", "-s", "8192"][..]),
+        ("ib_read_lat", &["-n", "100", "-s", "64"][..]),
+        ("ib_atomic_bw", &["-n", "100"][..]),
+    ] {
+        port += 1;
+        let files = perftest_pair(&dir, tool, args, port);
+        assert_eq!(files.len(), 2, "{tool}: one file per process: {files:?}");
+        for f in &files {
+            let mut head = [0u8; 24];
+            let n = std::fs::File::open(f)
+                .and_then(|mut h| h.read(&mut head))
+                .unwrap();
+            assert_eq!(n, 24, "{}: empty or cut capture", f.display());
+            check_capture(f);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
