@@ -9,35 +9,15 @@
 mod common;
 
 use common::*;
-use std::process::Command;
 use std::time::Duration;
 
 #[test]
 fn c_error_paths_under_asan_and_ubsan() {
-    let gcc = require_tool("gcc");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/errors.c");
-    let exe = profile_dir().join("softrdma-ibverbs-c-errors");
-    let out = Command::new(gcc)
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
-        .args([
-            "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=undefined",
-        ])
-        .args(["-fno-omit-frame-pointer", src, "-o"])
-        .arg(&exe)
-        .arg("-libverbs")
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "gcc failed (needs libibverbs-dev):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe_s = build_c("errors");
     let _s = serial();
-    let exe_s = exe.to_str().unwrap();
     // Leak checking stays on: the library frees what a program frees.
     let o = run_path(
-        exe_s,
+        &exe_s,
         &[("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1")],
     );
     println!("{}", o.out);

@@ -48,6 +48,11 @@ pub struct DeviceOptions {
     /// Socket receive buffer in bytes (`SO_RCVBUF`): what may arrive while
     /// nothing polls before the kernel drops datagrams.
     pub recv_buffer: usize,
+    /// Fault injection for tests: the fraction of send calls the engine
+    /// refuses as if the socket were full, so built datagrams wait in its
+    /// queue (`SOFTRDMA_REFUSE_SENDS` when `None`; default 0). Nothing is
+    /// lost: refused datagrams go with a later call.
+    pub refuse_sends: Option<f64>,
 }
 
 impl Default for DeviceOptions {
@@ -62,6 +67,7 @@ impl Default for DeviceOptions {
             gro: true,
             send_buffer: SocketConfig::default().send_buffer,
             recv_buffer: SocketConfig::default().recv_buffer,
+            refuse_sends: None,
         }
     }
 }
@@ -224,8 +230,23 @@ impl Device {
         let poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
         let waker = poller.waker();
         let shared = Arc::new(
-            Shared::new(core, socket, waker, pcap, spin, opts.gso)
-                .map_err(|e| Error::io("creating the device", e))?,
+            Shared::new(
+                core,
+                socket,
+                waker,
+                pcap,
+                engine::Tuning {
+                    spin,
+                    gso: opts.gso,
+                    refuse_sends: opts.refuse_sends.unwrap_or_else(|| {
+                        std::env::var("SOFTRDMA_REFUSE_SENDS")
+                            .ok()
+                            .and_then(|s| s.trim().parse().ok())
+                            .unwrap_or(0.0)
+                    }),
+                },
+            )
+            .map_err(|e| Error::io("creating the device", e))?,
         );
         let s2 = shared.clone();
         let name = format!("softrdma{}", device_index(local.ip()));

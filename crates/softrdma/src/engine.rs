@@ -190,6 +190,8 @@ pub(crate) struct Shared {
     /// Datagrams the socket refused (queue overflow): lost, counted.
     pub tx_dropped: AtomicU64,
     gso: bool,
+    /// Send calls refused on purpose (`DeviceOptions::refuse_sends`).
+    refuser: Option<Refuser>,
     /// The smallest gather sequence number a send completion waits for
     /// (`u64::MAX`: none), published whenever the core lock is held, so a
     /// sender can tell without the lock whether what it released matters.
@@ -205,14 +207,48 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How the engine runs (from `DeviceOptions`).
+pub(crate) struct Tuning {
+    /// Busy-poll window after activity.
+    pub spin: Duration,
+    /// Send runs of equal-sized datagrams with UDP GSO.
+    pub gso: bool,
+    /// Fraction of send calls refused as if the socket were full (a fault
+    /// injector for tests: datagrams then wait in the engine's queue).
+    pub refuse_sends: f64,
+}
+
+/// Refuses a fraction of send calls (xorshift64; the state is only
+/// touched under the `tx` lock, the atomic just makes it shareable).
+struct Refuser {
+    threshold: u64,
+    state: AtomicU64,
+}
+
+impl Refuser {
+    fn new(fraction: f64) -> Option<Refuser> {
+        (fraction > 0.0).then(|| Refuser {
+            threshold: (fraction.min(1.0) * u64::MAX as f64) as u64,
+            state: AtomicU64::new(0x2545_f491_4f6c_dd1d),
+        })
+    }
+    fn refuse(&self) -> bool {
+        let mut x = self.state.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.state.store(x, Ordering::Relaxed);
+        x < self.threshold
+    }
+}
+
 impl Shared {
     pub fn new(
         core: Core,
         socket: UdpSocket,
         poller_waker: Waker,
         pcap: Option<SharedWriter>,
-        spin: Duration,
-        gso: bool,
+        tuning: Tuning,
     ) -> std::io::Result<Shared> {
         let local = socket.local_addr();
         Ok(Shared {
@@ -230,13 +266,14 @@ impl Shared {
             local,
             channels: Mutex::new(HashMap::new()),
             async_events: AsyncQueue::new()?,
-            spin,
+            spin: tuning.spin,
             last_activity: AtomicU64::new(0),
             sleep_until: AtomicU64::new(u64::MAX),
             app_polls: AtomicU64::new(0),
             app_active: AtomicBool::new(false),
             tx_dropped: AtomicU64::new(0),
-            gso,
+            gso: tuning.gso,
+            refuser: Refuser::new(tuning.refuse_sends),
             release_wanted: AtomicU64::new(u64::MAX),
             released: AtomicU64::new(0),
         })
@@ -480,6 +517,9 @@ impl Shared {
     /// One sendmmsg worth of the queue, GSO-coalescing runs of equal-sized
     /// datagrams to the same destination. Returns datagrams sent.
     fn send_some(&self, tx: &TxQueue) -> std::io::Result<usize> {
+        if self.refuser.as_ref().is_some_and(Refuser::refuse) {
+            return Ok(0);
+        }
         let max_seg = if self.gso {
             self.socket.max_gso_segments()
         } else {

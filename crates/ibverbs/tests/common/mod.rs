@@ -153,6 +153,50 @@ fn read(p: &Path) -> String {
     s
 }
 
+/// Builds `tests/c/NAME.c` with AddressSanitizer and UBSan against
+/// Debian's `<infiniband/verbs.h>`; returns the executable's path.
+pub fn build_c(name: &str) -> String {
+    let gcc = require_tool("gcc");
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = profile_dir().join(format!("softrdma-ibverbs-c-{name}"));
+    let out = Command::new(gcc)
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
+        .args([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+        ])
+        .args(["-fno-omit-frame-pointer", &src, "-o"])
+        .arg(&exe)
+        .args(["-libverbs", "-lpthread"])
+        .output()
+        .expect("gcc");
+    assert!(
+        out.status.success(),
+        "gcc {src} failed (needs libibverbs-dev):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe.to_str().expect("UTF-8 path").to_string()
+}
+
+/// Starts a program in the background, its output going to a file.
+pub fn start(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, PathBuf) {
+    spawn(command(prog, args, env), "bg")
+}
+
+/// Waits for a background program (at most `limit`).
+pub fn finish((mut c, p): (Child, PathBuf), limit: Duration) -> Output {
+    let status = wait(&mut c, Instant::now() + limit);
+    Output {
+        status,
+        out: read(&p),
+    }
+}
+
+/// The output a background program has written so far.
+pub fn output_so_far(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
 /// Runs one program to completion (at most `limit`).
 pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
     let (mut c, p) = spawn(command(prog, args, env), "run");
