@@ -363,6 +363,28 @@ impl<'a> RepRepr<'a> {
             private_data: &b[rep::PRIVATE_DATA],
         })
     }
+    /// The same fields with other private data (e.g. a copy the caller
+    /// owns).
+    pub fn with_private_data<'b>(&self, private_data: &'b [u8]) -> RepRepr<'b> {
+        RepRepr {
+            local_comm_id: self.local_comm_id,
+            remote_comm_id: self.remote_comm_id,
+            local_qkey: self.local_qkey,
+            local_qpn: self.local_qpn,
+            local_eecn: self.local_eecn,
+            starting_psn: self.starting_psn,
+            vendor_id: self.vendor_id,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            target_ack_delay: self.target_ack_delay,
+            failover_accepted: self.failover_accepted,
+            flow_control: self.flow_control,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: self.srq,
+            local_ca_guid: self.local_ca_guid,
+            private_data,
+        }
+    }
     /// Length of the emitted message.
     pub const fn buffer_len(&self) -> usize {
         MAD_DATA_LEN

@@ -392,6 +392,40 @@ impl<'a> ReqRepr<'a> {
         })
     }
 
+    /// The same fields with other private data (e.g. a copy the caller
+    /// owns, to keep the message past the buffer it was parsed from).
+    pub fn with_private_data<'b>(&self, private_data: &'b [u8]) -> ReqRepr<'b> {
+        ReqRepr {
+            local_comm_id: self.local_comm_id,
+            vendor_id: self.vendor_id,
+            service_id: self.service_id,
+            local_ca_guid: self.local_ca_guid,
+            local_qkey: self.local_qkey,
+            local_qpn: self.local_qpn,
+            responder_resources: self.responder_resources,
+            local_eecn: self.local_eecn,
+            initiator_depth: self.initiator_depth,
+            remote_eecn: self.remote_eecn,
+            remote_cm_response_timeout: self.remote_cm_response_timeout,
+            transport_service_type: self.transport_service_type,
+            flow_control: self.flow_control,
+            starting_psn: self.starting_psn,
+            local_cm_response_timeout: self.local_cm_response_timeout,
+            retry_count: self.retry_count,
+            pkey: self.pkey,
+            path_mtu: self.path_mtu,
+            rdc_exists: self.rdc_exists,
+            rnr_retry_count: self.rnr_retry_count,
+            max_cm_retries: self.max_cm_retries,
+            srq: self.srq,
+            extended_transport_type: self.extended_transport_type,
+            primary: self.primary,
+            alternate: self.alternate,
+            sap_supported: self.sap_supported,
+            private_data,
+        }
+    }
+
     /// Length of the emitted message.
     pub const fn buffer_len(&self) -> usize {
         crate::mad::MAD_DATA_LEN
