@@ -132,11 +132,15 @@ pub fn rping_req_qpn(psn: u32, qpn: u32) -> ReqParams {
 
 /// rping's server accept: rr 1, id 1, rnr 7, QPN 0x27.
 pub fn rping_rep(psn: u32) -> softrdma_cm::RepParams {
+    rping_rep_qpn(psn, 0x27)
+}
+
+pub fn rping_rep_qpn(psn: u32, qpn: u32) -> softrdma_cm::RepParams {
     let conn = ConnParam {
         responder_resources: 1,
         initiator_depth: 1,
         rnr_retry_count: 7,
-        qp_num: Qpn::new(0x27),
+        qp_num: Qpn::new(qpn),
         ..Default::default()
     };
     negotiate::rep_params(Psn::new(psn), &conn).unwrap()
