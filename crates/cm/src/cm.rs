@@ -217,6 +217,8 @@ struct Tw {
     local_id: u32,
     remote_guid: u64,
     remote_qpn: u32,
+    /// When it ends (its timer's deadline).
+    at: Instant,
 }
 
 /// The timers, ordered by deadline.
@@ -451,7 +453,7 @@ impl Cm {
             {
                 return Err(format!("timewait record {seq} not indexed"));
             }
-            if !self.timers.iter().any(|&(_, t)| t == Timer::Timewait(seq)) {
+            if !self.timers.contains(&(tw.at, Timer::Timewait(seq))) {
                 return Err(format!("timewait record {seq} without its timer"));
             }
         }
@@ -638,28 +640,32 @@ impl Cm {
     /// record of `ms(av timeout)` (2048 ms over rxe).
     fn enter_timewait(&mut self, now: Instant, local: u32) {
         self.remove_remote(local);
-        if self.timewait.len() >= limits::MAX_TIMEWAIT {
-            // Out of records: go idle at once rather than grow without
-            // bound (Linux would allocate; the peer's stale-connection
-            // protection is what is lost).
-            if let Some(c) = self.ids.get_mut(&local) {
-                c.state = State::Idle;
-            }
+        if !self.ids.contains_key(&local) {
             return;
+        }
+        if self.timewait.len() >= limits::MAX_TIMEWAIT {
+            // Out of records: the oldest ends early (its id, if alive,
+            // gets its TIMEWAIT_EXIT now) rather than the table growing
+            // without bound.
+            if let Some((&seq, tw)) = self.timewait.first_key_value() {
+                self.timers.remove(&(tw.at, Timer::Timewait(seq)));
+                self.on_timewait_end(seq);
+            }
         }
         let Some(c) = self.ids.get_mut(&local) else {
             return;
         };
         self.tw_seq += 1;
         let seq = self.tw_seq;
+        let at = now.add_ns(ms_to_ns(cm_time_ms(c.av_timeout)));
         let tw = Tw {
             local_id: local,
             remote_guid: c.remote_guid,
             remote_qpn: c.remote_qpn.value(),
+            at,
         };
         c.state = State::Timewait;
         c.timewait = Some(seq);
-        let at = now.add_ns(ms_to_ns(cm_time_ms(c.av_timeout)));
         self.timewait.insert(seq, tw);
         self.tw_qps.insert((tw.remote_guid, tw.remote_qpn, seq));
         self.tw_locals.insert(local);

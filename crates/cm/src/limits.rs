@@ -5,7 +5,8 @@
 /// A REQ or SIDR_REQ that would need one more is dropped without a reply,
 /// like a full rdma_cm backlog, so the requester retries.
 pub const MAX_IDS: usize = 1 << 16;
-/// Timewait records kept after their id is gone (they expire on their own).
+/// Timewait records at once (they outlive destroyed ids until they
+/// expire). With this many, a new one ends the oldest early.
 pub const MAX_TIMEWAIT: usize = 1 << 16;
 /// Events waiting for the driver. Past this, new REQs and SIDR_REQs are
 /// dropped (the requester retries); events of existing ids are always

@@ -974,3 +974,53 @@ fn calls_check_state_and_parameters() {
     p.a.check_invariants().unwrap();
     p.b.check_invariants().unwrap();
 }
+
+#[test]
+fn timewait_records_are_bounded_and_the_oldest_ends_first() {
+    use softrdma_cm::limits::MAX_TIMEWAIT;
+    use softrdma_wire::cm::{CmMadRepr, RejRepr};
+    let mut a = cm(GUID_A, 5);
+    let now = Instant(0);
+    let mut first = None;
+    for k in 0..=MAX_TIMEWAIT as u32 {
+        let id = a.connect(now, &rping_req_qpn(1, k)).unwrap();
+        first.get_or_insert(id);
+        let _ = take_tx(&mut a);
+        // REJ 10 sends a pending REQ into timewait; destroying the id
+        // leaves the record.
+        let rej = CmMadRepr::new(
+            0,
+            0,
+            CmMsg::Rej(RejRepr {
+                local_comm_id: 0,
+                remote_comm_id: id.comm_id(),
+                message_rejected: MsgRef::REQ,
+                reject_info_len: 0,
+                reason: RejReason::STALE_CONN,
+                ari: &[],
+                private_data: &[],
+            }),
+        )
+        .to_bytes()
+        .unwrap();
+        a.handle_mad(now, ip_b(), Qpn::GSI, &rej);
+        assert_eq!(a.state(id), Some(State::Timewait));
+        if k == 0 {
+            // The first id stays, to see its early exit.
+            continue;
+        }
+        a.destroy(now, id).unwrap();
+    }
+    assert_eq!(a.timewait_count(), MAX_TIMEWAIT);
+    let first = first.unwrap();
+    assert_eq!(a.state(first), Some(State::Idle), "the oldest record ended");
+    let exits: Vec<Event> = events(&mut a)
+        .into_iter()
+        .filter(|e| matches!(e, Event::TimewaitExit { .. }))
+        .collect();
+    assert_eq!(exits, [Event::TimewaitExit { id: first }]);
+    a.check_invariants().unwrap();
+    a.destroy(now, first).unwrap();
+    a.handle_timeout(Instant(u64::MAX));
+    assert!(a.is_quiescent());
+}
