@@ -13,8 +13,8 @@ use crate::params::{Path, QpType, RepParams, ReqParams, SidrRepParams, SidrReqPa
 use crate::{CmError, CmId, Instant};
 use softrdma_wire::cm::{
     attr, private_len, CmMadRepr, CmMsg, CmPathRepr, CmaHdrRepr, DrepRepr, DreqRepr, MraRepr,
-    MsgRef, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr, ServiceId, SidrRepRepr, SidrReqRepr,
-    SidrStatus, CM_CLASS_VERSION, REJ_ARI_LEN, SIDR_REP_INFO_LEN,
+    MsgRef, Rej, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr, ServiceId, SidrRepRepr,
+    SidrReqRepr, SidrStatus, CM_CLASS_VERSION, REJ_ARI_LEN, SIDR_REP_INFO_LEN,
 };
 use softrdma_wire::mad::{self, Mad, MadHeaderRepr, MAD_HEADER_LEN, MAD_LEN};
 use softrdma_wire::{PKey, Psn, QKey, Qpn};
@@ -162,6 +162,10 @@ pub struct IdInfo {
     pub remote_ca_guid: u64,
     /// The listener a passive id came from.
     pub listen_id: Option<CmId>,
+    /// The path: the one given to `connect`, or for a passive id the one
+    /// back to the requester, built from its REQ (rdma_cm's
+    /// `route.path_rec` of the new id). Meaningless for listeners and SIDR.
+    pub path: Path,
 }
 
 /// The one MAD an id retransmits until answered (Linux `cm_id_priv->msg`).
@@ -345,6 +349,7 @@ impl Cm {
             remote_qpn: c.remote_qpn,
             remote_ca_guid: c.remote_guid,
             listen_id: c.listen_id.map(CmId),
+            path: c.path,
         })
     }
 
@@ -774,11 +779,13 @@ impl Cm {
     /// REJ's Local Comm ID is the received bytes 4..8 (0 in a REQ from
     /// rxe: reserved + Vendor ID), its Remote Comm ID the sender's.
     fn issue_rej(&mut self, rx: &Rx<'_>, reason: RejReason, msg: MsgRef) {
-        let d = &rx.mad[MAD_HEADER_LEN..];
-        let word = |at: usize| u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]]);
+        // "Cast to any message": the received bytes read as a REJ.
+        let Ok(any) = Rej::new_checked(&rx.mad[MAD_HEADER_LEN..MAD_LEN]) else {
+            return;
+        };
         let rej = RejRepr {
-            local_comm_id: word(4),
-            remote_comm_id: word(0),
+            local_comm_id: any.remote_comm_id(),
+            remote_comm_id: any.local_comm_id(),
             message_rejected: msg,
             reject_info_len: 0,
             reason,

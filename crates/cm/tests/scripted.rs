@@ -141,6 +141,20 @@ fn qp_attributes_of_both_sides() {
         panic!()
     };
     let s = cr.id;
+    let info = p.b.info(s).unwrap();
+    assert_eq!(
+        (info.path.sgid, info.path.dgid),
+        (Gid::from_ip(ip_b()), Gid::from_ip(ip_a()))
+    );
+    assert_eq!((info.path.packet_life_time, info.path.mtu), (18, 3));
+    assert_eq!(
+        (info.remote_comm_id, info.remote_qpn),
+        (a.comm_id(), Qpn::new(0x27))
+    );
+    assert_eq!(
+        info.listen_id,
+        p.b.ids().find(|&i| p.b.state(i) == Some(State::Listen))
+    );
     // Passive, before the REP: INIT with read/atomics (the REQ's
     // initiator depth is 1), RTR towards the requester, RTS with its PSN.
     let init = p.b.init_qp_attr(s, QpState::Init).unwrap();
@@ -1023,4 +1037,11 @@ fn timewait_records_are_bounded_and_the_oldest_ends_first() {
     a.destroy(now, first).unwrap();
     a.handle_timeout(Instant(u64::MAX));
     assert!(a.is_quiescent());
+}
+
+#[test]
+fn a_cm_can_live_behind_a_mutex_on_another_thread() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<softrdma_cm::Cm>();
+    send_sync::<Event>();
 }
