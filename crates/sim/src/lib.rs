@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cm_pairs;
 pub mod harness;
 pub mod net;
 

@@ -12,15 +12,21 @@
 //! [`opcode`] table; [`ip`] wraps a packet in IP/UDP and [`icrc`] computes the
 //! ICRC; [`pretty`] prints one line per packet.
 //!
+//! [`mad`] is the management datagram header that QP 1 traffic starts with,
+//! and [`cm`] the communication manager's messages (REQ, REP, RTU, …) with
+//! the rdma_cm private-data header and service IDs.
+//!
 //! The crate does no I/O and has no `unsafe`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bth;
+pub mod cm;
 pub mod ext;
 pub mod grh;
 pub mod icrc;
 pub mod ip;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod pretty;
@@ -34,9 +40,10 @@ pub use ext::{
 pub use grh::{Grh, GrhRepr};
 pub use icrc::Icrc;
 pub use ip::{DatagramRepr, IpRepr, RoceDatagram, ROCE_V2_PORT};
+pub use mad::{Mad, MadHeaderRepr, MAD_LEN};
 pub use opcode::{Headers, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{IbPacket, PacketRepr, ICRC_LEN};
-pub use types::{LKey, Msn, PKey, Psn, QKey, Qpn, RKey};
+pub use types::{Gid, LKey, Msn, PKey, Psn, QKey, Qpn, RKey};
 
 use core::fmt;
 
@@ -55,7 +62,7 @@ pub enum Error {
     /// A PadCnt that does not fit the payload.
     BadPad,
     /// The Repr cannot be emitted: a header the opcode requires is missing,
-    /// or one it forbids is present.
+    /// or one it forbids is present; or a value does not fit its field.
     BadRepr,
 }
 

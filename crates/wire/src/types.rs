@@ -7,6 +7,7 @@
 
 use core::cmp::Ordering;
 use core::fmt;
+use core::net::{IpAddr, Ipv6Addr};
 
 /// Mask of the 24 bits used by PSNs, MSNs and QPNs.
 pub const MASK_24: u32 = 0x00ff_ffff;
@@ -216,6 +217,53 @@ impl fmt::Display for PKey {
     }
 }
 
+/// A 128-bit global identifier (IBA 4.1.1). Under RoCE v2 a GID is an IP
+/// address: IPv6 as it is, IPv4 as the mapped address `::ffff:a.b.c.d`
+/// (what Linux's `rdma_ip2gid` writes), which is how the GIDs in CM messages
+/// look on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The all-zero GID (an absent path in a CM message).
+    pub const ZERO: Gid = Gid([0; 16]);
+    /// The GID of an IP address (IPv4 mapped into IPv6).
+    pub const fn from_ip(ip: IpAddr) -> Gid {
+        match ip {
+            IpAddr::V4(v4) => Gid(v4.to_ipv6_mapped().octets()),
+            IpAddr::V6(v6) => Gid(v6.octets()),
+        }
+    }
+    /// The IP address of the GID: an IPv4-mapped GID gives the IPv4
+    /// address, anything else the IPv6 address.
+    pub fn to_ip(self) -> IpAddr {
+        let v6 = Ipv6Addr::from(self.0);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+    /// The 16 bytes.
+    pub const fn octets(self) -> [u8; 16] {
+        self.0
+    }
+}
+impl From<IpAddr> for Gid {
+    fn from(ip: IpAddr) -> Gid {
+        Gid::from_ip(ip)
+    }
+}
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({})", Ipv6Addr::from(self.0))
+    }
+}
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Ipv6Addr::from(self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +282,21 @@ mod tests {
         let h = Psn::new(0).add(HALF_24);
         assert!(h.before(Psn::new(0)));
         assert_eq!(Psn::new(7).serial_cmp(Psn::new(7)), Ordering::Equal);
+    }
+
+    #[test]
+    fn gid_of_ip_addresses() {
+        let v4: IpAddr = "198.18.0.2".parse().unwrap();
+        let g = Gid::from_ip(v4);
+        assert_eq!(
+            g.0,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 2]
+        );
+        assert_eq!(g.to_ip(), v4);
+        assert_eq!(g.to_string(), "::ffff:198.18.0.2");
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(Gid::from_ip(v6).to_ip(), v6);
+        assert_eq!(Gid::ZERO.to_ip(), "::".parse::<IpAddr>().unwrap());
     }
 
     #[test]
