@@ -470,20 +470,6 @@ impl Shared {
             // Only the busy-poll window reads it: no clock read otherwise.
             self.last_activity.store(self.now().0, Ordering::Relaxed);
         }
-        if let Some(p) = &self.pcap {
-            let mut w = lock(p);
-            for d in &tx.pending {
-                let _ = w.write(&Record {
-                    src: self.local,
-                    dst: d.dst,
-                    traffic_class: d.tos,
-                    hop_limit: d.ttl,
-                    payload: &d.contiguous(),
-                    received: false,
-                });
-            }
-            let _ = w.flush();
-        }
         while !tx.pending.is_empty() {
             let sent = self.send_some(tx);
             match sent {
@@ -502,6 +488,9 @@ impl Shared {
                     return (true, released);
                 }
                 Ok(n) => {
+                    // Captured once each, as they leave (a datagram that
+                    // waited for a full socket is not recorded twice).
+                    self.capture_sent(tx.pending.range(..n));
                     for d in tx.pending.drain(..n) {
                         released = released.max(d.seq);
                         if tx.pool.len() < 1024 {
@@ -512,6 +501,22 @@ impl Shared {
             }
         }
         (false, released)
+    }
+
+    fn capture_sent<'a>(&self, sent: impl Iterator<Item = &'a Pending>) {
+        let Some(p) = &self.pcap else { return };
+        let mut w = lock(p);
+        for d in sent {
+            let _ = w.write(&Record {
+                src: self.local,
+                dst: d.dst,
+                traffic_class: d.tos,
+                hop_limit: d.ttl,
+                payload: &d.contiguous(),
+                received: false,
+            });
+        }
+        let _ = w.flush();
     }
 
     /// One sendmmsg worth of the queue, GSO-coalescing runs of equal-sized

@@ -169,3 +169,52 @@ fn capture_decodes_with_valid_icrc() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn datagrams_that_wait_for_a_full_socket_are_captured_once() {
+    // The sender's engine refuses half its send calls: datagrams wait in
+    // its queue and go with a later call. Each is recorded once, when it
+    // leaves: the file holds exactly the packets the device sent.
+    let path = std::env::temp_dir().join(format!("softrdma-cap-once-{}.pcap", std::process::id()));
+    let dev = Device::open(DeviceOptions {
+        pcap: Some(path.clone()),
+        refuse_sends: Some(0.5),
+        ..Default::default()
+    })
+    .unwrap();
+    let peer = Device::open_default().unwrap();
+    let mk = |d: &Device| {
+        let pd = d.alloc_pd().unwrap();
+        let cq = d.create_cq(256, None).unwrap();
+        let qp = pd.qp_builder(QpType::Ud, &cq, &cq).build().unwrap();
+        (pd, cq, qp)
+    };
+    let (pda, cqa, qpa) = mk(&dev);
+    let (_pdb, _cqb, qpb) = mk(&peer);
+    let opts = ConnectOptions::default();
+    qpa.connect(Psn::ZERO, &qpb.endpoint(Psn::ZERO), &opts)
+        .unwrap();
+    let mr = pda.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let ah = pda.create_ah_for_gid(peer.gid()).unwrap();
+    for i in 0..200u64 {
+        let mut wr = SendWr::new(i, WrOpcode::Send);
+        wr.sg_list = vec![mr.sge(0, 1024)];
+        wr.ud = Some(UdDest {
+            ah: ah.id(),
+            remote_qpn: qpb.qpn(),
+            remote_qkey: opts.qkey,
+        });
+        qpa.post_send(wr).unwrap();
+        if i % 32 == 31 {
+            assert_eq!(cqa.wait(32, Duration::from_secs(10)).unwrap().len(), 32);
+        }
+    }
+    cqa.wait(8, Duration::from_secs(10)).unwrap();
+    let sent = dev.counters().tx_packets;
+    drop((qpa, cqa, ah, mr, pda));
+    drop(dev);
+    let recs = records(&path);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(sent, 200);
+    assert_eq!(recs.len() as u64, sent, "every sent datagram once");
+}
