@@ -252,3 +252,59 @@ fn completion_channel_wakes_a_waiter() {
     assert_eq!(waiter.join().unwrap(), Some(cq2.id()));
     ok(&cq2.wait(1, T).unwrap(), 1);
 }
+
+#[test]
+fn operations_the_target_qp_does_not_allow_fail_at_once() {
+    // IBA 9.7.5.1.2 / rxe: a WRITE, READ or atomic arriving on an RC QP
+    // whose access flags do not allow it is NAKed invalid request, and the
+    // requester completes with a remote invalid request error at once —
+    // not after its retries run out.
+    let dev_a = Device::open_default().unwrap();
+    let dev_b = Device::open_default().unwrap();
+    for (op, missing) in [
+        (WrOpcode::RdmaWrite, Access::REMOTE_WRITE),
+        (WrOpcode::RdmaRead, Access::REMOTE_READ),
+        (WrOpcode::AtomicFetchAndAdd, Access::REMOTE_ATOMIC),
+    ] {
+        let (pda, pdb) = (dev_a.alloc_pd().unwrap(), dev_b.alloc_pd().unwrap());
+        let (cqa, cqb) = (
+            dev_a.create_cq(16, None).unwrap(),
+            dev_b.create_cq(16, None).unwrap(),
+        );
+        let qpa = pda.qp_builder(QpType::Rc, &cqa, &cqa).build().unwrap();
+        let qpb = pdb.qp_builder(QpType::Rc, &cqb, &cqb).build().unwrap();
+        let mra = pda.alloc_mr(4096, all_access()).unwrap();
+        let mrb = pdb.alloc_mr(4096, all_access()).unwrap();
+        let o = ConnectOptions {
+            timeout: 14,
+            retry_cnt: 7,
+            ..Default::default()
+        };
+        let ob = ConnectOptions {
+            access: Access(o.access.0 & !missing.0),
+            ..o
+        };
+        let (pa, pb) = (dev_a.random_psn(), dev_b.random_psn());
+        qpa.connect(pa, &qpb.endpoint(pb), &o).unwrap();
+        qpb.connect(pb, &qpa.endpoint(pa), &ob).unwrap();
+        let mut wr = SendWr::new(1, op);
+        wr.sg_list = vec![mra.sge(0, 8)];
+        wr.remote_addr = mrb.addr();
+        wr.rkey = mrb.rkey();
+        wr.compare_add = 1;
+        qpa.post_send(wr).unwrap();
+        let wc = cqa.wait(1, T).unwrap();
+        assert_eq!(wc.len(), 1, "{op:?}");
+        assert_eq!(wc[0].status, WcStatus::RemInvReqErr, "{op:?}: {wc:?}");
+        // The first NAK ended it: no transport timeout, no retransmission.
+        let ca = qpa.counters().unwrap();
+        assert_eq!((ca.timeouts, ca.retransmits), (0, 0), "{op:?}: {ca:?}");
+        let cb = dev_b.counters();
+        assert!(cb.inv_req_nak_sent >= 1, "{op:?}: {cb:?}");
+        assert_eq!(
+            mrb.to_vec(0, 8),
+            vec![0; 8],
+            "{op:?}: the target is untouched"
+        );
+    }
+}
