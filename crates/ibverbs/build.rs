@@ -1,7 +1,13 @@
-//! Checks the Rust `repr(C)` structures of `src/ffi.rs` against the real
-//! `<infiniband/verbs.h>`: every size and every listed member's offset and
-//! size becomes a `_Static_assert` in a C file compiled with the `cc` crate.
-//! A layout mistake fails the build with the member's name.
+//! Checks the Rust side of the C ABI against the real `<infiniband/verbs.h>`:
+//!
+//! - the `repr(C)` structures of `src/ffi.rs`: every size and every listed
+//!   member's offset and size becomes a `_Static_assert`;
+//! - the exported functions: for every symbol `src/exports.rs` binds to an
+//!   implementation, the Rust function's signature (read from its source
+//!   with `syn`) is written as a C function pointer type and initialised
+//!   with the header's function, compiled with `-Werror`: a parameter or
+//!   return type that differs from the prototype fails the build with the
+//!   function's name.
 //!
 //! The header comes from Debian's `libibverbs-dev` (rdma-core 44). Without
 //! it the check is skipped with a warning (CI installs it, and the interop
@@ -18,6 +24,7 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/ffi.rs");
+    println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=libibverbs.map");
     println!("cargo:rerun-if-env-changed=SOFTRDMA_IBVERBS_HEADERS");
@@ -63,12 +70,250 @@ fn main() {
             .unwrap();
         }
     }
+    c.push_str("\n/* The exported functions' signatures. */\n");
+    c.push_str(&signature_checks(&dir));
+    c.push_str("\n/* The function pointers we put in C structures. */\n");
+    c.push_str(&fn_pointer_checks(&dir));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let file = out.join("layout_check.c");
-    std::fs::write(&file, c).expect("writing layout_check.c");
+    let file = out.join("abi_check.c");
+    std::fs::write(&file, c).expect("writing abi_check.c");
     cc::Build::new()
         .file(&file)
-        .warnings(false)
+        // `-w` would silence these too: keep warnings on, and make the
+        // ones that mean "not the prototype" errors.
+        .flag("-Werror=incompatible-pointer-types")
+        .flag("-Werror=discarded-qualifiers")
+        .flag("-Werror=int-conversion")
         .cargo_metadata(false)
-        .compile("softrdma_ibverbs_layout_check");
+        .compile("softrdma_ibverbs_abi_check");
+}
+
+/// Exports bound to these generic stubs (old ABIs, kernel-only and provider
+/// entry points) fail whatever their arguments: no prototype to match.
+const STUBS: [&str; 5] = [
+    "misc::unsupported_errno",
+    "misc::unsupported_null",
+    "misc::unsupported_neg",
+    "misc::nothing",
+    "misc::zero",
+];
+
+/// Exports that no installed header declares (rdma-core keeps them in its
+/// private driver.h): nothing to check them against.
+const NO_PUBLIC_PROTOTYPE: [&str; 5] = [
+    "ibv_get_sysfs_path",
+    "ibv_read_sysfs_file",
+    "ibv_dofork_range",
+    "ibv_dontfork_range",
+    "ibv_query_gid_type",
+];
+
+/// verbs.h's names that are not `struct`s.
+fn c_name(rust: &str) -> String {
+    match rust {
+        "c_int" => "int".into(),
+        "c_uint" => "unsigned int".into(),
+        "c_char" => "char".into(),
+        "c_void" => "void".into(),
+        "u8" => "uint8_t".into(),
+        "u16" => "uint16_t".into(),
+        "u32" => "uint32_t".into(),
+        "u64" => "uint64_t".into(),
+        "usize" => "size_t".into(),
+        "isize" => "ssize_t".into(),
+        "ibv_gid" => "union ibv_gid".into(),
+        "ibv_rate" | "ibv_event_type" | "ibv_node_type" | "ibv_port_state" | "ibv_wc_status"
+        | "ibv_fork_status" | "ibv_wr_opcode" | "ibv_wc_opcode" | "ibv_mw_type" => {
+            format!("enum {rust}")
+        }
+        "__be64" => "__be64".into(),
+        s if s.starts_with("ibv_") || s.starts_with("_compat_ibv_") || s.starts_with("verbs_") => {
+            format!("struct {s}")
+        }
+        s => panic!("build.rs: no C name for the Rust type {s}"),
+    }
+}
+
+fn c_type(t: &syn::Type) -> String {
+    match t {
+        syn::Type::Ptr(p) => {
+            let inner = c_type(&p.elem);
+            if p.const_token.is_some() {
+                format!("const {inner} *")
+            } else {
+                format!("{inner} *")
+            }
+        }
+        syn::Type::Path(p) => c_name(
+            &p.path
+                .segments
+                .last()
+                .expect("a type name")
+                .ident
+                .to_string(),
+        ),
+        syn::Type::Tuple(t) if t.elems.is_empty() => "void".into(),
+        other => panic!(
+            "build.rs: unexpected type in an export: {}",
+            quote_type(other)
+        ),
+    }
+}
+
+/// `RET (*)(PARAMS)` of a Rust `extern "C" fn` type.
+fn c_fn_pointer(f: &syn::TypeBareFn) -> String {
+    let params: Vec<String> = f.inputs.iter().map(|a| c_type(&a.ty)).collect();
+    let ret = match &f.output {
+        syn::ReturnType::Default => "void".to_string(),
+        syn::ReturnType::Type(_, t) => c_type(t),
+    };
+    let params = if params.is_empty() {
+        "void".to_string()
+    } else {
+        params.join(", ")
+    };
+    format!("{ret} (*)({params})")
+}
+
+/// For every `Option<FnType>` member of a structure of ffi.rs: the member
+/// has the C type of `FnType` (`__builtin_types_compatible_p`).
+fn fn_pointer_checks(dir: &str) -> String {
+    let src = std::fs::read_to_string(format!("{dir}/src/ffi.rs")).expect("ffi.rs");
+    let file = syn::parse_file(&src).expect("ffi.rs parses");
+    let aliases: std::collections::HashMap<String, &syn::TypeBareFn> = file
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Type(t) => match &*t.ty {
+                syn::Type::BareFn(f) => Some((t.ident.to_string(), f)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let mut out = String::new();
+    for item in &file.items {
+        let syn::Item::Struct(st) = item else {
+            continue;
+        };
+        for field in &st.fields {
+            let (Some(name), syn::Type::Path(p)) = (&field.ident, &field.ty) else {
+                continue;
+            };
+            let last = p.path.segments.last().expect("a type");
+            if last.ident != "Option" {
+                continue;
+            }
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                continue;
+            };
+            let Some(syn::GenericArgument::Type(syn::Type::Path(inner))) = args.args.first() else {
+                continue;
+            };
+            let alias = inner
+                .path
+                .segments
+                .last()
+                .expect("a type")
+                .ident
+                .to_string();
+            let Some(f) = aliases.get(&alias) else {
+                panic!(
+                    "build.rs: {}.{name}: {alias} is not a fn type of ffi.rs",
+                    st.ident
+                )
+            };
+            let s = st.ident.to_string();
+            let fp = c_fn_pointer(f);
+            writeln!(
+                out,
+                "_Static_assert(__builtin_types_compatible_p(__typeof__((({}*)0)->{name}), {fp}), \"{s}.{name} ({alias}) is not verbs.h's\");",
+                c_name(&s)
+            )
+            .unwrap();
+        }
+    }
+    out
+}
+
+fn quote_type(t: &syn::Type) -> String {
+    match t {
+        syn::Type::Path(p) => p
+            .path
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect::<Vec<_>>()
+            .join("::"),
+        _ => "(a type)".into(),
+    }
+}
+
+/// `RET (*const softrdma_sig_NAME)(PARAMS) = NAME;` for every export bound
+/// to an implementation.
+fn signature_checks(dir: &str) -> String {
+    let exports = std::fs::read_to_string(format!("{dir}/src/exports.rs")).expect("exports.rs");
+    let mut files: std::collections::HashMap<String, syn::File> = Default::default();
+    let mut out = String::new();
+    for line in exports.lines() {
+        // export!(NAME "@@" "VERSION" => module::function);
+        let Some(rest) = line.trim().strip_prefix("export!(") else {
+            continue;
+        };
+        let mut it = rest.split_whitespace();
+        let (Some(name), Some(at), Some(_ver), Some("=>"), Some(target)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let target = target.trim_end_matches(");");
+        if at != "\"@@\"" || STUBS.contains(&target) || NO_PUBLIC_PROTOTYPE.contains(&name) {
+            continue;
+        }
+        let (module, func) = target.split_once("::").expect("module::function");
+        let file = files.entry(module.to_string()).or_insert_with(|| {
+            let src = std::fs::read_to_string(format!("{dir}/src/{module}.rs"))
+                .unwrap_or_else(|e| panic!("src/{module}.rs: {e}"));
+            syn::parse_file(&src).unwrap_or_else(|e| panic!("src/{module}.rs: {e}"))
+        });
+        let f = file
+            .items
+            .iter()
+            .find_map(|i| match i {
+                syn::Item::Fn(f) if f.sig.ident == func => Some(f),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("build.rs: {target} (exported as {name}) not found"));
+        assert!(
+            f.sig
+                .abi
+                .as_ref()
+                .is_some_and(|a| a.name.as_ref().is_some_and(|n| n.value() == "C")),
+            "{target} (exported as {name}) is not extern \"C\""
+        );
+        let params: Vec<String> = f
+            .sig
+            .inputs
+            .iter()
+            .map(|a| match a {
+                syn::FnArg::Typed(t) => c_type(&t.ty),
+                syn::FnArg::Receiver(_) => panic!("{target}: a method"),
+            })
+            .collect();
+        let ret = match &f.sig.output {
+            syn::ReturnType::Default => "void".to_string(),
+            syn::ReturnType::Type(_, t) => c_type(t),
+        };
+        let params = if params.is_empty() {
+            "void".to_string()
+        } else {
+            params.join(", ")
+        };
+        writeln!(
+            out,
+            "{ret} (*const softrdma_sig_{name})({params}) = {name}; /* {target} */"
+        )
+        .unwrap();
+    }
+    out
 }

@@ -39,7 +39,7 @@ fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
     })
 }
 
-pub unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
+pub unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
     read(cq, |w| w.opcode as c_int)
 }
 

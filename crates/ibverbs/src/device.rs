@@ -171,7 +171,7 @@ pub unsafe extern "C" fn get_device_index(dev: *mut ibv_device) -> c_int {
     })
 }
 
-pub unsafe extern "C" fn get_device_guid(dev: *mut ibv_device) -> u64 {
+pub unsafe extern "C" fn get_device_guid(dev: *mut ibv_device) -> __be64 {
     guard(0, || {
         entry(dev).map_or(0, |e| e.guid_be.load(Ordering::Relaxed))
     })

@@ -59,6 +59,31 @@ pub struct ibv_device {
     pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
 }
 
+/// C enums the exported functions take or return, by their verbs.h names
+/// (32 bits; build.rs checks the prototypes as `enum NAME`).
+pub type ibv_rate = c_int;
+/// See [`ibv_rate`].
+pub type ibv_event_type = c_int;
+/// See [`ibv_rate`].
+pub type ibv_port_state = c_int;
+/// See [`ibv_rate`].
+pub type ibv_wc_status = c_int;
+/// See [`ibv_rate`].
+pub type ibv_node_type = c_int;
+/// See [`ibv_rate`].
+pub type ibv_fork_status = c_int;
+/// See [`ibv_rate`].
+pub type ibv_wr_opcode = c_int;
+/// See [`ibv_rate`].
+pub type ibv_wc_opcode = c_int;
+/// See [`ibv_rate`].
+pub type ibv_mw_type = c_int;
+/// A big-endian 64-bit value (`__be64`).
+pub type __be64 = u64;
+/// The pre-`port_cap_flags2` `ibv_port_attr` that `ibv_query_port` fills
+/// (only ever behind a pointer).
+pub enum _compat_ibv_port_attr {}
+
 pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
 pub type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 pub type PostSendFn =
@@ -67,12 +92,13 @@ pub type PostRecvFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 pub type PostSrqRecvFn =
     unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
-pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw;
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, ibv_mw_type) -> *mut ibv_mw;
 pub type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
 pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub type CompatQueryDeviceFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
-pub type CompatQueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void) -> c_int;
+pub type CompatQueryPortFn =
+    unsafe extern "C" fn(*mut ibv_context, u8, *mut _compat_ibv_port_attr) -> c_int;
 
 /// `struct ibv_context_ops`: what verbs.h's inline `ibv_post_send`,
 /// `ibv_poll_cq`, … call through. The `_compat_*` slots are never called by
@@ -783,7 +809,7 @@ pub type StartPollFn = unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_att
 pub type NextPollFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int;
 pub type EndPollFn = unsafe extern "C" fn(*mut ibv_cq_ex);
 pub type ReadU32Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u32;
-pub type ReadIntFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int;
+pub type ReadOpcodeFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> ibv_wc_opcode;
 pub type ReadUintFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint;
 pub type ReadU8Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u8;
 pub type ReadU16Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u16;
@@ -808,7 +834,7 @@ pub struct ibv_cq_ex {
     pub start_poll: Option<StartPollFn>,
     pub next_poll: Option<NextPollFn>,
     pub end_poll: Option<EndPollFn>,
-    pub read_opcode: Option<ReadIntFn>,
+    pub read_opcode: Option<ReadOpcodeFn>,
     pub read_vendor_err: Option<ReadU32Fn>,
     pub read_byte_len: Option<ReadU32Fn>,
     pub read_imm_data: Option<ReadU32Fn>,

@@ -2,6 +2,7 @@
 //! helpers, and the functions softrdma does not support (they fail the
 //! way libibverbs fails: NULL or -1 with errno, or an errno value).
 
+use crate::ffi::*;
 use crate::util::{guard, set_errno};
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -34,28 +35,28 @@ const RATES: [(c_int, c_int, c_int); 24] = [
     (0, 0, 0),
 ];
 
-pub extern "C" fn rate_to_mult(rate: c_int) -> c_int {
+pub extern "C" fn rate_to_mult(rate: ibv_rate) -> c_int {
     RATES
         .iter()
         .find(|r| r.0 == rate && r.1 != 0)
         .map_or(-1, |r| r.1)
 }
 
-pub extern "C" fn mult_to_rate(mult: c_int) -> c_int {
+pub extern "C" fn mult_to_rate(mult: c_int) -> ibv_rate {
     RATES
         .iter()
         .find(|r| r.1 == mult && r.1 != 0)
         .map_or(0, |r| r.0)
 }
 
-pub extern "C" fn rate_to_mbps(rate: c_int) -> c_int {
+pub extern "C" fn rate_to_mbps(rate: ibv_rate) -> c_int {
     RATES
         .iter()
         .find(|r| r.0 == rate && r.2 != 0)
         .map_or(-1, |r| r.2)
 }
 
-pub extern "C" fn mbps_to_rate(mbps: c_int) -> c_int {
+pub extern "C" fn mbps_to_rate(mbps: c_int) -> ibv_rate {
     RATES
         .iter()
         .find(|r| r.2 == mbps && r.2 != 0)
@@ -69,7 +70,7 @@ pub extern "C" fn fork_init() -> c_int {
 }
 
 /// `ibv_is_fork_initialized`: IBV_FORK_UNNEEDED.
-pub extern "C" fn is_fork_initialized() -> c_int {
+pub extern "C" fn is_fork_initialized() -> ibv_fork_status {
     crate::ffi::IBV_FORK_UNNEEDED
 }
 
@@ -146,7 +147,7 @@ pub extern "C" fn zero() -> u64 {
 }
 
 /// `ibv_query_qp_data_in_order`: 0, "no ordering guarantee stated".
-pub extern "C" fn data_in_order() -> c_int {
+pub extern "C" fn data_in_order(_qp: *mut ibv_qp, _op: ibv_wr_opcode, _flags: u32) -> c_int {
     0
 }
 
@@ -175,7 +176,7 @@ const EVENT_STR: [&std::ffi::CStr; 20] = [
     c"WQ fatal",
 ];
 
-pub unsafe extern "C" fn event_type_str(e: c_int) -> *const c_char {
+pub unsafe extern "C" fn event_type_str(e: ibv_event_type) -> *const c_char {
     usize::try_from(e)
         .ok()
         .and_then(|i| EVENT_STR.get(i))
@@ -193,7 +194,7 @@ const NODE_STR: [&std::ffi::CStr; 8] = [
     c"unspecified",
 ];
 
-pub unsafe extern "C" fn node_type_str(t: c_int) -> *const c_char {
+pub unsafe extern "C" fn node_type_str(t: ibv_node_type) -> *const c_char {
     usize::try_from(t)
         .ok()
         .and_then(|i| NODE_STR.get(i))
@@ -209,7 +210,7 @@ const PORT_STR: [&std::ffi::CStr; 6] = [
     c"PORT_ACTIVE_DEFER",
 ];
 
-pub unsafe extern "C" fn port_state_str(s: c_int) -> *const c_char {
+pub unsafe extern "C" fn port_state_str(s: ibv_port_state) -> *const c_char {
     usize::try_from(s)
         .ok()
         .and_then(|i| PORT_STR.get(i))
@@ -243,7 +244,7 @@ const WC_STATUS_STR: [&std::ffi::CStr; 24] = [
     c"TM software rendezvous",
 ];
 
-pub unsafe extern "C" fn wc_status_str(s: c_int) -> *const c_char {
+pub unsafe extern "C" fn wc_status_str(s: ibv_wc_status) -> *const c_char {
     usize::try_from(s)
         .ok()
         .and_then(|i| WC_STATUS_STR.get(i))

@@ -6,7 +6,7 @@
 use crate::context::{context, Context};
 use crate::ffi::*;
 use crate::util::{self, copy_cstr, guard_errno, guard_neg};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::net::IpAddr;
 
 fn env_u32(name: &str) -> u32 {
@@ -180,7 +180,11 @@ pub fn port_attr(c: &Context) -> ibv_port_attr {
 
 /// `ibv_query_port` as exported: the caller's structure is the
 /// pre-`port_cap_flags2` layout, so only that prefix is written.
-pub unsafe extern "C" fn query_port(ctx: *mut ibv_context, port: u8, attr: *mut c_void) -> c_int {
+pub unsafe extern "C" fn query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut _compat_ibv_port_attr,
+) -> c_int {
     guard_errno(|| {
         let Some(c) = context(ctx) else {
             return libc::EINVAL;
