@@ -3,6 +3,7 @@
 use crate::engine::{self, Shared};
 use crate::error::{Error, Result};
 use crate::event::CompletionChannel;
+use crate::sync::Mutex;
 use crate::verbs::{CompletionQueue, ProtectionDomain};
 use softrdma_io::{Poller, SocketConfig, UdpSocket};
 use softrdma_proto::device::DeviceAttr;
@@ -10,7 +11,7 @@ use softrdma_proto::{AsyncEvent, Counters, DeviceConfig};
 use softrdma_wire::grh::gid_of;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -140,7 +141,7 @@ impl Drop for DeviceInner {
     fn drop(&mut self) {
         self.shared.flush_now();
         self.shared.stop();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
         self.shared.materialize_queued();
@@ -340,11 +341,7 @@ impl Device {
     ) -> Result<CompletionQueue> {
         let id = self.shared().with_core(|c, _| c.create_cq(depth))?;
         if let Some(ch) = channel {
-            self.shared()
-                .channels
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id, ch.inner.clone());
+            self.shared().channels.lock().insert(id, ch.inner.clone());
         }
         Ok(CompletionQueue::new(self.clone(), id, channel.cloned()))
     }

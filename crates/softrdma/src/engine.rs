@@ -20,6 +20,7 @@
 
 use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{Record, SharedWriter};
+use crate::sync::{Mutex, MutexGuard};
 use softrdma_io::{GatherTransmit, IoPiece, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
 use softrdma_proto::device::MIN_TX_BUF;
 use softrdma_proto::memory::Region;
@@ -28,7 +29,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Datagrams received per batch by the progress thread.
@@ -202,9 +203,10 @@ pub(crate) struct Shared {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves the state consistent enough to
-    // keep going (every mutation is a complete step of the core).
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    // parking_lot: no poisoning (a panic while holding the lock leaves the
+    // state consistent enough to keep going: every mutation is a complete
+    // step of the core).
+    m.lock()
 }
 
 /// How the engine runs (from `DeviceOptions`).
@@ -591,7 +593,7 @@ impl Shared {
     /// Receives up to `batch` buffers and processes them; with `send`, also
     /// sends what that produced (ACKs, responses) before returning.
     fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
-        let Ok(mut rx) = self.rx.try_lock() else {
+        let Some(mut rx) = self.rx.try_lock() else {
             return 0;
         };
         let rx = &mut *rx;

@@ -2,11 +2,12 @@
 //! can wait on with poll/epoll, or block on.
 
 use crate::error::{Error, Result};
+use crate::sync::Mutex;
 use softrdma_proto::{AsyncEvent, CqId};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// A Linux eventfd: a counter that is readable while non-zero.
@@ -78,7 +79,7 @@ pub(crate) struct ChannelShared {
 
 impl ChannelShared {
     pub fn notify(&self, cq: CqId) {
-        let mut q = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.ready.lock();
         if !q.contains(&cq) {
             q.push_back(cq);
         }
@@ -137,7 +138,7 @@ impl CompletionChannel {
 
     /// A pending notification, without waiting.
     pub fn try_get_event(&self) -> Option<CqId> {
-        let mut q = self.inner.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.inner.ready.lock();
         let cq = q.pop_front();
         if q.is_empty() {
             self.inner.fd.drain();
@@ -167,7 +168,7 @@ impl AsyncQueue {
         })
     }
     pub fn push(&self, e: AsyncEvent) {
-        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.q.lock();
         // Bounded: a program that never reads events keeps the newest ones.
         if q.len() >= 4096 {
             q.pop_front();
@@ -177,7 +178,7 @@ impl AsyncQueue {
         self.fd.signal();
     }
     pub fn pop(&self) -> Option<AsyncEvent> {
-        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.q.lock();
         let e = q.pop_front();
         if q.is_empty() {
             self.fd.drain();

@@ -45,6 +45,7 @@ pub mod memory;
 pub mod pcap;
 #[cfg(feature = "tokio")]
 mod stream;
+mod sync;
 mod verbs;
 
 pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};

@@ -18,6 +18,7 @@
 //! every batch the engine sends or receives, so a program that exits
 //! without closing its device still leaves a complete capture.
 
+use crate::sync::Mutex;
 use softrdma_pcap::{linktype, PcapHeader};
 use softrdma_wire::icrc::solve_ipv4_id;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
@@ -26,7 +27,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A pcap file being written (the format is `softrdma_pcap`'s).
@@ -49,7 +50,7 @@ static OPEN: Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> = Mutex::new(Vec::ne
 /// truncating and overwriting each other's.
 pub fn open_shared(path: &Path) -> io::Result<SharedWriter> {
     let key = absolute(path);
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut open = OPEN.lock();
     open.retain(|(_, w)| w.strong_count() > 0);
     if let Some(w) = open
         .iter()

@@ -278,12 +278,7 @@ impl Drop for CqInner {
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.destroy_cq(id));
         if self.channel.is_some() {
-            self.dev
-                .shared()
-                .channels
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+            self.dev.shared().channels.lock().remove(&id);
         }
     }
 }

@@ -22,6 +22,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MESSAGES: u64 = 20_000;
+
+/// `SOFTRDMA_REUSE_MESSAGES` runs fewer (scripts/sanitize, where every
+/// access is checked and slow).
+fn messages() -> u64 {
+    std::env::var("SOFTRDMA_REUSE_MESSAGES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(MESSAGES)
+}
 /// Sender buffers in the ring.
 const SLOTS: usize = 128;
 /// Receive buffers (and, for WRITEs, target slots).
@@ -48,9 +57,10 @@ fn access() -> Access {
     Access::LOCAL_WRITE.with(Access::REMOTE_WRITE)
 }
 
-/// Sends `MESSAGES` messages of `size` bytes from `qp_type` (UD: SEND with
+/// Sends `messages()` messages of `size` bytes from `qp_type` (UD: SEND with
 /// immediate; UC: RDMA WRITE with immediate) and checks each one.
 fn run(qp_type: QpType, size: usize) {
+    let total = messages();
     let dev_a = Device::open(DeviceOptions {
         refuse_sends: Some(0.3),
         ..Default::default()
@@ -103,7 +113,7 @@ fn run(qp_type: QpType, size: usize) {
             let mut got = vec![0u8; size];
             let mut bad = Vec::new();
             let mut last = Instant::now();
-            while rx.load(Ordering::Relaxed) < MESSAGES
+            while rx.load(Ordering::Relaxed) < total
                 && start.elapsed() < DEADLINE
                 && last.elapsed() < STALL
             {
@@ -146,7 +156,7 @@ fn run(qp_type: QpType, size: usize) {
         let mut i = 0u64;
         let mut done = 0u64;
         let mut last = Instant::now();
-        while done < MESSAGES && start.elapsed() < DEADLINE && last.elapsed() < STALL {
+        while done < total && start.elapsed() < DEADLINE && last.elapsed() < STALL {
             let n = cq_a.poll(&mut wcs).unwrap();
             if n > 0 {
                 last = Instant::now();
@@ -161,7 +171,7 @@ fn run(qp_type: QpType, size: usize) {
                 done += 1;
             }
             let slot = i as usize % SLOTS;
-            if i < MESSAGES && !busy[slot] && i < received.load(Ordering::Acquire) + WINDOW {
+            if i < total && !busy[slot] && i < received.load(Ordering::Acquire) + WINDOW {
                 fill(i, &mut msg);
                 send_mr.write(slot * size, &msg);
                 let mut wr = if ud {
@@ -190,8 +200,8 @@ fn run(qp_type: QpType, size: usize) {
         let bad = receiver.join().unwrap();
         let got = received.load(Ordering::Acquire);
         assert!(
-            bad.is_empty() && got == MESSAGES,
-            "{qp_type:?} {size} B: {got} of {MESSAGES} messages arrived, wrong bytes in {bad:?}; \
+            bad.is_empty() && got == total,
+            "{qp_type:?} {size} B: {got} of {total} messages arrived, wrong bytes in {bad:?}; \
              sender {:?} {:?}, receiver {:?} {:?}",
             dev_a.counters(),
             dev_a.socket_stats(),

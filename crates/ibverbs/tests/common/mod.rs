@@ -24,7 +24,13 @@ pub fn profile_dir() -> PathBuf {
 /// Building the tests builds the library into `target/<profile>/deps/`;
 /// `cargo build` also copies it to `target/<profile>/`. The newer one is
 /// used (the other may be left from an earlier build).
+/// `SOFTRDMA_TEST_LIB_DIR` names another directory holding a
+/// `libibverbs.so.1` (scripts/sanitize: a library built with
+/// AddressSanitizer).
 pub fn lib_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SOFTRDMA_TEST_LIB_DIR") {
+        return PathBuf::from(d);
+    }
     let prof = profile_dir();
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let so = [prof.join("libibverbs.so"), prof.join("deps/libibverbs.so")]
