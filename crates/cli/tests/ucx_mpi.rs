@@ -745,6 +745,14 @@ fn mpi_suite(mpi: Mpi, ns: Option<&Netns>) {
     print_lines(&d.out, "size ");
     let d = mpirun(mpi, ns, &ar, &[], "allreduce");
     check_mpi(&format!("{mpi:?} allreduce, {where_}"), &d, "allreduce ok");
+    if ns.is_none() {
+        // Waiting ranks sleep: softrdma's descriptors are readable only
+        // while an event is pending, and its progress thread goes idle.
+        let idle = mpi_program(mpi.mpicc(), "idle", mpi.tag());
+        let d = mpirun(mpi, ns, &idle, &[], "idle");
+        check_mpi(&format!("{mpi:?} idle ranks, {where_}"), &d, "idle ok");
+        print_lines(&d.out, "of CPU");
+    }
     // NetPIPE: its integrity mode checks every message's bytes.
     let out = profile_dir().join(format!(
         "softrdma-ucx-out/np-{}-{}.out",
