@@ -42,7 +42,14 @@ fn dry_run_puts_the_library_first() {
             "{out}"
         );
         assert!(first.ends_with(":/elsewhere"), "{out}");
-        assert_eq!(out.lines().nth(1), Some("prog -x 1"));
+        // The preload library (UCX/MPI device visibility) is built with
+        // the workspace too.
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("LD_PRELOAD=") && l.contains("libsoftrdma_preload.so")),
+            "{out}"
+        );
+        assert_eq!(out.lines().last(), Some("prog -x 1"));
     } else {
         // The library is built by `cargo build` of the workspace; alone,
         // the command says what to do.
