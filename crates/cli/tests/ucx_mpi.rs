@@ -331,6 +331,23 @@ fn ucx_info_lists_rc_and_ud_verbs_on_softrdma0() {
     );
     assert_no_ucx_warnings("ucx_info -d", &d.out);
 
+    // UCX read the GID's interface from the sysfs file the preload
+    // serves (the GID type file is read the same way, just before).
+    let mut c = sx(None, "ucx_info", &["-d"]);
+    c.env("UCX_LOG_LEVEL", "debug");
+    let d = run(c, "ucx_info-debug", LIMIT);
+    assert!(d.ok(), "{d:?}");
+    assert!(
+        d.out.contains("RoCE LAG level on softrdma0:1 (lo)"),
+        "{}",
+        d.out
+    );
+    assert!(
+        !d.out.contains("gid_attrs"),
+        "UCX could not read a GID attribute:\n{}",
+        d.out
+    );
+
     // Without the preload library UCX does not list the device (its
     // device-node check): the library is what makes it visible.
     let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
