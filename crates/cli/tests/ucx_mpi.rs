@@ -997,3 +997,75 @@ fn unreachable_peer_address_says_which_and_how_to_set_it() {
             .unwrap_or("")
     );
 }
+
+#[test]
+fn uct_over_ipv6_between_namespaces() {
+    // UD and RC between IPv6 GIDs (UD receives report wc.sl = 1; UCX then
+    // compares the whole destination GID of the GRH with its own).
+    require("ucx_perftest");
+    let _s = serial();
+    let n = Netns::new();
+    for (ns, dev, a) in [(&n.a, "a", "fd00:5::1"), (&n.b, "b", "fd00:5::2")] {
+        let id = std::process::id() % 100_000;
+        let dev = format!("sru{id}v{dev}");
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{a}/64"),
+            "dev",
+            &dev,
+            "nodad",
+        ]);
+    }
+    for (i, tl) in ["ud_verbs", "rc_verbs"].into_iter().enumerate() {
+        let port = (14600 + i as u16).to_string();
+        let args = [
+            "-d",
+            "softrdma0:1",
+            "-x",
+            tl,
+            "-t",
+            "am_lat",
+            "-n",
+            "2000",
+            "-p",
+            &port,
+        ];
+        let in_ns = |ns: &str, addr: &str, host: Option<&str>| {
+            let mut v = args.to_vec();
+            v.extend(host);
+            let inner = sx(Some(addr), "ucx_perftest", &v);
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns])
+                .arg(inner.get_program())
+                .args(inner.get_args());
+            clean_env(&mut c);
+            c
+        };
+        let mut server = spawn(in_ns(&n.a, "fd00:5::1", None), &format!("v6-server-{tl}"));
+        assert!(
+            server.wait_listen(14600 + i as u16, Duration::from_secs(20)),
+            "{}",
+            server.text()
+        );
+        // The control connection runs over IPv4; RoCE over IPv6.
+        let c = run(
+            in_ns(&n.b, "fd00:5::2", Some(&n.addr_a)),
+            &format!("v6-client-{tl}"),
+            LIMIT,
+        );
+        let s = server.wait(Duration::from_secs(30));
+        assert!(
+            c.ok() && s.ok(),
+            "{tl} over IPv6:\n{}\n--- server:\n{}",
+            c.out,
+            s.out
+        );
+        assert_no_ucx_warnings(tl, &c.out);
+        let f = final_line(&c.out).unwrap_or_else(|| panic!("{tl}: no Final line:\n{}", c.out));
+        assert_eq!(f.0, 2000, "{tl}: {f:?}");
+        println!("{tl} am_lat over IPv6: {:.2} us", f.1);
+    }
+}
