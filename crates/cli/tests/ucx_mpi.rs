@@ -388,7 +388,15 @@ fn perftest(what: &str, args: &[&str], env: &[(&str, &str)], port: u16) -> Strin
         }
         c
     };
-    let mut server = spawn(mk(None), &format!("perftest-server-{port}"));
+    // The server's traffic is captured (pcap) for the RoCE checks.
+    let pcap = profile_dir().join(format!(
+        "softrdma-ucx-out/{}-{port}.pcap",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&pcap);
+    let mut sc = mk(None);
+    sc.env("SOFTRDMA_PCAP", &pcap);
+    let mut server = spawn(sc, &format!("perftest-server-{port}"));
     assert!(
         server.wait_listen(port, Duration::from_secs(20)),
         "{what}: server did not start:\n{}",
@@ -528,9 +536,11 @@ fn ucx_perftest_ucp_over_ud_verbs() {
 fn ucp_peer_killed_mid_run_fails_with_ucx_error() {
     require("ucx_perftest");
     let _s = serial();
+    // One-sided puts: the client always has operations in flight, which
+    // its dead peer never acknowledges.
     let args = [
         "-t",
-        "tag_bw",
+        "ucp_put_bw",
         "-s",
         "65536",
         "-n",
