@@ -175,7 +175,9 @@ unsafe fn open_with(
         Route::Node => real(DEV_NULL.as_ptr(), flags),
         Route::Err(e) => fail(e),
         Route::Text(fd) => {
-            if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+                fail(libc::EEXIST)
+            } else if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
                 fail(libc::EACCES)
             } else if flags & libc::O_DIRECTORY != 0 {
                 fail(libc::ENOTDIR)

@@ -81,6 +81,10 @@ static void text_checks(const char *path, const char *want) {
     CHECK(open(path, O_WRONLY) == -1 && errno == EACCES);
     errno = 0;
     CHECK(fopen(path, "w") == NULL && errno == EACCES);
+    errno = 0;
+    CHECK(open(path, O_RDONLY | O_CREAT | O_EXCL, 0600) == -1 && errno == EEXIST);
+    errno = 0;
+    CHECK(open(path, O_RDONLY | O_DIRECTORY) == -1 && errno == ENOTDIR);
     CHECK(stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == (off_t)strlen(want));
     CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode));
     CHECK(statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &stx) == 0 &&
