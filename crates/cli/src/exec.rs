@@ -81,6 +81,49 @@ pub fn parse_addr(s: &str) -> Result<String, String> {
     }
 }
 
+/// Whether `command` launches MPI ranks on other hosts: an MPI launcher
+/// (mpirun, mpiexec, orterun and their `.openmpi`/`.mpich`/`.hydra`
+/// variants) given hosts (`--host`, `-H`, `-hosts`, a host or machine
+/// file).
+pub fn launches_on_other_hosts(command: &[OsString]) -> bool {
+    let Some(prog) = command.first() else {
+        return false;
+    };
+    let base = Path::new(prog)
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let launcher = ["mpirun", "mpiexec", "orterun"]
+        .iter()
+        .any(|l| base == *l || base.starts_with(&format!("{l}.")));
+    launcher
+        && command[1..].iter().any(|a| {
+            let a = a.to_string_lossy();
+            let name = a.split('=').next().unwrap_or("");
+            matches!(
+                name,
+                "--host"
+                    | "-host"
+                    | "-H"
+                    | "-hosts"
+                    | "--hostfile"
+                    | "-hostfile"
+                    | "-f"
+                    | "--machinefile"
+                    | "-machinefile"
+                    | "--default-hostfile"
+            )
+        })
+}
+
+/// The warning for a launch on other hosts with every device on its
+/// default loopback address (no `--addr`, `SOFTRDMA_ADDR`, or config).
+pub const LOOPBACK_ACROSS_HOSTS: &str = "softrdma exec: this job runs ranks on other hosts, \
+and each softrdma device is on a loopback address (no --addr, SOFTRDMA_ADDR or \
+/etc/softrdma.conf), which other hosts cannot reach: add --addr if:NAME (the \
+interface the hosts share) or --addr first, and pass LD_LIBRARY_PATH, LD_PRELOAD \
+and SOFTRDMA_ADDR on to the ranks (Open MPI: -x NAME)";
+
 /// The preload library's file name.
 pub const PRELOAD: &str = "libsoftrdma_preload.so";
 
@@ -236,6 +279,13 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
             ),
         }
     }
+    let configured = args.addr.is_some()
+        || std::env::var_os("SOFTRDMA_ADDR").is_some()
+        || std::env::var_os("SOFTRDMA_CONFIG").is_some()
+        || Path::new("/etc/softrdma.conf").exists();
+    if !configured && launches_on_other_hosts(&args.command) {
+        eprintln!("{LOOPBACK_ACROSS_HOSTS}");
+    }
     if let Some(a) = &args.addr {
         cmd.env("SOFTRDMA_ADDR", a);
         shown.push(format!("SOFTRDMA_ADDR={a}"));
@@ -312,6 +362,38 @@ mod tests {
             preload_path(lib, Some("/a.so /x/libsoftrdma_preload.so:/b.so".into())),
             OsString::from("/x/libsoftrdma_preload.so:/a.so:/b.so")
         );
+    }
+
+    #[test]
+    fn recognises_launches_on_other_hosts() {
+        let c = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(launches_on_other_hosts(&c(&[
+            "mpirun", "-np", "2", "--host", "a,b", "x"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "/usr/bin/mpirun.openmpi",
+            "-H",
+            "a,b",
+            "x"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "mpiexec.mpich",
+            "-n",
+            "2",
+            "-hosts",
+            "a,b"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "mpiexec", "-f", "hosts", "./x"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "mpirun",
+            "--hostfile=h",
+            "./x"
+        ])));
+        assert!(!launches_on_other_hosts(&c(&["mpirun", "-np", "2", "./x"])));
+        assert!(!launches_on_other_hosts(&c(&["ib_write_bw", "-H", "x"])));
+        assert!(!launches_on_other_hosts(&c(&[])));
     }
 
     #[test]
