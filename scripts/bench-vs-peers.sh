@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # softrdma next to its peers, on loopback, in one sitting, with ratios.
 #
-#   scripts/bench-vs-peers.sh            # ~2 minutes
+#   scripts/bench-vs-peers.sh            # ~3 minutes
 #   DURATION=5 scripts/bench-vs-peers.sh
+#   ONLY=ucx ROUNDS=7 scripts/bench-vs-peers.sh   # only UCX over softrdma vs UCX over TCP
 #
 # Peers (installed with apt if missing): UCX over TCP (ucx_perftest with
 # UCX_TLS=tcp: tag_bw, ucp_put_bw, ucp_get, ucp_put_lat) and kernel UDP
 # ping-pong with busy polling (sockperf ping-pong --nonblocked). softrdma
 # runs `softrdma perf … --loopback` (both ends in one process, separate
 # devices and progress threads, real UDP sockets on 127.0.0.x).
+#
+# Then UCX over softrdma next to UCX over TCP, the same ucx_perftest UCP
+# tests (tag_bw 64 KiB and 1 MiB, tag_lat 8 B) between two processes:
+# `softrdma exec` with UCX_TLS=rc_v,self UCX_NET_DEVICES=softrdma0:1
+# against UCX_TLS=tcp, alternated in ROUNDS rounds (default 5); medians
+# and their ratio.
 #
 # Units: GB/s = 10^9 bytes/s. ucx_perftest prints MB/s meaning MiB/s; it is
 # converted. Latencies are one-way (half the round trip), the convention of
@@ -28,7 +35,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
 fi
 
-cargo build --release -q -p softrdma-cli
+cargo build --release -q -p softrdma-cli -p softrdma-ibverbs -p softrdma-preload
 SR=target/release/softrdma
 
 # ucx_perftest TEST SIZE -> "overall bandwidth (MiB/s) | typical latency (us)"
@@ -65,6 +72,71 @@ srp() {
 }
 
 py() { python3 -c "$1"; }
+
+# --- UCX over softrdma vs UCX over TCP -------------------------------------
+# ucx_perftest over TRANSPORT (tcp | softrdma) TEST SIZE ITERS
+#   -> "overall bandwidth (MiB/s) typical latency (us)"
+ucx_over() {
+  local over=$1 test=$2 size=$3 iters=$4 port=$((PORT++))
+  local -a run env
+  if [ "$over" = softrdma ]; then
+    run=("$SR" exec --)
+    env=(UCX_TLS=rc_v,self UCX_NET_DEVICES=softrdma0:1)
+  else
+    run=()
+    env=(UCX_TLS=tcp)
+  fi
+  env "${env[@]}" "${run[@]}" timeout 120 ucx_perftest -t "$test" -s "$size" -n "$iters" -p "$port" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 1
+  local out
+  out=$(env "${env[@]}" "${run[@]}" timeout 120 ucx_perftest 127.0.0.1 -t "$test" -s "$size" -n "$iters" -p "$port" 2>&1 | grep '^Final:' || true)
+  wait "$srv" 2>/dev/null || true
+  echo "$out" | awk '{print $7, $3}'
+}
+
+median() { python3 -c 'import sys,statistics; v=[float(x) for x in sys.argv[1:]]; print("%.2f" % statistics.median(v) if v else "nan")' "$@"; }
+
+ucx_vs_tcp() {
+  local rounds=${ROUNDS:-5}
+  # name test size iters field(1 = bandwidth MiB/s, 2 = latency us)
+  local -a cases=("tag_bw 64 KiB (GB/s)|tag_bw|65536|20000|1"
+                  "tag_bw 1 MiB (GB/s)|tag_bw|1048576|2000|1"
+                  "tag_lat 8 B (us, one way)|tag_lat|8|50000|2")
+  declare -A vals
+  local r c name test size iters field over v first second
+  for ((r = 0; r < rounds; r++)); do
+    for c in "${cases[@]}"; do
+      IFS='|' read -r name test size iters field <<<"$c"
+      # Alternate which one goes first.
+      if ((r % 2)); then first=tcp second=softrdma; else first=softrdma second=tcp; fi
+      for over in "$first" "$second"; do
+        v=$(ucx_over "$over" "$test" "$size" "$iters" | awk -v f="$field" '{print $f}')
+        [ -n "$v" ] || { echo "ucx_perftest $test $size over $over failed" >&2; continue; }
+        if [ "$field" = 1 ]; then v=$(python3 -c "print('%.3f' % ($v*1048576/1e9))"); fi
+        vals["$name|$over"]+=" $v"
+      done
+    done
+  done
+  echo "UCX 1.13 ucx_perftest (UCP, two processes on loopback): over softrdma (rc_v) vs over TCP"
+  echo "$rounds rounds alternated, medians; $(nproc) CPUs"
+  printf '%-28s %12s %12s %8s   %s\n' "test" "softrdma" "tcp" "ratio" "all runs softrdma / tcp"
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name test size iters field <<<"$c"
+    local s t
+    # shellcheck disable=SC2086
+    s=$(median ${vals["$name|softrdma"]})
+    # shellcheck disable=SC2086
+    t=$(median ${vals["$name|tcp"]})
+    printf '%-28s %12s %12s %8s   %s /%s\n' "$name" "$s" "$t" \
+      "$(python3 -c "print('%.2fx' % ($s/$t))")" "${vals["$name|softrdma"]}" "${vals["$name|tcp"]}"
+  done
+}
+
+if [ "${ONLY:-}" = ucx ]; then
+  ucx_vs_tcp
+  exit 0
+fi
 
 echo "softrdma vs peers on loopback, ${D}s per point, $(nproc) CPUs, $(uname -r)"
 echo
@@ -105,3 +177,6 @@ row "WRITE lat 8 B (us, one way)" "$lat" "$putlat" "$(py "print('%.2fx' % ($lat/
 
 printf '%-34s %12s %12s %8s   %s\n' "metric" "softrdma" "peer" "ratio" "peer / target"
 printf '%s\n' "${rows[@]}"
+
+echo
+ucx_vs_tcp

@@ -18,8 +18,21 @@
 //! `softrdma-ibverbs-lib/` beside it (or in the temporary directory, if
 //! that is read-only) gets a `libibverbs.so.1` symlink.
 //!
-//! `--addr IP` binds the program's device to IP (`SOFTRDMA_ADDR`);
-//! without it each process takes its own loopback address.
+//! `--addr ADDRESS` binds the program's device (`SOFTRDMA_ADDR`): an IP
+//! address, `if:NAME` (the address of interface NAME), `first` (the first
+//! non-loopback interface's address) or `auto`; without it each process
+//! takes its own loopback address.
+//!
+//! UCX (and through it Open MPI and MPICH) lists a device only if it has a
+//! device node and reads its RoCE version from sysfs; softrdma has
+//! neither, so `libsoftrdma_preload.so` (crate `softrdma-preload`), found
+//! in the same places as the library, is added to `LD_PRELOAD`: it
+//! answers exactly those paths and nothing else (`--no-preload` leaves it
+//! out). Children inherit all of it: mpirun's daemons and hydra's proxies
+//! started on this host, and the ranks they start. Ranks on other hosts
+//! get it from the launcher (Open MPI: `-x LD_LIBRARY_PATH -x LD_PRELOAD
+//! -x SOFTRDMA_ADDR=if:NAME`; MPICH's hydra passes the environment on by
+//! default), see the README.
 
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -32,16 +45,110 @@ pub struct Args {
     /// Directory holding softrdma's libibverbs.so.1 (or libibverbs.so).
     #[arg(long, value_name = "DIR")]
     pub lib: Option<PathBuf>,
-    /// Bind the device to this address (SOFTRDMA_ADDR); default: a free
-    /// loopback address per process.
-    #[arg(long, value_name = "IP")]
-    pub addr: Option<IpAddr>,
+    /// Bind the device to this address (SOFTRDMA_ADDR): an IP address,
+    /// if:NAME (the address of interface NAME), first (the first
+    /// non-loopback interface's address) or auto (default: a free loopback
+    /// address per process, reachable from this host only).
+    #[arg(long, value_name = "ADDRESS", value_parser = parse_addr)]
+    pub addr: Option<String>,
+    /// Do not put libsoftrdma_preload.so (device visibility for UCX/MPI)
+    /// in LD_PRELOAD.
+    #[arg(long)]
+    pub no_preload: bool,
     /// Print the library directory and the command instead of running it.
     #[arg(long)]
     pub dry_run: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
+}
+
+/// Checks an `--addr` value: an IP address, `if:NAME`, `first` or `auto`.
+pub fn parse_addr(s: &str) -> Result<String, String> {
+    let ok = match s {
+        "auto" | "first" => true,
+        _ => match s.strip_prefix("if:") {
+            Some(n) => !n.is_empty() && n.len() < 16 && !n.contains(['/', ' ']),
+            None => s.parse::<IpAddr>().is_ok(),
+        },
+    };
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not an IP address, if:NAME (an interface), first or auto"
+        ))
+    }
+}
+
+/// Whether `command` launches MPI ranks on other hosts: an MPI launcher
+/// (mpirun, mpiexec, orterun and their `.openmpi`/`.mpich`/`.hydra`
+/// variants) given hosts (`--host`, `-H`, `-hosts`, a host or machine
+/// file).
+pub fn launches_on_other_hosts(command: &[OsString]) -> bool {
+    let Some(prog) = command.first() else {
+        return false;
+    };
+    let base = Path::new(prog)
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let launcher = ["mpirun", "mpiexec", "orterun"]
+        .iter()
+        .any(|l| base == *l || base.starts_with(&format!("{l}.")));
+    launcher
+        && command[1..].iter().any(|a| {
+            let a = a.to_string_lossy();
+            let name = a.split('=').next().unwrap_or("");
+            matches!(
+                name,
+                "--host"
+                    | "-host"
+                    | "-H"
+                    | "-hosts"
+                    | "--hostfile"
+                    | "-hostfile"
+                    | "-f"
+                    | "--machinefile"
+                    | "-machinefile"
+                    | "--default-hostfile"
+            )
+        })
+}
+
+/// The warning for a launch on other hosts with every device on its
+/// default loopback address (no `--addr`, `SOFTRDMA_ADDR`, or config).
+pub const LOOPBACK_ACROSS_HOSTS: &str = "softrdma exec: this job runs ranks on other hosts, \
+and each softrdma device is on a loopback address (no --addr, SOFTRDMA_ADDR or \
+/etc/softrdma.conf), which other hosts cannot reach: add --addr if:NAME (the \
+interface the hosts share) or --addr first, and pass LD_LIBRARY_PATH, LD_PRELOAD \
+and SOFTRDMA_ADDR on to the ranks (Open MPI: -x NAME)";
+
+/// The preload library's file name.
+pub const PRELOAD: &str = "libsoftrdma_preload.so";
+
+/// The first candidate directory holding the preload library.
+pub fn preload_lib(candidates: &[PathBuf]) -> Option<PathBuf> {
+    candidates
+        .iter()
+        .map(|d| d.join(PRELOAD))
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok())
+}
+
+/// `LD_PRELOAD` with `lib` first (once).
+pub fn preload_path(lib: &Path, old: Option<OsString>) -> OsString {
+    let mut v = OsString::from(lib.as_os_str());
+    if let Some(o) = old {
+        let o = o.to_string_lossy().into_owned();
+        for item in o.split([' ', ':']).filter(|i| !i.is_empty()) {
+            if Path::new(item) != lib {
+                v.push(":");
+                v.push(item);
+            }
+        }
+    }
+    v
 }
 
 /// Why `softrdma exec` could not run the program.
@@ -157,11 +264,36 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
     let prog = &args.command[0];
     let mut cmd = std::process::Command::new(prog);
     cmd.args(&args.command[1..]).env("LD_LIBRARY_PATH", &path);
-    if let Some(a) = args.addr {
-        cmd.env("SOFTRDMA_ADDR", a.to_string());
+    let mut shown = vec![format!("LD_LIBRARY_PATH={}", path.to_string_lossy())];
+    if !args.no_preload {
+        let cands = candidates(args.lib.as_deref(), exe.as_deref());
+        match preload_lib(&cands) {
+            Some(lib) => {
+                let p = preload_path(&lib, std::env::var_os("LD_PRELOAD"));
+                shown.push(format!("LD_PRELOAD={}", p.to_string_lossy()));
+                cmd.env("LD_PRELOAD", p);
+            }
+            None => eprintln!(
+                "softrdma exec: {PRELOAD} not found next to the library: UCX and MPI will not \
+                 see softrdma devices (build it: cargo build --release -p softrdma-preload)"
+            ),
+        }
+    }
+    let configured = args.addr.is_some()
+        || std::env::var_os("SOFTRDMA_ADDR").is_some()
+        || std::env::var_os("SOFTRDMA_CONFIG").is_some()
+        || Path::new("/etc/softrdma.conf").exists();
+    if !configured && launches_on_other_hosts(&args.command) {
+        eprintln!("{LOOPBACK_ACROSS_HOSTS}");
+    }
+    if let Some(a) = &args.addr {
+        cmd.env("SOFTRDMA_ADDR", a);
+        shown.push(format!("SOFTRDMA_ADDR={a}"));
     }
     if args.dry_run {
-        let _ = writeln!(out, "LD_LIBRARY_PATH={}", path.to_string_lossy());
+        for s in &shown {
+            let _ = writeln!(out, "{s}");
+        }
         let _ = writeln!(
             out,
             "{}",
@@ -211,6 +343,57 @@ mod tests {
             d.join("lib")
         );
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn addresses_preload_and_env_list() {
+        for ok in ["10.0.0.1", "::1", "auto", "first", "if:eth0"] {
+            assert_eq!(parse_addr(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["10.0.0", "if:", "eth0", "if:a/b", "firsts"] {
+            assert!(parse_addr(bad).is_err(), "{bad}");
+        }
+        let lib = Path::new("/x/libsoftrdma_preload.so");
+        assert_eq!(
+            preload_path(lib, None),
+            OsString::from("/x/libsoftrdma_preload.so")
+        );
+        assert_eq!(
+            preload_path(lib, Some("/a.so /x/libsoftrdma_preload.so:/b.so".into())),
+            OsString::from("/x/libsoftrdma_preload.so:/a.so:/b.so")
+        );
+    }
+
+    #[test]
+    fn recognises_launches_on_other_hosts() {
+        let c = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(launches_on_other_hosts(&c(&[
+            "mpirun", "-np", "2", "--host", "a,b", "x"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "/usr/bin/mpirun.openmpi",
+            "-H",
+            "a,b",
+            "x"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "mpiexec.mpich",
+            "-n",
+            "2",
+            "-hosts",
+            "a,b"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "mpiexec", "-f", "hosts", "./x"
+        ])));
+        assert!(launches_on_other_hosts(&c(&[
+            "mpirun",
+            "--hostfile=h",
+            "./x"
+        ])));
+        assert!(!launches_on_other_hosts(&c(&["mpirun", "-np", "2", "./x"])));
+        assert!(!launches_on_other_hosts(&c(&["ib_write_bw", "-H", "x"])));
+        assert!(!launches_on_other_hosts(&c(&[])));
     }
 
     #[test]

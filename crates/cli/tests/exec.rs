@@ -42,7 +42,14 @@ fn dry_run_puts_the_library_first() {
             "{out}"
         );
         assert!(first.ends_with(":/elsewhere"), "{out}");
-        assert_eq!(out.lines().nth(1), Some("prog -x 1"));
+        // The preload library (UCX/MPI device visibility) is built with
+        // the workspace too.
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("LD_PRELOAD=") && l.contains("libsoftrdma_preload.so")),
+            "{out}"
+        );
+        assert_eq!(out.lines().last(), Some("prog -x 1"));
     } else {
         // The library is built by `cargo build` of the workspace; alone,
         // the command says what to do.
@@ -85,4 +92,32 @@ fn runs_ibv_devinfo_over_softrdma() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(127));
+}
+
+#[test]
+fn warns_when_a_multi_host_job_stays_on_loopback() {
+    if built_lib().is_none() {
+        eprintln!("NOTE: softrdma-ibverbs not built: exec not run");
+        return;
+    }
+    let run = |extra: &[&str]| {
+        let mut c = softrdma();
+        c.args(["exec", "--dry-run"])
+            .args(extra)
+            .args(["--", "mpirun", "-np", "2", "-H", "hostA,hostB", "./app"])
+            .env_remove("SOFTRDMA_ADDR")
+            .env_remove("SOFTRDMA_CONFIG");
+        let o = c.output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    if Path::new("/etc/softrdma.conf").exists() {
+        return; // this host configures its devices
+    }
+    let err = run(&[]);
+    assert!(
+        err.contains("loopback") && err.contains("--addr if:NAME"),
+        "{err}"
+    );
+    assert_eq!(run(&["--addr", "first"]), "");
 }

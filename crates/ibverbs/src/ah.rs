@@ -72,6 +72,7 @@ pub unsafe extern "C" fn create_ah(p: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *m
         }
         // SAFETY: valid attribute structure.
         let av = address_vector(unsafe { &*attr })?;
+        x.ctx.check_peer(av.dest);
         let ah = x.pd.create_ah(av).map_err(|e| e.errno())?;
         let mut c: ibv_ah = zeroed();
         c.context = x.ctx.api();

@@ -58,6 +58,14 @@ impl Castable for Context {
     const API_OFFSET: usize = std::mem::offset_of!(verbs_context, context);
 }
 
+impl Context {
+    /// Warns once when `dest` looks unreachable from this device's address
+    /// (see `reach`).
+    pub fn check_peer(&self, dest: IpAddr) {
+        crate::reach::check(&self.entry.cfg.name, self.dev.local_addr().ip(), dest);
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
         self.entry.release();

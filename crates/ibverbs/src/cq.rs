@@ -30,6 +30,21 @@ pub struct Cq {
     yield_idle: bool,
     /// Empty polls so far.
     idle_polls: AtomicU32,
+    /// `wc.sl` of a UD receive with a GRH (see [`grh_sl`]).
+    pub grh_sl: u8,
+}
+
+/// `wc.sl` of a UD receive completion on a RoCE port, as mlx5 reports it
+/// and UCX reads it (the L3 header type: 2 = IPv4, 1 = IPv6; UCX's
+/// ud_verbs compares the destination address in the GRH area with its
+/// own by it, and drops every packet when it says 0, the RoCE v1 GRH). A
+/// device has one address, so every packet it receives is of its family.
+pub fn grh_sl(addr: std::net::IpAddr) -> u8 {
+    if addr.is_ipv4() {
+        2
+    } else {
+        1
+    }
 }
 
 impl Castable for Cq {
@@ -86,6 +101,7 @@ fn new_cq(
     cc.read_dlid_path_bits = Some(crate::cqex::read_dlid_path_bits);
     let id = cq.id().0;
     let yield_idle = c.yield_idle;
+    let grh_sl = grh_sl(c.dev.local_addr().ip());
     let o = Obj::new(
         cc,
         Cq {
@@ -96,6 +112,7 @@ fn new_cq(
             cur: Mutex::new(EMPTY_WC),
             yield_idle,
             idle_polls: AtomicU32::new(0),
+            grh_sl,
         },
     );
     c.objs
@@ -183,9 +200,9 @@ pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     })
 }
 
-/// Fills a C work completion.
+/// Fills a C work completion; `grh_sl` is the CQ's [`grh_sl`].
 #[inline]
-pub fn to_ibv_wc(w: &Wc, o: &mut ibv_wc) {
+pub fn to_ibv_wc(w: &Wc, grh_sl: u8, o: &mut ibv_wc) {
     o.wr_id = w.wr_id;
     o.status = w.status as c_int;
     o.opcode = w.opcode as c_int;
@@ -201,7 +218,11 @@ pub fn to_ibv_wc(w: &Wc, o: &mut ibv_wc) {
     o.wc_flags = w.wc_flags.0;
     o.pkey_index = w.pkey_index;
     o.slid = 0;
-    o.sl = 0;
+    o.sl = if w.wc_flags.contains(WcFlags::GRH) {
+        grh_sl
+    } else {
+        0
+    };
     o.dlid_path_bits = 0;
 }
 
@@ -232,7 +253,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             };
             for (i, w) in buf[..got].iter().enumerate() {
                 // SAFETY: the program passes room for `n` completions.
-                to_ibv_wc(w, unsafe { &mut *wc.add(done + i) });
+                to_ibv_wc(w, q.grh_sl, unsafe { &mut *wc.add(done + i) });
             }
             done += got;
             if got < want {

@@ -77,8 +77,11 @@ pub unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
 
-pub unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
-    0
+pub unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    guard(0, || match cq_ex(cq) {
+        Some(q) if q.current().wc_flags.contains(WcFlags::GRH) => q.grh_sl,
+        _ => 0,
+    })
 }
 
 pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {

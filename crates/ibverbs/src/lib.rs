@@ -65,6 +65,7 @@ mod qp;
 mod qpex;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod query;
+mod reach;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod srq;
 #[allow(missing_docs)]

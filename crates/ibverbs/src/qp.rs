@@ -281,6 +281,7 @@ pub unsafe extern "C" fn modify_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, mask:
             }
             if m.contains(AttrMask::AV) {
                 qa.ah_attr = address_vector(&a.ah_attr)?;
+                x.ctx.check_peer(qa.ah_attr.dest);
             }
             if m.contains(AttrMask::CAP) {
                 // Resizing a QP's queues is not supported.
