@@ -36,6 +36,8 @@ pub struct DeviceConfig {
     pub key: Option<[u8; 32]>,
     /// Node GUID.
     pub node_guid: u64,
+    /// How multi-packet RC RDMA WRITEs (without immediate) go on the wire.
+    pub write_chunking: WriteChunking,
     /// Accept an IPv4 packet whose ICRC only checks with an identification
     /// other than 0 (solved from the ICRC; see
     /// `softrdma_wire::icrc::solve_ipv4_id`). Peers that are not softrdma —
@@ -58,9 +60,34 @@ impl DeviceConfig {
             seed,
             key: None,
             node_guid: guid_of(ip),
+            write_chunking: WriteChunking::Never,
             infer_ipv4_ident: true,
         }
     }
+}
+
+/// How a multi-packet RC RDMA WRITE without immediate is sent.
+///
+/// The FIRST packet of a WRITE carries the RETH, so it is 16 bytes longer
+/// than the MIDDLE and LAST packets that follow; a driver that sends runs
+/// of equal-sized datagrams as one UDP GSO super-datagram (and a receiver
+/// that gets them as one GRO super-datagram) gets runs of two packets at
+/// most from a stream of 8 KiB WRITEs. Sent as one WRITE ONLY per packet,
+/// each with the RETH of its own bytes, every full packet has the same
+/// size. The responder places the bytes exactly as for FIRST … LAST; the
+/// wire differs (more, shorter messages; MSN counts each), so rxe and NICs
+/// get the standard segmentation: the engine chunks only towards loopback
+/// peers, which are softrdma devices on this host — the only ones it sends
+/// GSO runs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WriteChunking {
+    /// FIRST, MIDDLE…, LAST, as rxe sends them.
+    #[default]
+    Never,
+    /// WRITE ONLY per packet towards loopback addresses.
+    LoopbackPeers,
+    /// WRITE ONLY per packet towards every peer (tests, the simulator).
+    Always,
 }
 
 /// EUI-64-style node GUID derived from the address (stable per address, so
@@ -255,6 +282,7 @@ macro_rules! ctx {
             udp_src_port: $self.cfg.udp_src_port,
             port_mtu: $self.cfg.port_mtu,
             gather: false,
+            write_chunking: $self.cfg.write_chunking,
             next_gather_seq: $self.gather_seq + 1,
             released: $self.released,
             gated: &mut $self.gated,

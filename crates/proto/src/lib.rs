@@ -34,7 +34,9 @@ mod qp;
 pub mod verbs;
 
 pub use counters::Counters;
-pub use device::{Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, MAX_GATHER};
+pub use device::{
+    Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
+};
 pub use memory::{RegionMemory, VecMemory};
 pub use verbs::*;
 

@@ -54,6 +54,12 @@ pub struct DeviceOptions {
     /// queue (`SOFTRDMA_REFUSE_SENDS` when `None`; default 0). Nothing is
     /// lost: refused datagrams go with a later call.
     pub refuse_sends: Option<f64>,
+    /// Send multi-packet RC RDMA WRITEs to loopback peers (softrdma devices
+    /// of this host) as one WRITE ONLY per packet, so that the packets are
+    /// equal-sized and go out as GSO runs (default true; see
+    /// `softrdma_proto::WriteChunking`). Other peers always get FIRST …
+    /// LAST, as rxe sends them.
+    pub chunk_loopback_writes: bool,
 }
 
 impl Default for DeviceOptions {
@@ -69,6 +75,7 @@ impl Default for DeviceOptions {
             send_buffer: SocketConfig::default().send_buffer,
             recv_buffer: SocketConfig::default().recv_buffer,
             refuse_sends: None,
+            chunk_loopback_writes: true,
         }
     }
 }
@@ -197,6 +204,11 @@ impl Device {
             .map_err(|e| Error::io("reading OS randomness", std::io::Error::other(e)))?;
         let mut cfg = DeviceConfig::new(local.ip(), 0);
         cfg.key = Some(key);
+        // Equal-sized packets towards loopback peers: the GSO runs the
+        // engine sends them (see softrdma_proto::WriteChunking).
+        if opts.chunk_loopback_writes {
+            cfg.write_chunking = softrdma_proto::WriteChunking::LoopbackPeers;
+        }
         cfg.udp_src_port = local.port();
         cfg.udp_dst_port = local.port();
         cfg.port_mtu = opts.mtu;
