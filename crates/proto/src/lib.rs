@@ -28,6 +28,7 @@
 pub mod counters;
 pub mod cq;
 pub mod device;
+mod gsi;
 pub mod limits;
 pub mod memory;
 mod qp;
@@ -35,6 +36,7 @@ pub mod verbs;
 
 pub use counters::Counters;
 pub use device::{Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, MAX_GATHER};
+pub use gsi::GsiMad;
 pub use memory::{RegionMemory, VecMemory};
 pub use verbs::*;
 
