@@ -82,6 +82,10 @@ impl DeviceOptions {
     }
 }
 
+/// The devices opened in this process (weak: a device closes with its last
+/// handle), for rdma_cm's address resolution.
+static OPEN: Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> = Mutex::new(Vec::new());
+
 /// Highest loopback address tried by automatic selection.
 const LOOPBACK_TRIES: u32 = 4096;
 
@@ -249,18 +253,57 @@ impl Device {
             .map_err(|e| Error::io("creating the device", e))?,
         );
         let s2 = shared.clone();
+        let serial = shared.serial;
         let name = format!("softrdma{}", device_index(local.ip()));
         let thread = std::thread::Builder::new()
             .name(format!("{name}-progress"))
             .spawn(move || engine::run(s2, poller))
             .map_err(|e| Error::io("starting the progress thread", e))?;
-        Ok(Device {
+        let dev = Device {
             inner: Arc::new(DeviceInner {
                 shared,
                 thread: Mutex::new(Some(thread)),
                 name,
             }),
-        })
+        };
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        open.push((serial, Arc::downgrade(&dev.inner)));
+        drop(open);
+        Ok(dev)
+    }
+
+    /// The devices of this process that are open now, in the order they
+    /// were opened.
+    pub fn open_devices() -> Vec<Device> {
+        let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let v: Vec<Device> = open
+            .iter()
+            .filter_map(|(_, w)| w.upgrade().map(|inner| Device { inner }))
+            .collect();
+        drop(open);
+        v
+    }
+
+    /// The open device with this serial number.
+    pub(crate) fn by_serial(serial: u64) -> Option<Device> {
+        let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let d = open
+            .iter()
+            .find(|(s, _)| *s == serial)
+            .and_then(|(_, w)| w.upgrade().map(|inner| Device { inner }));
+        drop(open);
+        d
+    }
+
+    /// The device's number in this process (never reused).
+    pub(crate) fn serial(&self) -> u64 {
+        self.inner.shared.serial
+    }
+
+    /// Whether two handles are the same device.
+    pub fn same_device(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Opens a device with default options.
