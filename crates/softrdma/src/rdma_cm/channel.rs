@@ -100,9 +100,9 @@ impl ChanInner {
         self.q.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
 
-    /// Takes the queued events of `num` (and, with `and_requests`, the
-    /// requests counted against it) out of the queue; the count keeps
-    /// them, see the module documentation. Used by migration and destroy.
+    /// Takes the queued events of `num` (requests counted against a
+    /// listener included) out of the queue, for `rdma_migrate_id`; the
+    /// count keeps them (see the module documentation).
     pub fn take_of(&self, num: u64) -> Vec<Queued> {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();

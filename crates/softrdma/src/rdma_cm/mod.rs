@@ -57,7 +57,9 @@ pub(crate) mod state;
 
 pub use channel::EventChannel;
 pub use id::{AddrInfo, CmId};
-pub use resolve::{iboe_mtu, set_device_provider, DefaultProvider, DeviceProvider};
+pub use resolve::{
+    iboe_mtu, is_local, route_source, set_device_provider, DefaultProvider, DeviceProvider,
+};
 pub use simple::{connect, listen, ConnectOptions, Connection, Listener};
 pub use softrdma_cm::negotiate::{AhAttr, AttrMask, QpAttr, QpAttrs, QpState};
 pub use softrdma_cm::{Path, PortSpace};

@@ -103,12 +103,12 @@ impl DeviceProvider for DefaultProvider {
 }
 
 /// Whether `ip` is an address of this host (a socket can bind it).
-pub(crate) fn is_local(ip: IpAddr) -> bool {
+pub fn is_local(ip: IpAddr) -> bool {
     UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// The source address of the kernel's route to `dst`.
-pub(crate) fn route_source(dst: IpAddr) -> Option<IpAddr> {
+pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
     let any: IpAddr = if dst.is_ipv4() {
         std::net::Ipv4Addr::UNSPECIFIED.into()
     } else {
