@@ -77,7 +77,12 @@ impl DevEntry {
     /// the loopback-default entry binds `at` when given (rdma_cm binding a
     /// local address no device has) instead of the first free loopback
     /// address.
-    pub fn acquire_at(&self, at: Option<std::net::IpAddr>) -> Result<Device, i32> {
+    /// Automatic selection skips `avoid` (a loopback peer's address).
+    pub fn acquire_at(
+        &self,
+        at: Option<std::net::IpAddr>,
+        avoid: Option<std::net::IpAddr>,
+    ) -> Result<Device, i32> {
         let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((d, n)) = g.as_mut() {
             *n += 1;
@@ -88,6 +93,7 @@ impl DevEntry {
             None => DeviceOptions::default(),
         };
         o.mtu = self.cfg.mtu;
+        o.avoid.extend(avoid);
         let d = Device::open(o).map_err(|e| {
             eprintln!("softrdma: opening {}: {e}", self.cfg.name);
             e.errno()

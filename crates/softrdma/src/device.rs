@@ -48,6 +48,10 @@ pub struct DeviceOptions {
     /// Socket receive buffer in bytes (`SO_RCVBUF`): what may arrive while
     /// nothing polls before the kernel drops datagrams.
     pub recv_buffer: usize,
+    /// Addresses automatic selection skips (rdma_cm: a process reaching a
+    /// loopback peer must not take the peer's address when it is free for
+    /// a moment).
+    pub avoid: Vec<IpAddr>,
     /// Fault injection for tests: the fraction of send calls the engine
     /// refuses as if the socket were full, so built datagrams wait in its
     /// queue (`SOFTRDMA_REFUSE_SENDS` when `None`; default 0). Nothing is
@@ -67,6 +71,7 @@ impl Default for DeviceOptions {
             gro: true,
             send_buffer: SocketConfig::default().send_buffer,
             recv_buffer: SocketConfig::default().recv_buffer,
+            avoid: Vec::new(),
             refuse_sends: None,
         }
     }
@@ -120,7 +125,7 @@ fn bind(opts: &DeviceOptions) -> Result<UdpSocket> {
     for i in 0..LOOPBACK_TRIES {
         let n = i + 1;
         let ip = Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, (n & 0xff) as u8);
-        if ip.octets()[3] == 0 || ip.octets()[3] == 255 {
+        if ip.octets()[3] == 0 || ip.octets()[3] == 255 || opts.avoid.contains(&IpAddr::V4(ip)) {
             continue;
         }
         match UdpSocket::bind_with(SocketAddr::new(IpAddr::V4(ip), opts.port), &cfg) {

@@ -696,6 +696,11 @@ impl Shared {
         if mads.is_empty() {
             return;
         }
+        // What the core produced earlier leaves first (a program thread's
+        // poll leaves its ACKs for its next call): a REQ sent right after
+        // a message arrived must not overtake that message's ACK, which
+        // the peer may be waiting for before it listens.
+        self.flush_now();
         let mut core = lock(&self.core);
         let mut tx = lock(&self.tx);
         for (dst, qpn, mad) in mads {

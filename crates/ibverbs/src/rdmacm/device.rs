@@ -35,12 +35,16 @@ pub fn verbs_of(dev: &Device) -> Option<(*mut ibv_context, *mut ibv_pd)> {
 }
 
 /// Opens `entry` for rdma_cm (once per process): a context and a PD.
-fn open_entry(entry: &'static DevEntry, at: Option<IpAddr>) -> softrdma::Result<Device> {
+fn open_entry(
+    entry: &'static DevEntry,
+    at: Option<IpAddr>,
+    avoid: Option<IpAddr>,
+) -> softrdma::Result<Device> {
     let mut l = CMDEVS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(c) = l.iter().find(|c| std::ptr::eq(c.entry, entry)) {
         return Ok(c.dev.clone());
     }
-    let ctx = crate::context::open_at(entry, at).map_err(|e| softrdma::Error::Cm {
+    let ctx = crate::context::open_at(entry, at, avoid).map_err(|e| softrdma::Error::Cm {
         errno: e,
         context: format!("opening {}", entry.cfg.name),
     })?;
@@ -73,12 +77,12 @@ impl DeviceProvider for IbvProvider {
     fn device_at(&self, ip: IpAddr) -> softrdma::Result<Option<Device>> {
         for e in devices() {
             match e.cfg.addr {
-                Some(a) if a == ip => return open_entry(e, None).map(Some),
+                Some(a) if a == ip => return open_entry(e, None, None).map(Some),
                 Some(_) => {}
                 None => match e.open_addr() {
-                    Some(a) if a == ip => return open_entry(e, None).map(Some),
+                    Some(a) if a == ip => return open_entry(e, None, None).map(Some),
                     Some(_) => {}
-                    None if is_local(ip) => return open_entry(e, Some(ip)).map(Some),
+                    None if is_local(ip) => return open_entry(e, Some(ip), None).map(Some),
                     None => {}
                 },
             }
@@ -92,18 +96,18 @@ impl DeviceProvider for IbvProvider {
         // A configured device at the route's source address.
         if let Some(s) = src {
             if let Some(e) = devices().iter().find(|e| e.cfg.addr == Some(s) && s != dst) {
-                return open_entry(e, None).map(Some);
+                return open_entry(e, None, None).map(Some);
             }
         }
         // The loopback default: this process's own device.
         if let Some(e) = devices().iter().find(|e| e.cfg.addr.is_none()) {
             match e.open_addr() {
-                Some(a) if fam(a) => return open_entry(e, None).map(Some),
+                Some(a) if fam(a) => return open_entry(e, None, None).map(Some),
                 Some(_) => {}
-                None if dst.is_loopback() => return open_entry(e, None).map(Some),
+                None if dst.is_loopback() => return open_entry(e, None, Some(dst)).map(Some),
                 None => {
                     if let Some(s) = src.filter(|s| is_local(*s) && fam(*s)) {
-                        return open_entry(e, Some(s)).map(Some);
+                        return open_entry(e, Some(s), None).map(Some);
                     }
                 }
             }
@@ -111,13 +115,16 @@ impl DeviceProvider for IbvProvider {
         // Else the only device of the family.
         let mut it = devices().iter().filter(|e| e.cfg.addr.is_some_and(fam));
         if let (Some(e), None) = (it.next(), it.next()) {
-            return open_entry(e, None).map(Some);
+            return open_entry(e, None, None).map(Some);
         }
         Ok(None)
     }
 
     fn all_devices(&self) -> softrdma::Result<Vec<Device>> {
-        devices().iter().map(|e| open_entry(e, None)).collect()
+        devices()
+            .iter()
+            .map(|e| open_entry(e, None, None))
+            .collect()
     }
 }
 

@@ -11,7 +11,8 @@ use softrdma_cm::negotiate::{conn_param_from_rep, conn_param_from_req, AhAttr};
 use softrdma_cm::{Cm, CmConfig, Event, Instant, ServiceId, SidrStatus};
 use softrdma_proto::QpType;
 use softrdma_wire::cm::CMA_HDR_LEN;
-use std::collections::HashMap;
+use softrdma_wire::cm::{CmMadRepr, CmMsg};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 /// A device's CM and the maps from its ids to rdma_cm ids.
@@ -21,6 +22,93 @@ pub(crate) struct DevState {
     pub by_cm: HashMap<u32, u64>,
     /// The device's address.
     pub ip: IpAddr,
+    /// Service IDs with a listener on this device.
+    pub listening: HashSet<ServiceId>,
+    /// Requests for service IDs nobody listens on yet (see [`PARK_NS`]).
+    parked: VecDeque<Parked>,
+}
+
+/// How long a REQ or SIDR_REQ for a service ID nobody listens on is held
+/// before the CM answers it (REJ 8, SIDR_REP "unsupported"), in case a
+/// listener comes: then it is handed over at once. Programs that agree
+/// out of band that the server is ready (perftest's `-R` handshake) let
+/// the client connect right after the server's last message, while the
+/// server is still between that message and `rdma_listen`; Linux, whose
+/// address and route resolution take longer, rarely loses that race, a
+/// softrdma client on the same host often would. The only difference a
+/// peer sees: a REJ 8 comes this much later.
+pub(crate) const PARK_NS: u64 = 200_000_000;
+/// Requests held at most (more go to the CM at once).
+const PARK_MAX: usize = 64;
+
+/// A request held for a listener to come.
+struct Parked {
+    until: Instant,
+    sid: ServiceId,
+    src: IpAddr,
+    src_qpn: softrdma_wire::Qpn,
+    mad: Vec<u8>,
+}
+
+/// The service ID of a REQ or SIDR_REQ.
+fn request_sid(mad: &[u8]) -> Option<ServiceId> {
+    match CmMadRepr::parse(mad).ok()?.msg {
+        CmMsg::Req(r) => Some(r.service_id),
+        CmMsg::SidrReq(r) => Some(r.service_id),
+        _ => None,
+    }
+}
+
+impl DevState {
+    /// Takes a received MAD: to the CM, or held (a request nobody listens
+    /// for yet).
+    fn receive(&mut self, t: Instant, m: &softrdma_proto::GsiMad) {
+        if self.parked.len() < PARK_MAX {
+            if let Some(sid) = request_sid(&m.mad).filter(|s| !self.listening.contains(s)) {
+                if !self.parked.iter().any(|p| p.mad == m.mad && p.src == m.src) {
+                    self.parked.push_back(Parked {
+                        until: t.add_ns(PARK_NS),
+                        sid,
+                        src: m.src,
+                        src_qpn: m.src_qpn,
+                        mad: m.mad.clone(),
+                    });
+                }
+                return;
+            }
+        }
+        self.cm.handle_mad(t, m.src, m.src_qpn, &m.mad);
+    }
+
+    /// Hands the held requests that are due (or, with `sid`, those for a
+    /// service ID that has a listener now) to the CM.
+    pub fn release_parked(&mut self, t: Instant, sid: Option<ServiceId>) {
+        let mut keep = VecDeque::with_capacity(self.parked.len());
+        for p in self.parked.drain(..) {
+            if p.until <= t || Some(p.sid) == sid {
+                self.cm.handle_mad(t, p.src, p.src_qpn, &p.mad);
+            } else {
+                keep.push_back(p);
+            }
+        }
+        self.parked = keep;
+    }
+
+    /// The next deadline: the CM's or a held request's.
+    fn deadline(&self) -> Option<Instant> {
+        let held = self.parked.iter().map(|p| p.until).min();
+        match (self.cm.poll_timeout(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// `SOFTRDMA_CM_DEBUG=1`: every MAD in and out and every CM event on
+/// stderr.
+pub(crate) fn debug() -> bool {
+    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *D.get_or_init(|| std::env::var_os("SOFTRDMA_CM_DEBUG").is_some_and(|v| v != "0"))
 }
 
 /// The CM's clock: the engine's.
@@ -47,6 +135,8 @@ pub(crate) fn dev_state<'a>(g: &'a mut Guard, shared: &Shared) -> &'a mut DevSta
             cm: Cm::new(CmConfig::new(guid, k)),
             by_cm: HashMap::new(),
             ip,
+            listening: HashSet::new(),
+            parked: VecDeque::new(),
         }
     })
 }
@@ -61,7 +151,15 @@ pub(crate) fn on_gsi(shared: &Shared) {
     let t = now(shared);
     let ds = dev_state(&mut g, shared);
     for m in &mads {
-        ds.cm.handle_mad(t, m.src, m.src_qpn, &m.mad);
+        if debug() {
+            eprintln!(
+                "softrdma cm {}: <- {} {}",
+                ds.ip,
+                m.src,
+                softrdma_wire::pretty::mad_line(&m.mad)
+            );
+        }
+        ds.receive(t, m);
     }
     pump(&mut g, shared);
 }
@@ -71,6 +169,7 @@ pub(crate) fn on_timer(shared: &Shared) {
     let mut g = lock();
     let t = now(shared);
     if let Some(ds) = g.st().devs.get_mut(&shared.serial) {
+        ds.release_parked(t, None);
         ds.cm.handle_timeout(t);
     }
     pump(&mut g, shared);
@@ -98,6 +197,9 @@ pub(crate) fn pump(g: &mut Guard, shared: &Shared) {
         let Some(ev) = ds.cm.poll_event() else {
             break;
         };
+        if debug() {
+            eprintln!("softrdma cm {}: event {ev:?}", ds.ip);
+        }
         handle_event(g, shared, ev);
     }
     let Some(ds) = g.st().devs.get_mut(&serial) else {
@@ -105,9 +207,17 @@ pub(crate) fn pump(g: &mut Guard, shared: &Shared) {
     };
     let mut out = Vec::new();
     while let Some(t) = ds.cm.poll_transmit() {
+        if debug() {
+            eprintln!(
+                "softrdma cm {}: -> {} {}",
+                ds.ip,
+                t.dst,
+                softrdma_wire::pretty::mad_line(&t.mad)
+            );
+        }
         out.push((t.dst, t.dst_qpn, t.mad));
     }
-    let deadline = ds.cm.poll_timeout().map(|t| softrdma_proto::Instant(t.0));
+    let deadline = ds.deadline().map(|t| softrdma_proto::Instant(t.0));
     shared.send_mads(&out);
     shared.set_cm_deadline(deadline);
 }

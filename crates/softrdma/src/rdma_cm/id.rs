@@ -293,6 +293,7 @@ impl CmId {
             PortSpace::Udp | PortSpace::Ipoib => QpType::Ud,
             PortSpace::Tcp | PortSpace::Ib => QpType::Rc,
         });
+        super::state::cleanup_at_exit();
         let mut g = lock();
         let e = IdEntry::new(channel.0.clone(), ps, qp_type, random_psn());
         let acks = e.acks.clone();
@@ -542,6 +543,7 @@ impl CmId {
             match ds.cm.listen(sid) {
                 Ok(c) => {
                     ds.by_cm.insert(c.comm_id(), num);
+                    ds.listening.insert(sid);
                     on.push((d.clone(), c));
                 }
                 Err(_) => {
@@ -550,6 +552,7 @@ impl CmId {
                         let ds = dev_state(&mut g, d.shared());
                         let _ = ds.cm.destroy(t, c);
                         ds.by_cm.remove(&c.comm_id());
+                        ds.listening.remove(&sid);
                         g.defer_drop(d);
                     }
                     return Err(Error::cm(
@@ -570,6 +573,12 @@ impl CmId {
             on,
         });
         e.st = St::Listen;
+        // Requests that came before the listener: now.
+        for d in &devs {
+            let t = now(d.shared());
+            dev_state(&mut g, d.shared()).release_parked(t, Some(sid));
+            pump_dev(&mut g, d);
+        }
         Ok(())
     }
 
@@ -1000,6 +1009,26 @@ impl CmId {
     }
 }
 
+/// At process exit: every id still alive is destroyed, as the kernel's
+/// rdma_cm does when a process's rdma_cm descriptor closes (`ucma_close`):
+/// the peer of a connection gets its DREQ (or the DREP it waits for), a
+/// pending request its REJ. Programs rely on it (qperf's server never
+/// destroys its connection's id).
+pub(crate) fn destroy_all_at_exit() {
+    // Another thread may hold the lock forever (blocked in a call, or
+    // killed by exit itself): a few tries, then nothing.
+    for _ in 0..50 {
+        if let Some(mut g) = super::state::try_lock() {
+            let nums: Vec<u64> = g.st().ids.keys().copied().collect();
+            for n in nums {
+                let _ = destroy_locked(&mut g, n);
+            }
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// Destroys an id (and the untaken ids of a listener's requests).
 fn destroy_num(num: u64) -> Result<()> {
     let mut g = lock();
@@ -1012,6 +1041,12 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
         .ids
         .remove(&num)
         .ok_or_else(|| einval("no such rdma_cm id"))?;
+    if super::driver::debug() {
+        eprintln!(
+            "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
+            e.st, e.cm
+        );
+    }
     release_port(g.st(), num, &e);
     if let (Some(c), Some(dev)) = (e.cm, e.dev.clone()) {
         let t = now(dev.shared());
@@ -1023,11 +1058,13 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
         g.defer_drop(dev);
     }
     if let Some(l) = &e.listen {
+        let sid = service_id(e.ps, e.src.map_or(0, |s| s.port()));
         for (dev, c) in &l.on {
             let t = now(dev.shared());
             if let Some(ds) = g.st().devs.get_mut(&dev.serial()) {
                 let _ = ds.cm.destroy(t, *c);
                 ds.by_cm.remove(&c.comm_id());
+                ds.listening.remove(&sid);
             }
             pump_dev(g, dev);
         }
@@ -1133,6 +1170,13 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         Some(u) => (CmId(u), Some(CmId(user))),
         None => (CmId(user), None),
     };
+    if super::driver::debug() {
+        eprintln!(
+            "softrdma cm: id {num} delivers {} status {}",
+            q.event.as_str(),
+            q.status
+        );
+    }
     let ev = CmEvent {
         event: q.event,
         status: q.status,

@@ -72,7 +72,11 @@ impl DeviceProvider for DefaultProvider {
                 return Ok(Some(d.clone()));
             }
             if dst.is_ipv4() {
-                return Device::open(DeviceOptions::default()).map(Some);
+                let o = DeviceOptions {
+                    avoid: vec![dst],
+                    ..Default::default()
+                };
+                return Device::open(o).map(Some);
             }
         }
         let Some(src) = route_source(dst) else {

@@ -170,6 +170,34 @@ pub(crate) fn lock() -> Guard {
     }
 }
 
+/// Locks the state unless another thread holds it.
+pub(crate) fn try_lock() -> Option<Guard> {
+    let mut g = match STATE.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    g.get_or_insert_with(State::default);
+    Some(Guard {
+        g: Some(g),
+        trash: Vec::new(),
+    })
+}
+
+/// Registers (once) the exit handler that destroys the ids still alive
+/// ([`super::id::destroy_all_at_exit`]).
+pub(crate) fn cleanup_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn at_exit() {
+        let _ = std::panic::catch_unwind(super::id::destroy_all_at_exit);
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registers a function with no arguments that never
+        // unwinds (the panic is caught).
+        unsafe { libc::atexit(at_exit) };
+    });
+}
+
 impl Guard {
     /// The state.
     pub fn st(&mut self) -> &mut State {
