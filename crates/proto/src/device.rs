@@ -3,6 +3,7 @@
 
 use crate::counters::Counters;
 use crate::cq::Cq;
+use crate::gsi::{Gsi, GsiMad};
 use crate::limits;
 use crate::memory::{MrTable, RegionMemory};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
@@ -267,6 +268,8 @@ pub struct Device {
     released: u64,
     /// Completions waiting in CQs for a release.
     gated: usize,
+    /// QP 1: MADs for the driver's communication manager (see `gsi`).
+    gsi: Gsi,
 }
 
 macro_rules! ctx {
@@ -318,6 +321,7 @@ impl Device {
             gather_seq: 0,
             released: 0,
             gated: 0,
+            gsi: Gsi::default(),
         }
     }
 
@@ -841,6 +845,16 @@ impl Device {
             return;
         }
         let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else {
+            // QP 1 is never in the map: MADs take this branch, off the
+            // data path.
+            if repr.bth.dest_qp == Qpn::GSI {
+                if self.gsi.receive(meta, &repr) {
+                    self.counters.gsi_rx += 1;
+                } else {
+                    self.counters.gsi_dropped += 1;
+                }
+                return;
+            }
             self.counters.unknown_qp += 1;
             return;
         };
@@ -1051,6 +1065,46 @@ impl Device {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------ QP 1 ----
+
+    /// The next MAD received on QP 1 (see the `gsi` module).
+    #[must_use]
+    pub fn poll_gsi(&mut self) -> Option<GsiMad> {
+        self.gsi.pop()
+    }
+
+    /// Whether MADs wait in QP 1's queue.
+    pub fn gsi_pending(&self) -> bool {
+        self.gsi.pending()
+    }
+
+    /// Writes a UD SEND_ONLY from QP 1 to QP `dst_qpn` at `dst` (port
+    /// `udp_dst_port`) carrying `mad` (a multiple of 4 bytes, at most 256)
+    /// with Q_Key `qkey` into `buf`, as rxe does. `None` when it cannot be
+    /// built (a MAD of another length, addresses of two IP versions).
+    #[must_use]
+    pub fn emit_gsi(
+        &mut self,
+        dst: IpAddr,
+        dst_qpn: Qpn,
+        qkey: softrdma_wire::QKey,
+        mad: &[u8],
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let dst = SocketAddr::new(dst, self.cfg.udp_dst_port);
+        let t = self.gsi.emit(
+            self.cfg.local_ip,
+            self.cfg.udp_src_port,
+            dst,
+            dst_qpn,
+            qkey,
+            mad,
+            buf,
+        )?;
+        self.counters.gsi_tx += 1;
+        Some(t)
     }
 
     /// True when some QP may have a packet to send.

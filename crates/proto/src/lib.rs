@@ -28,6 +28,7 @@
 pub mod counters;
 pub mod cq;
 pub mod device;
+mod gsi;
 pub mod limits;
 pub mod memory;
 mod qp;
@@ -37,6 +38,7 @@ pub use counters::Counters;
 pub use device::{
     Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
 };
+pub use gsi::GsiMad;
 pub use memory::{RegionMemory, VecMemory};
 pub use verbs::*;
 

@@ -27,6 +27,14 @@ pub enum Error {
     /// An argument is out of range (checked before reaching the core).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An rdma_cm call failed with the errno librdmacm reports for it.
+    #[error("{context}: {}", io::Error::from_raw_os_error(*errno))]
+    Cm {
+        /// The errno (EINVAL, EADDRINUSE, ETIMEDOUT, ECONNREFUSED …).
+        errno: i32,
+        /// What failed.
+        context: String,
+    },
 }
 
 impl Error {
@@ -38,6 +46,14 @@ impl Error {
             Error::Connect(_) => libc::ECONNREFUSED,
             Error::EngineStopped => libc::ENODEV,
             Error::InvalidArgument(_) => libc::EINVAL,
+            Error::Cm { errno, .. } => *errno,
+        }
+    }
+
+    pub(crate) fn cm(errno: i32, context: impl Into<String>) -> Error {
+        Error::Cm {
+            errno,
+            context: context.into(),
         }
     }
 
