@@ -382,7 +382,7 @@ impl Device {
 
     /// A file descriptor readable while an asynchronous event is pending.
     pub fn async_fd(&self) -> std::os::fd::RawFd {
-        self.shared().async_events.fd.raw()
+        std::os::fd::AsRawFd::as_raw_fd(&self.shared().async_events.fd)
     }
 
     /// Receives and processes whatever has arrived, in the calling thread.

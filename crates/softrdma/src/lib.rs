@@ -51,6 +51,10 @@ mod verbs;
 pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
 pub use error::{Error, Result};
 pub use event::CompletionChannel;
+/// An epoll descriptor mirroring another one's readability with an
+/// O_NONBLOCK flag of its own: what a C library hands a program for
+/// [`CompletionChannel`]'s or [`Device::async_fd`]'s descriptor.
+pub use softrdma_io::FdWatch;
 pub use softrdma_proto::device::{guid_of as node_guid_of, DeviceAttr};
 /// Limits of the device (queue depths, SGEs, inline data, message size).
 pub use softrdma_proto::limits;
