@@ -41,24 +41,15 @@ pub struct Args {
 }
 
 /// Why devinfo failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The device did not open.
+    #[error("opening a device: {0}")]
     Open(softrdma::Error),
     /// Writing the output failed.
+    #[error("writing output: {0}")]
     Output(io::Error),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Open(e) => write!(f, "opening a device: {e}"),
-            Error::Output(e) => write!(f, "writing output: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The `ibv_mtu` number of an MTU in bytes.
 fn mtu_enum(bytes: u32) -> u32 {

@@ -152,36 +152,21 @@ pub fn preload_path(lib: &Path, old: Option<OsString>) -> OsString {
 }
 
 /// Why `softrdma exec` could not run the program.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No libibverbs.so of softrdma was found.
+    #[error(
+        "softrdma's libibverbs.so not found (looked in{}); build it with `cargo build --release -p softrdma-ibverbs` or pass --lib DIR",
+        .0.iter().map(|t| format!(" {}", t.display())).collect::<String>()
+    )]
     NoLibrary(Vec<PathBuf>),
     /// The symlink directory could not be made.
+    #[error("{path}: {err}", path = .0.display(), err = .1)]
     Io(PathBuf, std::io::Error),
     /// exec(2) failed.
+    #[error("running {prog}: {err}", prog = .0.to_string_lossy(), err = .1)]
     Exec(OsString, std::io::Error),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::NoLibrary(tried) => {
-                write!(f, "softrdma's libibverbs.so not found (looked in")?;
-                for t in tried {
-                    write!(f, " {}", t.display())?;
-                }
-                write!(
-                    f,
-                    "); build it with `cargo build --release -p softrdma-ibverbs` or pass --lib DIR"
-                )
-            }
-            Error::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            Error::Exec(p, e) => write!(f, "running {}: {e}", p.to_string_lossy()),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The directories searched for the library, in order.
 pub fn candidates(lib: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {

@@ -49,7 +49,7 @@ mod sync;
 mod verbs;
 
 pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
-pub use error::{Error, Result};
+pub use error::{ConnectError, Error, Result};
 pub use event::CompletionChannel;
 /// An epoll descriptor mirroring another one's readability with an
 /// O_NONBLOCK flag of its own: what a C library hands a program for
