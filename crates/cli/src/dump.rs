@@ -305,6 +305,8 @@ impl Stats {
                 } else {
                     frame_prefix(line, f.number, time.as_deref());
                     let _ = pretty::write_datagram(line, d.datagram());
+                    // A MAD to QP 1: the CM message (REQ, REP, REJ …).
+                    let _ = pretty::write_qp1_mad(line, &d.ib());
                 }
                 self.count(&d);
             }

@@ -33,6 +33,11 @@
 //! get it from the launcher (Open MPI: `-x LD_LIBRARY_PATH -x LD_PRELOAD
 //! -x SOFTRDMA_ADDR=if:NAME`; MPICH's hydra passes the environment on by
 //! default), see the README.
+//!
+//! The same file is librdmacm too (its RDMACM_1.x symbols): the directory
+//! also gets `librdmacm.so.1`, a second symlink to it. A program that
+//! needs both maps the file once (the loader knows it by device and
+//! inode), so libibverbs and librdmacm share one state.
 
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -194,11 +199,16 @@ pub fn candidates(lib: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
 /// first candidate holding the library.
 pub fn library_dir(candidates: &[PathBuf]) -> Result<PathBuf, Error> {
     for dir in candidates {
-        if dir.join("libibverbs.so.1").is_file() {
+        if dir.join("libibverbs.so.1").is_file() && dir.join("librdmacm.so.1").is_file() {
             return Ok(dir.clone());
         }
-        let so = dir.join("libibverbs.so");
-        if so.is_file() {
+        // The library itself: cargo's name, or the soname alone (an
+        // installed copy without the librdmacm link).
+        let so = ["libibverbs.so", "libibverbs.so.1"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.is_file());
+        if let Some(so) = so {
             let so = so.canonicalize().map_err(|e| Error::Io(so.clone(), e))?;
             let beside = dir.join("softrdma-ibverbs-lib");
             let tmp =
@@ -216,19 +226,25 @@ pub fn library_dir(candidates: &[PathBuf]) -> Result<PathBuf, Error> {
     Err(Error::NoLibrary(candidates.to_vec()))
 }
 
-/// Makes `dir/libibverbs.so.1` a symlink to `so`.
+/// The names the library is loaded by: libibverbs and librdmacm.
+pub const SONAMES: [&str; 2] = ["libibverbs.so.1", "librdmacm.so.1"];
+
+/// Makes `dir/libibverbs.so.1` and `dir/librdmacm.so.1` symlinks to `so`.
 fn link_in(dir: &Path, so: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok().as_deref() == Some(so) {
-        return Ok(());
+    for name in SONAMES {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() == Some(so) {
+            continue;
+        }
+        // Another process may be doing the same: make it under a private
+        // name and rename over (atomic).
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(so, &tmp)?;
+        std::fs::rename(&tmp, &link)?;
     }
-    // Another process may be doing the same: make it under a private name
-    // and rename over (atomic).
-    let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(so, &tmp)?;
-    std::fs::rename(&tmp, &link)
+    Ok(())
 }
 
 /// `LD_LIBRARY_PATH` with `dir` first.
@@ -311,18 +327,21 @@ mod tests {
         std::fs::write(d.join("target/release/libibverbs.so"), b"elf").unwrap();
         let got = library_dir(&candidates(None, Some(&exe))).unwrap();
         assert_eq!(got, d.join("target/release/softrdma-ibverbs-lib"));
-        let target = std::fs::read_link(got.join("libibverbs.so.1")).unwrap();
-        assert_eq!(
-            target,
-            d.join("target/release/libibverbs.so")
-                .canonicalize()
-                .unwrap()
-        );
+        for name in SONAMES {
+            let target = std::fs::read_link(got.join(name)).unwrap();
+            assert_eq!(
+                target,
+                d.join("target/release/libibverbs.so")
+                    .canonicalize()
+                    .unwrap()
+            );
+        }
         // Idempotent.
         assert_eq!(library_dir(&candidates(None, Some(&exe))).unwrap(), got);
         // An explicit directory with the soname wins as it is.
         std::fs::create_dir_all(d.join("lib")).unwrap();
         std::fs::write(d.join("lib/libibverbs.so.1"), b"elf").unwrap();
+        std::fs::write(d.join("lib/librdmacm.so.1"), b"elf").unwrap();
         assert_eq!(
             library_dir(&candidates(Some(&d.join("lib")), Some(&exe))).unwrap(),
             d.join("lib")

@@ -299,6 +299,11 @@ fn perf_json_schema() {
         peer: string
         path_mtu: integer
         yield_when_idle: bool
+        setup: object
+        setup.qps: integer
+        setup.seconds: number
+        setup.qps_per_s: number
+        setup.rss_bytes_per_qp: integer
         test: string
         connection: string
         qps: integer

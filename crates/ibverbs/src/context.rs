@@ -100,7 +100,17 @@ pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
 
 /// `ibv_open_device`.
 pub fn open(entry: &'static DevEntry) -> Result<*mut ibv_context, i32> {
-    let dev = entry.acquire()?;
+    open_at(entry, None, None)
+}
+
+/// `ibv_open_device`; a loopback-default device not open yet binds `at`,
+/// or skips `avoid` (see [`DevEntry::acquire_at`]).
+pub fn open_at(
+    entry: &'static DevEntry,
+    at: Option<IpAddr>,
+    avoid: Option<IpAddr>,
+) -> Result<*mut ibv_context, i32> {
+    let dev = entry.acquire_at(at, avoid)?;
     let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
     let async_ep = match FdWatch::new(dev.async_fd()) {
         Ok(e) => e,

@@ -73,18 +73,27 @@ pub fn entry(p: *mut ibv_device) -> Option<&'static DevEntry> {
 }
 
 impl DevEntry {
-    /// The shared device, opened by the first context.
-    pub fn acquire(&self) -> Result<Device, i32> {
+    /// The shared device, opened by the first context. The first open of
+    /// the loopback-default entry binds `at` when given (rdma_cm binding a
+    /// local address no device has) instead of the first free loopback
+    /// address.
+    /// Automatic selection skips `avoid` (a loopback peer's address).
+    pub fn acquire_at(
+        &self,
+        at: Option<std::net::IpAddr>,
+        avoid: Option<std::net::IpAddr>,
+    ) -> Result<Device, i32> {
         let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((d, n)) = g.as_mut() {
             *n += 1;
             return Ok(d.clone());
         }
-        let mut o = match self.cfg.addr {
+        let mut o = match self.cfg.addr.or(at) {
             Some(a) => DeviceOptions::at(a),
             None => DeviceOptions::default(),
         };
         o.mtu = self.cfg.mtu;
+        o.avoid.extend(avoid);
         let d = Device::open(o).map_err(|e| {
             eprintln!("softrdma: opening {}: {e}", self.cfg.name);
             e.errno()
@@ -93,6 +102,12 @@ impl DevEntry {
             .store(d.query_device().node_guid.to_be(), Ordering::Relaxed);
         *g = Some((d.clone(), 1));
         Ok(d)
+    }
+
+    /// The address of the open device, if it is open.
+    pub fn open_addr(&self) -> Option<std::net::IpAddr> {
+        let g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|(d, _)| d.local_addr().ip())
     }
 
     /// One context fewer; the last one closes the device.

@@ -11,7 +11,7 @@
 //! rustc's own export list of the cdylib never names these labels, so its
 //! version script and ours do not collide.
 
-use crate::{ah, channel, context, cq, device, misc, mr, pd, qp, query, srq};
+use crate::{ah, channel, context, cq, device, misc, mr, pd, qp, query, rdmacm, srq};
 
 macro_rules! export {
     ($name:ident $at:literal $ver:literal => $f:path) => {
@@ -211,3 +211,76 @@ export!(verbs_open_device "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
 export!(verbs_register_driver_34 "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_set_ops "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_uninit_context "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+
+// ------------------------------------------------------------ librdmacm ----
+// rdma-core 44's librdmacm.so.1: 68 functions under RDMACM_1.0 … 1.3, all
+// default versions (`name@@VER`). See `rdmacm/mod.rs` for why they live here.
+
+export!(rdma_create_event_channel "@@" "RDMACM_1.0" => rdmacm::event::create_event_channel);
+export!(rdma_destroy_event_channel "@@" "RDMACM_1.0" => rdmacm::event::destroy_event_channel);
+export!(rdma_create_id "@@" "RDMACM_1.0" => rdmacm::id::create_id);
+export!(rdma_destroy_id "@@" "RDMACM_1.0" => rdmacm::id::destroy_id);
+export!(rdma_bind_addr "@@" "RDMACM_1.0" => rdmacm::id::bind_addr);
+export!(rdma_resolve_addr "@@" "RDMACM_1.0" => rdmacm::id::resolve_addr);
+export!(rdma_resolve_route "@@" "RDMACM_1.0" => rdmacm::id::resolve_route);
+export!(rdma_create_qp "@@" "RDMACM_1.0" => rdmacm::qp::create_qp);
+export!(rdma_destroy_qp "@@" "RDMACM_1.0" => rdmacm::qp::destroy_qp);
+export!(rdma_connect "@@" "RDMACM_1.0" => rdmacm::id::connect);
+export!(rdma_listen "@@" "RDMACM_1.0" => rdmacm::id::listen);
+export!(rdma_accept "@@" "RDMACM_1.0" => rdmacm::id::accept);
+export!(rdma_reject "@@" "RDMACM_1.0" => rdmacm::id::reject);
+export!(rdma_notify "@@" "RDMACM_1.0" => rdmacm::id::notify);
+export!(rdma_disconnect "@@" "RDMACM_1.0" => rdmacm::id::disconnect);
+export!(rdma_get_cm_event "@@" "RDMACM_1.0" => rdmacm::event::get_cm_event);
+export!(rdma_ack_cm_event "@@" "RDMACM_1.0" => rdmacm::event::ack_cm_event);
+export!(rdma_get_src_port "@@" "RDMACM_1.0" => rdmacm::id::get_src_port);
+export!(rdma_get_dst_port "@@" "RDMACM_1.0" => rdmacm::id::get_dst_port);
+export!(rdma_join_multicast "@@" "RDMACM_1.0" => rdmacm::multicast_unsupported);
+export!(rdma_leave_multicast "@@" "RDMACM_1.0" => rdmacm::multicast_unsupported);
+export!(rdma_get_devices "@@" "RDMACM_1.0" => rdmacm::device::get_devices);
+export!(rdma_free_devices "@@" "RDMACM_1.0" => rdmacm::device::free_devices);
+export!(rdma_event_str "@@" "RDMACM_1.0" => rdmacm::event::event_str);
+export!(rdma_set_option "@@" "RDMACM_1.0" => rdmacm::id::set_option);
+export!(rdma_migrate_id "@@" "RDMACM_1.0" => rdmacm::id::migrate_id);
+export!(rdma_getaddrinfo "@@" "RDMACM_1.0" => rdmacm::addrinfo::getaddrinfo);
+export!(rdma_freeaddrinfo "@@" "RDMACM_1.0" => rdmacm::addrinfo::freeaddrinfo);
+export!(rdma_get_request "@@" "RDMACM_1.0" => rdmacm::id::get_request);
+export!(rdma_create_ep "@@" "RDMACM_1.0" => rdmacm::qp::create_ep);
+export!(rdma_destroy_ep "@@" "RDMACM_1.0" => rdmacm::qp::destroy_ep);
+export!(rdma_create_srq "@@" "RDMACM_1.0" => rdmacm::qp::create_srq);
+export!(rdma_destroy_srq "@@" "RDMACM_1.0" => rdmacm::qp::destroy_srq);
+export!(rdma_create_srq_ex "@@" "RDMACM_1.0" => rdmacm::qp::create_srq_ex);
+export!(rdma_create_qp_ex "@@" "RDMACM_1.0" => rdmacm::qp::create_qp_ex);
+export!(rsocket "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rbind "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rlisten "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(raccept "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rconnect "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rshutdown "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rclose "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rrecv "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rrecvfrom "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rrecvmsg "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rsend "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rsendto "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rsendmsg "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rread "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rreadv "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rwrite "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rwritev "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rpoll "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rselect "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rgetpeername "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rgetsockname "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rsetsockopt "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rgetsockopt "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rfcntl "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(riomap "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(riounmap "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(riowrite "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
+export!(rdma_join_multicast_ex "@@" "RDMACM_1.1" => rdmacm::multicast_unsupported);
+export!(rdma_establish "@@" "RDMACM_1.2" => rdmacm::id::establish);
+export!(rdma_init_qp_attr "@@" "RDMACM_1.2" => rdmacm::id::init_qp_attr);
+export!(rdma_get_remote_ece "@@" "RDMACM_1.3" => rdmacm::id::get_remote_ece);
+export!(rdma_reject_ece "@@" "RDMACM_1.3" => rdmacm::id::reject_ece);
+export!(rdma_set_local_ece "@@" "RDMACM_1.3" => rdmacm::id::set_local_ece);

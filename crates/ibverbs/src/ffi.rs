@@ -1013,16 +1013,16 @@ pub const IBV_FORK_UNNEEDED: c_int = 2;
 pub type LayoutEntry = (&'static str, &'static str, usize, usize);
 
 /// Size of what a raw pointer points to, without reading it.
-fn size_of_pointee<T>(_: *const T) -> usize {
+pub(crate) fn size_of_pointee<T>(_: *const T) -> usize {
     core::mem::size_of::<T>()
 }
 
-macro_rules! layout_table {
-    ($($kind:ident $ty:ident { $($($f:ident).+),* $(,)? })*) => {
+macro_rules! layout_checks {
+    (fn $name:ident; $($kind:ident $ty:ident { $($($f:ident).+),* $(,)? })*) => {
         /// Every checked member of every structure. The type entry's size
         /// is the structure's; member entries give offset and size.
-        pub fn layout_table() -> Vec<LayoutEntry> {
-            let mut v: Vec<LayoutEntry> = Vec::new();
+        pub fn $name() -> Vec<$crate::ffi::LayoutEntry> {
+            let mut v: Vec<$crate::ffi::LayoutEntry> = Vec::new();
             $(
                 v.push((concat!(stringify!($kind), " ", stringify!($ty)), "", 0,
                         core::mem::size_of::<$ty>()));
@@ -1036,7 +1036,7 @@ macro_rules! layout_table {
                         concat!(stringify!($kind), " ", stringify!($ty)),
                         stringify!($($f).+),
                         p as usize - base as usize,
-                        size_of_pointee(p),
+                        $crate::ffi::size_of_pointee(p),
                     ));
                 })*
             )*
@@ -1044,8 +1044,10 @@ macro_rules! layout_table {
         }
     };
 }
+pub(crate) use layout_checks;
 
-layout_table! {
+layout_checks! {
+    fn layout_table;
     union ibv_gid { raw }
     struct ibv_gid_entry { gid, gid_index, port_num, gid_type, ndev_ifindex }
     struct ibv_device { _ops, node_type, transport_type, name, dev_name, dev_path, ibdev_path }

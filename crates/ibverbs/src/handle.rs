@@ -46,6 +46,9 @@ pub enum Kind {
     Srq,
     Qp,
     Ah,
+    CmChannel,
+    CmId,
+    CmEvent,
 }
 
 /// What a Rust type needs to say to live behind a C pointer.

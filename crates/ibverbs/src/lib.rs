@@ -20,6 +20,8 @@
 //!   `cq` and, like softrdma's `CompletionQueue::poll`, drives progress
 //!   inline, so a spinning poller makes progress itself).
 //! - `qpex`, `cqex`: the `ibv_wr_*` post-send API and extended CQ polling.
+//! - `rdmacm`: librdmacm (rdma_cm) in the same library, exported under
+//!   RDMACM_1.x; `librdmacm.so.1` is a symlink to this file.
 //! - `misc`, `exports`: everything else exported, and the symbol versions.
 //!
 //! Every exported function stops panics at the boundary (`util::guard`)
@@ -65,6 +67,8 @@ mod qp;
 mod qpex;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod query;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod rdmacm;
 mod reach;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod srq;

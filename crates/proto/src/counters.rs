@@ -68,6 +68,13 @@ pub struct Counters {
     pub ud_drops: u64,
     /// Congestion notification packets received.
     pub cnp_rcvd: u64,
+    /// MADs received on QP 1 and queued for the communication manager.
+    pub gsi_rx: u64,
+    /// Packets for QP 1 dropped: not a UD SEND_ONLY with the GSI Q_Key
+    /// and a MAD-sized payload, or the queue was full.
+    pub gsi_dropped: u64,
+    /// MADs sent from QP 1.
+    pub gsi_tx: u64,
 }
 
 impl AddAssign<&Counters> for Counters {
@@ -105,7 +112,10 @@ impl AddAssign<&Counters> for Counters {
             wrong_peer,
             malformed,
             ud_drops,
-            cnp_rcvd
+            cnp_rcvd,
+            gsi_rx,
+            gsi_dropped,
+            gsi_tx
         );
     }
 }
@@ -144,6 +154,9 @@ impl Counters {
             ("malformed", self.malformed),
             ("ud_drops", self.ud_drops),
             ("cnp_rcvd", self.cnp_rcvd),
+            ("gsi_rx", self.gsi_rx),
+            ("gsi_dropped", self.gsi_dropped),
+            ("gsi_tx", self.gsi_tx),
         ];
         all.into_iter().filter(|(_, v)| *v != 0).collect()
     }

@@ -3,6 +3,7 @@
 
 use crate::counters::Counters;
 use crate::cq::Cq;
+use crate::gsi::{Gsi, GsiMad};
 use crate::limits;
 use crate::memory::{MrTable, RegionMemory};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
@@ -36,6 +37,8 @@ pub struct DeviceConfig {
     pub key: Option<[u8; 32]>,
     /// Node GUID.
     pub node_guid: u64,
+    /// How multi-packet RC RDMA WRITEs (without immediate) go on the wire.
+    pub write_chunking: WriteChunking,
     /// Accept an IPv4 packet whose ICRC only checks with an identification
     /// other than 0 (solved from the ICRC; see
     /// `softrdma_wire::icrc::solve_ipv4_id`). Peers that are not softrdma —
@@ -58,9 +61,34 @@ impl DeviceConfig {
             seed,
             key: None,
             node_guid: guid_of(ip),
+            write_chunking: WriteChunking::Never,
             infer_ipv4_ident: true,
         }
     }
+}
+
+/// How a multi-packet RC RDMA WRITE without immediate is sent.
+///
+/// The FIRST packet of a WRITE carries the RETH, so it is 16 bytes longer
+/// than the MIDDLE and LAST packets that follow; a driver that sends runs
+/// of equal-sized datagrams as one UDP GSO super-datagram (and a receiver
+/// that gets them as one GRO super-datagram) gets runs of two packets at
+/// most from a stream of 8 KiB WRITEs. Sent as one WRITE ONLY per packet,
+/// each with the RETH of its own bytes, every full packet has the same
+/// size. The responder places the bytes exactly as for FIRST … LAST; the
+/// wire differs (more, shorter messages; MSN counts each), so rxe and NICs
+/// get the standard segmentation: the engine chunks only towards loopback
+/// peers, which are softrdma devices on this host — the only ones it sends
+/// GSO runs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WriteChunking {
+    /// FIRST, MIDDLE…, LAST, as rxe sends them.
+    #[default]
+    Never,
+    /// WRITE ONLY per packet towards loopback addresses.
+    LoopbackPeers,
+    /// WRITE ONLY per packet towards every peer (tests, the simulator).
+    Always,
 }
 
 /// EUI-64-style node GUID derived from the address (stable per address, so
@@ -240,6 +268,8 @@ pub struct Device {
     released: u64,
     /// Completions waiting in CQs for a release.
     gated: usize,
+    /// QP 1: MADs for the driver's communication manager (see `gsi`).
+    gsi: Gsi,
 }
 
 macro_rules! ctx {
@@ -255,6 +285,7 @@ macro_rules! ctx {
             udp_src_port: $self.cfg.udp_src_port,
             port_mtu: $self.cfg.port_mtu,
             gather: false,
+            write_chunking: $self.cfg.write_chunking,
             next_gather_seq: $self.gather_seq + 1,
             released: $self.released,
             gated: &mut $self.gated,
@@ -290,6 +321,7 @@ impl Device {
             gather_seq: 0,
             released: 0,
             gated: 0,
+            gsi: Gsi::default(),
         }
     }
 
@@ -813,6 +845,16 @@ impl Device {
             return;
         }
         let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else {
+            // QP 1 is never in the map: MADs take this branch, off the
+            // data path.
+            if repr.bth.dest_qp == Qpn::GSI {
+                if self.gsi.receive(meta, &repr) {
+                    self.counters.gsi_rx += 1;
+                } else {
+                    self.counters.gsi_dropped += 1;
+                }
+                return;
+            }
             self.counters.unknown_qp += 1;
             return;
         };
@@ -1023,6 +1065,46 @@ impl Device {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------ QP 1 ----
+
+    /// The next MAD received on QP 1 (see the `gsi` module).
+    #[must_use]
+    pub fn poll_gsi(&mut self) -> Option<GsiMad> {
+        self.gsi.pop()
+    }
+
+    /// Whether MADs wait in QP 1's queue.
+    pub fn gsi_pending(&self) -> bool {
+        self.gsi.pending()
+    }
+
+    /// Writes a UD SEND_ONLY from QP 1 to QP `dst_qpn` at `dst` (port
+    /// `udp_dst_port`) carrying `mad` (a multiple of 4 bytes, at most 256)
+    /// with Q_Key `qkey` into `buf`, as rxe does. `None` when it cannot be
+    /// built (a MAD of another length, addresses of two IP versions).
+    #[must_use]
+    pub fn emit_gsi(
+        &mut self,
+        dst: IpAddr,
+        dst_qpn: Qpn,
+        qkey: softrdma_wire::QKey,
+        mad: &[u8],
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let dst = SocketAddr::new(dst, self.cfg.udp_dst_port);
+        let t = self.gsi.emit(
+            self.cfg.local_ip,
+            self.cfg.udp_src_port,
+            dst,
+            dst_qpn,
+            qkey,
+            mad,
+            buf,
+        )?;
+        self.counters.gsi_tx += 1;
+        Some(t)
     }
 
     /// True when some QP may have a packet to send.

@@ -28,13 +28,17 @@
 pub mod counters;
 pub mod cq;
 pub mod device;
+mod gsi;
 pub mod limits;
 pub mod memory;
 mod qp;
 pub mod verbs;
 
 pub use counters::Counters;
-pub use device::{Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, MAX_GATHER};
+pub use device::{
+    Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
+};
+pub use gsi::GsiMad;
 pub use memory::{RegionMemory, VecMemory};
 pub use verbs::*;
 

@@ -72,3 +72,8 @@ pub const fn ack_timeout_ns(timeout: u8) -> Option<u64> {
         Some(TIMEOUT_BASE_NS << (timeout & 0x1f))
     }
 }
+
+/// MADs received on QP 1 (the GSI) waiting for the driver's communication
+/// manager; more are dropped and counted (`gsi_dropped`: the CM's peers
+/// retransmit).
+pub const GSI_RX_QUEUE: usize = 256;

@@ -564,3 +564,50 @@ fn requests_and_responses_take_turns() {
     let order: Vec<u8> = r.sent().iter().map(|o| o.opcode).collect();
     assert_eq!(order, vec![0x0a, 0x11, 0x0a, 0x0a]);
 }
+
+#[test]
+fn chunked_write_is_one_write_only_per_packet() {
+    // WriteChunking: every packet of a multi-packet RC WRITE is a WRITE
+    // ONLY with the RETH of its own bytes (equal-sized packets for GSO
+    // runs); an ACK for the last one completes the request.
+    let mut r = Rig::new(Setup {
+        write_chunking: WriteChunking::Always,
+        ..Default::default()
+    });
+    let data = pattern(5, 2100);
+    r.mem.fill_from(0, &data);
+    r.post_send(rdma(1, WrOpcode::RdmaWrite, 0, 2100, 0x5000));
+    let out = r.sent();
+    let v: Vec<_> = out
+        .iter()
+        .map(|o| {
+            let reth = o.reth.expect("each packet has a RETH");
+            (o.opcode, o.ack_req, reth.va, reth.dma_len, o.payload.len())
+        })
+        .collect();
+    assert_eq!(
+        v,
+        vec![
+            (0x0a, false, 0x5000, 1024, 1024),
+            (0x0a, false, 0x5400, 1024, 1024),
+            (0x0a, true, 0x5800, 52, 52),
+        ]
+    );
+    assert_eq!(
+        out.iter()
+            .flat_map(|o| o.payload.clone())
+            .collect::<Vec<_>>(),
+        data
+    );
+    assert!(r.send_cq().is_empty());
+    r.ack(r.dev_psn.add(2), 3);
+    let wc = r.send_cq();
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+        (1, WcStatus::Success, 2100)
+    );
+    // With immediate, or on UC, the standard segmentation stays.
+    r.post_send(rdma(2, WrOpcode::RdmaWriteWithImm, 0, 2100, 0x5000));
+    let ops: Vec<u8> = r.sent().iter().map(|o| o.opcode).collect();
+    assert_eq!(ops, vec![0x06, 0x07, 0x09]);
+}

@@ -166,6 +166,12 @@ impl Sim {
         // The simulator delivers exactly what was sent, identification 0
         // included: keep the ICRC at full strength against its corruption.
         cfg.infer_ipv4_ident = false;
+        // Half the nodes send multi-packet RC WRITEs as one WRITE ONLY per
+        // packet (what the engine does towards loopback peers): both
+        // segmentations meet every responder.
+        if (seed >> 7) & 1 == 1 {
+            cfg.write_chunking = softrdma_proto::WriteChunking::Always;
+        }
         let dev = Device::new(cfg);
         self.nodes.push(Node { dev, ip });
         i

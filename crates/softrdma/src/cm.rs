@@ -111,27 +111,71 @@ impl ConnInfo {
     }
 }
 
-/// Sends `local` (one line per QP, after a count line) and reads the peer's.
+/// Sends `local` (one line per QP, after a count line saying how many and
+/// how many bytes follow) and reads the peer's. Both directions run at
+/// once: thousands of QPs are more than the socket buffers hold.
 pub fn exchange(stream: &mut TcpStream, local: &[ConnInfo]) -> Result<Vec<ConnInfo>> {
     let io = |e| Error::io("out-of-band exchange", e);
-    let mut msg = format!("SOFTRDMA1 count={}\n", local.len());
-    for l in local {
-        msg.push_str(&l.to_line());
-    }
-    stream.write_all(msg.as_bytes()).map_err(io)?;
+    let body: String = local.iter().map(|l| l.to_line()).collect();
+    let head = format!("SOFTRDMA1 count={} bytes={}\n", local.len(), body.len());
+    let mut writer = stream.try_clone().map_err(io)?;
+    std::thread::scope(|s| {
+        let sent = s.spawn(move || {
+            writer.write_all(head.as_bytes())?;
+            writer.write_all(body.as_bytes())
+        });
+        let got = read_infos(stream);
+        sent.join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("writer panicked")))
+            .map_err(io)?;
+        got
+    })
+}
+
+fn read_infos(stream: &mut TcpStream) -> Result<Vec<ConnInfo>> {
     let mut line = String::new();
     read_line(stream, &mut line)?;
-    let count: usize = line
+    let bad = || Error::from(ConnectError::Greeting(line.trim_end().to_string()));
+    let rest = line
         .trim_end()
         .strip_prefix("SOFTRDMA1 count=")
-        .and_then(|c| c.parse().ok())
-        .filter(|&c| c <= 4096)
-        .ok_or_else(|| ConnectError::Greeting(line.trim_end().to_string()))?;
+        .ok_or_else(bad)?;
+    let (count, bytes) = match rest.split_once(" bytes=") {
+        Some((c, b)) => (c.parse().ok(), b.parse::<usize>().ok()),
+        None => (rest.parse().ok(), None),
+    };
+    let count: usize = count
+        .filter(|&c| c <= softrdma_proto::limits::MAX_QP)
+        .ok_or_else(bad)?;
     let mut out = Vec::with_capacity(count);
-    for _ in 0..count {
-        line.clear();
-        read_line(stream, &mut line)?;
-        out.push(ConnInfo::from_line(&line)?);
+    match bytes {
+        // Read in one go (at most 1 KiB a line).
+        Some(n) if n <= count * 1024 => {
+            let mut buf = vec![0u8; n];
+            stream
+                .read_exact(&mut buf)
+                .map_err(|e| Error::io("out-of-band exchange", e))?;
+            let text = String::from_utf8(buf).map_err(|_| ConnectError::NotUtf8)?;
+            for l in text.lines() {
+                out.push(ConnInfo::from_line(l)?);
+            }
+            if out.len() != count {
+                return Err(ConnectError::Miscounted {
+                    announced: count,
+                    sent: out.len(),
+                }
+                .into());
+            }
+        }
+        Some(_) => return Err(bad()),
+        // An older peer: one line at a time.
+        None => {
+            for _ in 0..count {
+                line.clear();
+                read_line(stream, &mut line)?;
+                out.push(ConnInfo::from_line(&line)?);
+            }
+        }
     }
     Ok(out)
 }

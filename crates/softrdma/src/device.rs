@@ -49,11 +49,21 @@ pub struct DeviceOptions {
     /// Socket receive buffer in bytes (`SO_RCVBUF`): what may arrive while
     /// nothing polls before the kernel drops datagrams.
     pub recv_buffer: usize,
+    /// Addresses automatic selection skips (rdma_cm: a process reaching a
+    /// loopback peer must not take the peer's address when it is free for
+    /// a moment).
+    pub avoid: Vec<IpAddr>,
     /// Fault injection for tests: the fraction of send calls the engine
     /// refuses as if the socket were full, so built datagrams wait in its
     /// queue (`SOFTRDMA_REFUSE_SENDS` when `None`; default 0). Nothing is
     /// lost: refused datagrams go with a later call.
     pub refuse_sends: Option<f64>,
+    /// Send multi-packet RC RDMA WRITEs to loopback peers (softrdma devices
+    /// of this host) as one WRITE ONLY per packet, so that the packets are
+    /// equal-sized and go out as GSO runs (default true; see
+    /// `softrdma_proto::WriteChunking`). Other peers always get FIRST …
+    /// LAST, as rxe sends them.
+    pub chunk_loopback_writes: bool,
 }
 
 impl Default for DeviceOptions {
@@ -68,7 +78,9 @@ impl Default for DeviceOptions {
             gro: true,
             send_buffer: SocketConfig::default().send_buffer,
             recv_buffer: SocketConfig::default().recv_buffer,
+            avoid: Vec::new(),
             refuse_sends: None,
+            chunk_loopback_writes: true,
         }
     }
 }
@@ -82,6 +94,10 @@ impl DeviceOptions {
         }
     }
 }
+
+/// The devices opened in this process (weak: a device closes with its last
+/// handle), for rdma_cm's address resolution.
+static OPEN: Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> = Mutex::new(Vec::new());
 
 /// Highest loopback address tried by automatic selection.
 const LOOPBACK_TRIES: u32 = 4096;
@@ -117,7 +133,7 @@ fn bind(opts: &DeviceOptions) -> Result<UdpSocket> {
     for i in 0..LOOPBACK_TRIES {
         let n = i + 1;
         let ip = Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, (n & 0xff) as u8);
-        if ip.octets()[3] == 0 || ip.octets()[3] == 255 {
+        if ip.octets()[3] == 0 || ip.octets()[3] == 255 || opts.avoid.contains(&IpAddr::V4(ip)) {
             continue;
         }
         match UdpSocket::bind_with(SocketAddr::new(IpAddr::V4(ip), opts.port), &cfg) {
@@ -197,6 +213,11 @@ impl Device {
             .map_err(|e| Error::io("reading OS randomness", std::io::Error::other(e)))?;
         let mut cfg = DeviceConfig::new(local.ip(), 0);
         cfg.key = Some(key);
+        // Equal-sized packets towards loopback peers: the GSO runs the
+        // engine sends them (see softrdma_proto::WriteChunking).
+        if opts.chunk_loopback_writes {
+            cfg.write_chunking = softrdma_proto::WriteChunking::LoopbackPeers;
+        }
         cfg.udp_src_port = local.port();
         cfg.udp_dst_port = local.port();
         cfg.port_mtu = opts.mtu;
@@ -250,18 +271,57 @@ impl Device {
             .map_err(|e| Error::io("creating the device", e))?,
         );
         let s2 = shared.clone();
+        let serial = shared.serial;
         let name = format!("softrdma{}", device_index(local.ip()));
         let thread = std::thread::Builder::new()
             .name(format!("{name}-progress"))
             .spawn(move || engine::run(s2, poller))
             .map_err(|e| Error::io("starting the progress thread", e))?;
-        Ok(Device {
+        let dev = Device {
             inner: Arc::new(DeviceInner {
                 shared,
                 thread: Mutex::new(Some(thread)),
                 name,
             }),
-        })
+        };
+        let mut open = OPEN.lock();
+        open.retain(|(_, w)| w.strong_count() > 0);
+        open.push((serial, Arc::downgrade(&dev.inner)));
+        drop(open);
+        Ok(dev)
+    }
+
+    /// The devices of this process that are open now, in the order they
+    /// were opened.
+    pub fn open_devices() -> Vec<Device> {
+        let open = OPEN.lock();
+        let v: Vec<Device> = open
+            .iter()
+            .filter_map(|(_, w)| w.upgrade().map(|inner| Device { inner }))
+            .collect();
+        drop(open);
+        v
+    }
+
+    /// The open device with this serial number.
+    pub(crate) fn by_serial(serial: u64) -> Option<Device> {
+        let open = OPEN.lock();
+        let d = open
+            .iter()
+            .find(|(s, _)| *s == serial)
+            .and_then(|(_, w)| w.upgrade().map(|inner| Device { inner }));
+        drop(open);
+        d
+    }
+
+    /// The device's number in this process (never reused).
+    pub(crate) fn serial(&self) -> u64 {
+        self.inner.shared.serial
+    }
+
+    /// Whether two handles are the same device.
+    pub fn same_device(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Opens a device with default options.

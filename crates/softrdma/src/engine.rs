@@ -17,6 +17,21 @@
 //! Locks: `core` (the state machine) is always taken before `tx` (the send
 //! queue). Packets are pulled from the core and queued under both, then sent
 //! under `tx` alone, so concurrent senders can never reorder them.
+//!
+//! rdma_cm (`crate::rdma_cm`) hooks in at three places and nowhere else, so
+//! a device that never sees a MAD runs exactly as before:
+//! - a received batch that put MADs in QP 1's queue (the core only queues
+//!   packets for QP 1, found after a failed QPN lookup) ends with
+//!   `rdma_cm::driver::on_gsi`, called with no engine lock held;
+//! - the progress thread compares the CM's next deadline (`cm_deadline`, an
+//!   atomic the CM driver publishes) with the time once per loop and calls
+//!   `rdma_cm::driver::on_timer` when it has passed; it sleeps no longer
+//!   than that deadline;
+//! - the driver sends MADs with `send_mads` (core, then tx, as above).
+//!
+//! Its own lock (process-wide, `rdma_cm::state`) is always taken before
+//! `core`: the driver holds it while it calls into the engine, and the
+//! engine never holds `core`, `tx` or `rx` when it calls the driver.
 
 use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{Record, SharedWriter};
@@ -24,10 +39,12 @@ use crate::sync::{Mutex, MutexGuard};
 use softrdma_io::{GatherTransmit, IoPiece, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
 use softrdma_proto::device::MIN_TX_BUF;
 use softrdma_proto::memory::Region;
-use softrdma_proto::{CqId, Device as Core, Event, Gather, Instant, RecvMeta};
+use softrdma_proto::{CqId, Device as Core, Event, Gather, GsiMad, Instant, RecvMeta};
+use softrdma_wire::mad::{GSI_QKEY, MAD_LEN};
+use softrdma_wire::{QKey, Qpn};
 use std::collections::{HashMap, VecDeque};
 use std::io::IoSliceMut;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,6 +217,25 @@ pub(crate) struct Shared {
     /// Gather sequence numbers sent or dropped (the core's
     /// `handle_released` mark, applied under its lock).
     released: AtomicU64,
+    /// The device's number in this process, never reused: rdma_cm's key
+    /// for its per-device state.
+    pub serial: u64,
+    /// The communication manager's next deadline (ns since `epoch`;
+    /// `u64::MAX`: none), published by the rdma_cm driver.
+    cm_deadline: AtomicU64,
+    /// rdma_cm keeps state for this device (told when the device goes).
+    pub cm_used: AtomicBool,
+}
+
+/// Serial numbers of devices.
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.cm_used.load(Ordering::SeqCst) {
+            crate::rdma_cm::driver::forget_device(self.serial);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -278,6 +314,9 @@ impl Shared {
             refuser: Refuser::new(tuning.refuse_sends),
             release_wanted: AtomicU64::new(u64::MAX),
             released: AtomicU64::new(0),
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            cm_deadline: AtomicU64::new(u64::MAX),
+            cm_used: AtomicBool::new(false),
         })
     }
 
@@ -593,10 +632,10 @@ impl Shared {
     /// Receives up to `batch` buffers and processes them; with `send`, also
     /// sends what that produced (ACKs, responses) before returning.
     fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
-        let Some(mut rx) = self.rx.try_lock() else {
+        let Some(mut rx_guard) = self.rx.try_lock() else {
             return 0;
         };
-        let rx = &mut *rx;
+        let rx = &mut *rx_guard;
         // On the stack: this runs on every poll of a spinning program.
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
@@ -635,13 +674,94 @@ impl Shared {
                 count += 1;
             }
         }
+        // MADs for QP 1 (rdma_cm): rare, checked once per batch.
+        let gsi = core.gsi_pending();
         self.flush_pcap();
         if send {
             self.after(core, now);
         } else {
             self.route_events(&mut core);
+            drop(core);
+        }
+        drop(rx_guard);
+        if gsi {
+            crate::rdma_cm::driver::on_gsi(self);
         }
         count
+    }
+
+    /// The MADs waiting in QP 1's queue.
+    pub fn take_gsi(&self) -> Vec<GsiMad> {
+        let mut core = lock(&self.core);
+        std::iter::from_fn(|| core.poll_gsi()).collect()
+    }
+
+    /// Sends MADs from QP 1: UD SEND_ONLY to `(ip, qpn)` with the GSI
+    /// Q_Key, in order. A MAD the socket cannot take is dropped (the CM
+    /// retransmits what matters).
+    pub fn send_mads(&self, mads: &[(IpAddr, Qpn, [u8; MAD_LEN])]) {
+        if mads.is_empty() {
+            return;
+        }
+        // What the core produced earlier leaves first (a program thread's
+        // poll leaves its ACKs for its next call): a REQ sent right after
+        // a message arrived must not overtake that message's ACK, which
+        // the peer may be waiting for before it listens.
+        self.flush_now();
+        let mut core = lock(&self.core);
+        let mut tx = lock(&self.tx);
+        for (dst, qpn, mad) in mads {
+            if tx.pending.len() >= TX_QUEUE_MAX {
+                self.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
+            match core.emit_gsi(*dst, *qpn, QKey(GSI_QKEY), mad, &mut buf) {
+                Some(t) => tx.pending.push_back(Pending {
+                    buf,
+                    len: t.len,
+                    dst: t.dst,
+                    tos: t.traffic_class,
+                    ttl: t.hop_limit,
+                    gather: None,
+                    seq: 0,
+                }),
+                None => tx.pool.push(buf),
+            }
+        }
+        drop(core);
+        let (_, released) = self.send_locked(&mut tx);
+        drop(tx);
+        self.release(released);
+    }
+
+    /// The CM's next deadline (published by the rdma_cm driver after every
+    /// step of its CM): the progress thread wakes up for it.
+    pub fn set_cm_deadline(&self, deadline: Option<Instant>) {
+        let v = deadline.map_or(u64::MAX, |d| d.0);
+        self.cm_deadline.store(v, Ordering::SeqCst);
+        let s = self.sleep_until.load(Ordering::SeqCst);
+        if s != u64::MAX && v < s {
+            self.waker.wake();
+        }
+    }
+
+    /// Runs the CM's timers if they are due; returns the earlier of `next`
+    /// and the CM's deadline. One atomic load when no CM is in use.
+    fn cm_timers(&self, next: Option<Instant>) -> Option<Instant> {
+        let d = self.cm_deadline.load(Ordering::SeqCst);
+        if d == u64::MAX {
+            return next;
+        }
+        if d <= self.now().0 {
+            crate::rdma_cm::driver::on_timer(self);
+        }
+        let d = self.cm_deadline.load(Ordering::SeqCst);
+        match (next, d) {
+            (n, u64::MAX) => n,
+            (Some(n), d) => Some(Instant(n.0.min(d))),
+            (None, d) => Some(Instant(d)),
+        }
     }
 
     /// A program thread polled (a CQ or `Device::progress`).
@@ -725,6 +845,8 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         if polls != seen_polls {
             seen_polls = polls;
             shared.app_active.store(true, Ordering::SeqCst);
+            // The program receives MADs with its polls; CM timers are ours.
+            shared.cm_timers(None);
             std::thread::sleep(Duration::from_nanos(APP_ACTIVE_NS));
             continue;
         }
@@ -736,6 +858,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         }
         let got = shared.poll_rx();
         let next = shared.poll_timers();
+        let next = shared.cm_timers(next);
         if !lock(&shared.tx).pending.is_empty() {
             shared.send_pending();
         }
@@ -768,7 +891,9 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
             .store(now.0.saturating_add(t.as_nanos() as u64), Ordering::SeqCst);
         // Re-check after publishing: a deadline set in between is seen.
         let again = lock(&shared.core).poll_timeout();
-        if again.is_none_or(|d| d.0 >= now.0 + t.as_nanos() as u64) {
+        let cm = shared.cm_deadline.load(Ordering::SeqCst);
+        let until = now.0 + t.as_nanos() as u64;
+        if again.is_none_or(|d| d.0 >= until) && cm >= until {
             let _ = poller.wait(Some(t));
         }
         shared.sleep_until.store(u64::MAX, Ordering::SeqCst);

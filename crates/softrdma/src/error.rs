@@ -27,6 +27,14 @@ pub enum Error {
     /// An argument is out of range (checked before reaching the core).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An rdma_cm call failed with the errno librdmacm reports for it.
+    #[error("{context}: {}", io::Error::from_raw_os_error(*errno))]
+    Cm {
+        /// The errno (EINVAL, EADDRINUSE, ETIMEDOUT, ECONNREFUSED …).
+        errno: i32,
+        /// What failed.
+        context: String,
+    },
 }
 
 impl Error {
@@ -44,6 +52,14 @@ impl Error {
             Error::Connect(_) => libc::ECONNREFUSED,
             Error::EngineStopped => libc::ENODEV,
             Error::InvalidArgument(_) => libc::EINVAL,
+            Error::Cm { errno, .. } => *errno,
+        }
+    }
+
+    pub(crate) fn cm(errno: i32, context: impl Into<String>) -> Error {
+        Error::Cm {
+            errno,
+            context: context.into(),
         }
     }
 
@@ -68,6 +84,17 @@ pub enum ConnectError {
     /// The first line was not the count line.
     #[error("unexpected greeting from the peer: {0:?}")]
     Greeting(String),
+    /// The QP lines were not UTF-8 text.
+    #[error("the peer sent non-UTF-8 text")]
+    NotUtf8,
+    /// The peer sent another number of QP lines than its count line said.
+    #[error("the peer announced {announced} QPs and sent {sent}")]
+    Miscounted {
+        /// The count line's number.
+        announced: usize,
+        /// The lines that came.
+        sent: usize,
+    },
     /// A QP line without softrdma's tag.
     #[error("the peer does not speak softrdma's exchange (got {0:?})")]
     NotSoftrdma(String),

@@ -43,6 +43,7 @@ mod error;
 mod event;
 pub mod memory;
 pub mod pcap;
+pub mod rdma_cm;
 #[cfg(feature = "tokio")]
 mod stream;
 mod sync;

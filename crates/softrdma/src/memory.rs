@@ -21,7 +21,13 @@
 //!    this module: [`copy_out`] and [`copy_in`] move bytes with relaxed
 //!    atomic loads and stores, 8 bytes at a time where aligned (an atomic
 //!    access racing with anything is defined behaviour; it compiles to
-//!    plain moves). Remote atomics use `AtomicU64` on the 8 bytes.
+//!    plain moves). On x86-64 the bulk of a copy — whole 64-byte blocks —
+//!    goes through a small assembly loop of 16-byte SSE2 moves instead: the
+//!    compiler cannot see into it (no reference, no assumption, nothing
+//!    elided, merged or re-read: like a volatile copy), and its loads and
+//!    stores are the machine's, each single-copy atomic for every aligned
+//!    byte — the same accesses as the atomic loop, four times wider. Remote
+//!    atomics use `AtomicU64` on the 8 bytes.
 //! 2. [`copy_in`] stores the last byte last, with release ordering. The
 //!    engine writes a message's packets in order, so a program that sees
 //!    the last byte of a WRITE with an acquire load
@@ -49,8 +55,55 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
+/// Copies the whole 64-byte blocks of `n` bytes from `src` to `dst` with an
+/// assembly loop of 16-byte moves; returns the bytes copied (a multiple of
+/// 64, at most `n`). See the module rules (1) for why this is a sound way
+/// to touch region memory.
+///
+/// # Safety
+/// `src..src + n` valid for reads, `dst..dst + n` for writes, not
+/// overlapping.
+#[inline]
+unsafe fn bulk_copy(dst: *mut u8, src: *const u8, n: usize) -> usize {
+    let blocks = n / 64;
+    #[cfg(target_arch = "x86_64")]
+    if blocks > 0 {
+        // SAFETY: per the contract; the loop reads and writes exactly
+        // `blocks * 64` bytes at `src` and `dst`, and clobbers only the
+        // registers named here.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "movdqu {a}, xmmword ptr [{s}]",
+                "movdqu {b}, xmmword ptr [{s} + 16]",
+                "movdqu {c}, xmmword ptr [{s} + 32]",
+                "movdqu {d}, xmmword ptr [{s} + 48]",
+                "movdqu xmmword ptr [{t}], {a}",
+                "movdqu xmmword ptr [{t} + 16], {b}",
+                "movdqu xmmword ptr [{t} + 32], {c}",
+                "movdqu xmmword ptr [{t} + 48], {d}",
+                "add {s}, 64",
+                "add {t}, 64",
+                "dec {n}",
+                "jnz 2b",
+                s = inout(reg) src => _,
+                t = inout(reg) dst => _,
+                n = inout(reg) blocks => _,
+                a = out(xmm_reg) _,
+                b = out(xmm_reg) _,
+                c = out(xmm_reg) _,
+                d = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+        return blocks * 64;
+    }
+    let _ = (dst, src, blocks);
+    0
+}
+
 /// Copies `dst.len()` bytes of region memory at `src` into `dst` with
-/// relaxed atomic loads.
+/// relaxed atomic loads (the bulk through [`bulk_copy`]).
 ///
 /// # Safety
 /// `src..src + dst.len()` must be valid for reads and writes (registered,
@@ -65,6 +118,7 @@ pub unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
             dst[i] = AtomicU8::from_ptr(src.add(i).cast_mut()).load(Ordering::Relaxed);
             i += 1;
         }
+        i += bulk_copy(dst.as_mut_ptr().add(i), src.add(i), len - i);
         while i + 8 <= len {
             let w = AtomicU64::from_ptr(src.add(i).cast_mut().cast()).load(Ordering::Relaxed);
             dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
@@ -77,8 +131,9 @@ pub unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
     }
 }
 
-/// Copies `src` into region memory at `dst` with relaxed atomic stores; the
-/// last byte is stored last, with release ordering (rule 2).
+/// Copies `src` into region memory at `dst` with relaxed atomic stores (the
+/// bulk through [`bulk_copy`]); the last byte is stored last, with release
+/// ordering (rule 2).
 ///
 /// # Safety
 /// `dst..dst + src.len()` must be valid for reads and writes (registered,
@@ -96,6 +151,7 @@ pub unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
             AtomicU8::from_ptr(dst.add(i)).store(body[i], Ordering::Relaxed);
             i += 1;
         }
+        i += bulk_copy(dst.add(i), body.as_ptr().add(i), len - i);
         while i + 8 <= len {
             let mut w = [0u8; 8];
             w.copy_from_slice(&body[i..i + 8]);
@@ -272,9 +328,9 @@ mod tests {
 
     #[test]
     fn copies_move_every_byte_at_every_alignment() {
-        let r = RawRegion::allocate(256).unwrap();
+        let r = RawRegion::allocate(512).unwrap();
         for off in 0..17 {
-            for len in 0..40 {
+            for len in (0..40).chain([63, 64, 65, 127, 128, 129, 200, 300]) {
                 let src: Vec<u8> = (0..len).map(|i| (i * 7 + off + 1) as u8).collect();
                 r.write(off, &src);
                 let mut back = vec![0u8; len];

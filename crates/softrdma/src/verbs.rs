@@ -651,6 +651,14 @@ impl QueuePair {
     pub fn cap(&self) -> QpCap {
         self.cap
     }
+    /// Whether it receives through a shared receive queue.
+    pub fn has_srq(&self) -> bool {
+        self._srq.is_some()
+    }
+    /// Its protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
 
     fn core<R>(
         &self,

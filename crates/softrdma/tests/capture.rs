@@ -71,6 +71,8 @@ fn capture_decodes_with_valid_icrc() {
     let dev = Device::open(DeviceOptions {
         pcap: Some(pa.clone()),
         mtu: 1024,
+        // The standard FIRST … LAST segmentation, whose opcodes are checked.
+        chunk_loopback_writes: false,
         ..Default::default()
     })
     .unwrap();

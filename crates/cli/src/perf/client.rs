@@ -7,7 +7,7 @@ use super::describe::{counter_notes, failure_counters, header_text, params_json}
 use super::ops::Receives;
 use super::options::Config;
 use super::params::{Op, Params, Test};
-use super::report::{self, counters, document, obj, Json, Progress, RULE};
+use super::report::{self, counters, document, num, obj, Json, Progress, RULE};
 use super::setup::Side;
 use super::verify::{prepare, restore, verdict, verify_local};
 use super::{bw, lat, Error};
@@ -92,6 +92,15 @@ impl<'a> Reporter<'a> {
             ("peer".into(), Json::from(peer)),
             ("path_mtu".into(), Json::from(side.path_mtu as u64)),
             ("yield_when_idle".into(), Json::Bool(side.yield_idle)),
+            (
+                "setup".into(),
+                obj([
+                    ("qps", Json::from(side.setup.qps as u64)),
+                    ("seconds", num(side.setup.seconds)),
+                    ("qps_per_s", num(side.setup.qps_per_s())),
+                    ("rss_bytes_per_qp", Json::from(side.setup.rss_per_qp())),
+                ]),
+            ),
         ];
         head.extend(params_json(&cfg.params));
         Reporter {

@@ -49,6 +49,14 @@ pub(super) fn header_text(side: &Side, peer: &str, role: &str) -> String {
             "Link type      : Ethernet".into(),
         ),
         (format!("Waiting         : {waiting}"), String::new()),
+        (
+            format!("Setup           : {:.3} s", side.setup.seconds),
+            format!("Setup rate     : {:.0} QPs/s", side.setup.qps_per_s()),
+        ),
+        (
+            format!("Memory per QP   : {} B", side.setup.rss_per_qp()),
+            String::new(),
+        ),
     ];
     let reads = format!("Outstand reads  : {}", p.outs);
     match p.test.op() {
@@ -75,7 +83,13 @@ pub(super) fn header_text(side: &Side, peer: &str, role: &str) -> String {
     }
     s.push_str(RULE);
     s.push('\n');
-    for i in 0..side.qps.len() {
+    // Every QP's addresses when there are few; the first ones otherwise.
+    let shown = if side.qps.len() > 16 {
+        8
+    } else {
+        side.qps.len()
+    };
+    for i in 0..shown {
         for (which, a) in [("local", &side.local[i]), ("remote", &side.remote[i])] {
             s.push_str(&format!(
                 " {which} address: QPN {:#08x} PSN {:#08x} RKey {:#010x} VAddr {:#018x}\n GID: {}\n",
@@ -86,6 +100,9 @@ pub(super) fn header_text(side: &Side, peer: &str, role: &str) -> String {
                 gid_text(&a.gid)
             ));
         }
+    }
+    if shown < side.qps.len() {
+        s.push_str(&format!(" … and {} more QPs\n", side.qps.len() - shown));
     }
     s.push_str(RULE);
     s.push('\n');

@@ -12,7 +12,7 @@ pub const MAX_SIZE: u64 = 1 << 30;
 /// Largest size of `-a` (perftest: 2 … 2^23).
 pub const ALL_MAX_SIZE: u64 = 1 << 23;
 /// Queue pairs per run (`-q`).
-pub const MAX_QPS: u32 = 64;
+pub const MAX_QPS: u32 = softrdma::limits::MAX_QP as u32;
 /// Outstanding work requests per QP (`-t`, `-r`): the device's queue limit
 /// (`max_qp_wr` of `softrdma devinfo`).
 pub const MAX_DEPTH: u32 = 16 * 1024;
@@ -596,7 +596,7 @@ mod tests {
             "SOFTRDMA-PERF1 test=write-bw sizes=0x1",
             "SOFTRDMA-PERF1 test=write-bw sizes=8x0",
             "SOFTRDMA-PERF1 test=write-bw sizes=99999999999x1",
-            "SOFTRDMA-PERF1 test=write-bw qps=1000 sizes=8x1",
+            "SOFTRDMA-PERF1 test=write-bw qps=70000 sizes=8x1",
             "SOFTRDMA-PERF1 test=atomic-bw sizes=16x1",
             "SOFTRDMA-PERF1 test=write-bw mtu=1000 sizes=8x1",
             "SOFTRDMA-PERF1 test=write-bw sizes",

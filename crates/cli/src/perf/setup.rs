@@ -137,6 +137,8 @@ impl Layout {
 
 /// One side, connected.
 pub struct Side {
+    /// What connecting cost.
+    pub setup: SetupCost,
     /// The device.
     pub dev: Device,
     /// The protection domain.
@@ -197,6 +199,38 @@ impl SpinMode {
     }
 }
 
+/// What connecting the QPs cost: time (creation, the exchange with the
+/// peer, the moves to RTS) and the resident memory it added, before any
+/// buffer is touched.
+#[derive(Clone, Copy, Debug)]
+pub struct SetupCost {
+    /// QPs connected.
+    pub qps: usize,
+    /// Seconds it took.
+    pub seconds: f64,
+    /// Resident memory it added.
+    pub rss_bytes: u64,
+}
+
+impl SetupCost {
+    /// Connection setup rate.
+    pub fn qps_per_s(&self) -> f64 {
+        self.qps as f64 / self.seconds.max(1e-9)
+    }
+    /// Resident memory per QP.
+    pub fn rss_per_qp(&self) -> u64 {
+        self.rss_bytes / self.qps.max(1) as u64
+    }
+}
+
+/// The process's resident memory (/proc/self/statm), 0 when unknown.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
 impl Side {
     /// Creates the QPs and regions, exchanges with the peer over `ctrl`,
     /// and moves every QP to RTS.
@@ -221,7 +255,16 @@ impl Side {
         let mut local = Vec::with_capacity(q);
         let mtu_wish = p.mtu.min(dev.query_port().active_mtu);
         let mtu = Mtu::from_bytes_floor(mtu_wish).unwrap_or(Mtu::M256);
+        // The buffers first: the setup figures are the QPs' own.
         for _ in 0..q {
+            let mr = pd.alloc_mr(layout.mr_len, access).map_err(|e| {
+                Error::Failed(format!("allocating a {} byte buffer: {e}", layout.mr_len))
+            })?;
+            mrs.push(mr);
+        }
+        let started = std::time::Instant::now();
+        let rss_before = resident_bytes();
+        for mr in &mrs {
             let qp = pd
                 .qp_builder(p.conn.qp_type(), &cq, &cq)
                 .max_send_wr(p.tx_depth.max(2))
@@ -229,13 +272,9 @@ impl Side {
                 .max_send_sge(1)
                 .max_recv_sge(1)
                 .build()?;
-            let mr = pd.alloc_mr(layout.mr_len, access).map_err(|e| {
-                Error::Failed(format!("allocating a {} byte buffer: {e}", layout.mr_len))
-            })?;
             let psn = dev.random_psn();
-            local.push(cm::local_info(&dev, &qp, psn, Some(&mr), mtu));
+            local.push(cm::local_info(&dev, &qp, psn, Some(mr), mtu));
             qps.push(qp);
-            mrs.push(mr);
         }
         let remote = cm::exchange(&mut ctrl.stream, &local)?;
         if remote.len() != q {
@@ -285,7 +324,14 @@ impl Side {
             .enumerate()
             .map(|(i, qp)| (qp.qpn().value(), i))
             .collect();
+        // Before `fill` touches the buffers: what the QPs themselves cost.
+        let setup = SetupCost {
+            qps: q,
+            seconds: started.elapsed().as_secs_f64(),
+            rss_bytes: resident_bytes().saturating_sub(rss_before),
+        };
         let side = Side {
+            setup,
             dev,
             pd,
             cq,

@@ -18,8 +18,8 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A directory holding `libibverbs.so.1` → our `libibverbs.so`, for
-/// `LD_LIBRARY_PATH`.
+/// A directory holding `libibverbs.so.1` and `librdmacm.so.1` → our
+/// `libibverbs.so`, for `LD_LIBRARY_PATH`.
 ///
 /// Building the tests builds the library into `target/<profile>/deps/`;
 /// `cargo build` also copies it to `target/<profile>/`. The newer one is
@@ -47,14 +47,17 @@ pub fn lib_dir() -> PathBuf {
     let target = Path::new("..").join(rel);
     let dir = prof.join("softrdma-ibverbs-lib");
     let _ = std::fs::create_dir_all(&dir);
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
-        // Made under a private name and renamed over: atomic for other
-        // test processes.
-        let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-        std::fs::rename(&tmp, &link).expect("rename");
+    // The same file under both sonames: librdmacm lives in it too.
+    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+            // Made under a private name and renamed over: atomic for other
+            // test processes.
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
+            std::fs::rename(&tmp, &link).expect("rename");
+        }
     }
     dir
 }

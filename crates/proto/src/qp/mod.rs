@@ -111,6 +111,8 @@ pub(crate) struct Ctx<'a> {
     pub port_mtu: u32,
     /// Leave payloads in registered memory (zero-copy transmission).
     pub gather: bool,
+    /// How multi-packet RC WRITEs go on the wire.
+    pub write_chunking: crate::device::WriteChunking,
     /// The sequence number the next zero-copy datagram gets.
     pub next_gather_seq: u64,
     /// Gather sequence numbers the driver has released.

@@ -426,7 +426,10 @@ impl Qp {
         let first = k == 0 || is_read;
         let last = is_read || k + 1 >= w.npkts;
         let offset = k as u64 * mtu as u64;
-        let Some(opcode) = request_opcode(self.qp_type, op, first, last) else {
+        // Each packet of a chunked WRITE is a WRITE ONLY of its own.
+        let chunked = w.npkts > 1 && op == WrOpcode::RdmaWrite && self.chunk_writes(ctx);
+        let Some(opcode) = request_opcode(self.qp_type, op, first || chunked, last || chunked)
+        else {
             return Ok(None);
         };
         let mut bth = BthRepr {
@@ -473,6 +476,13 @@ impl Qp {
                     rkey: w.wr.rkey,
                     swap_add: w.wr.compare_add,
                     compare: 0,
+                });
+            }
+            WrOpcode::RdmaWrite if chunked => {
+                repr.reth = Some(RethRepr {
+                    va: w.wr.remote_addr.wrapping_add(offset),
+                    rkey: w.wr.rkey,
+                    dma_len: payload_len as u32,
                 });
             }
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm if first => {
@@ -522,6 +532,22 @@ impl Qp {
             Payload::Sgl(sgl, offset, payload_len)
         };
         build_packet(ctx, &av, repr, payload, buf)
+    }
+
+    /// Whether this QP sends a multi-packet RDMA WRITE (without immediate)
+    /// as one WRITE ONLY per packet, each with its own RETH
+    /// ([`WriteChunking`](crate::device::WriteChunking)). Only RC: the
+    /// responder places the bytes exactly as it would for FIRST … LAST
+    /// (a UC responder would keep the packets of a message that lost one,
+    /// and WRITE with immediate reports its whole length in one message).
+    fn chunk_writes(&self, ctx: &Ctx) -> bool {
+        use crate::device::WriteChunking;
+        self.qp_type == QpType::Rc
+            && match ctx.write_chunking {
+                WriteChunking::Never => false,
+                WriteChunking::LoopbackPeers => self.attr.ah_attr.dest.is_loopback(),
+                WriteChunking::Always => true,
+            }
     }
 
     /// Go-back-N: the next packet sent is the one with `psn`.

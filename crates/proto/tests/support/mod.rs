@@ -68,6 +68,7 @@ pub struct Setup {
     pub dev_psn: u32,
     pub srq: bool,
     pub cq_depth: u32,
+    pub write_chunking: WriteChunking,
 }
 
 impl Default for Setup {
@@ -88,6 +89,7 @@ impl Default for Setup {
             dev_psn: 0x500,
             srq: false,
             cq_depth: 64,
+            write_chunking: WriteChunking::Never,
         }
     }
 }
@@ -98,7 +100,10 @@ pub fn ip(s: &str) -> IpAddr {
 
 impl Rig {
     pub fn new(s: Setup) -> Rig {
-        let mut dev = Device::new(DeviceConfig::new(ip(DEV_IP), 42));
+        let mut dev = Device::new(DeviceConfig {
+            write_chunking: s.write_chunking,
+            ..DeviceConfig::new(ip(DEV_IP), 42)
+        });
         let now = Instant(1_000_000);
         let pd = dev.alloc_pd().unwrap();
         let scq = dev.create_cq(s.cq_depth).unwrap();

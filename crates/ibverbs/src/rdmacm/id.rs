@@ -1,0 +1,859 @@
+//! rdma_cm ids: the C face of `softrdma::rdma_cm::CmId`.
+//!
+//! A C id is an `rdma_cm_id` we publish (the `Obj` pattern of `handle.rs`)
+//! holding softrdma's id. After each call and for each event, its public
+//! fields are brought up to date as librdmacm does: `verbs`, `pd` and
+//! `port_num` once its device is known (one context and PD per device,
+//! `device.rs`), `route.addr` and `route.path_rec`.
+//!
+//! Synchronous ids (created with a NULL channel) get a private channel;
+//! each call that produces an event waits for it there and keeps it in
+//! `id->event` (librdmacm's `ucma_complete`).
+
+use super::device::{init, verbs_of};
+use super::event::{ack_cm_event, get_event, new_channel, Channel};
+use super::ffi::*;
+use crate::ffi::*;
+use crate::handle::{Castable, Kind, Obj};
+use crate::qp::Qp;
+use crate::util::{guard, guard_neg, zeroed};
+use softrdma::rdma_cm::{CmEvent, CmId, ConnParam, EventType, PortSpace, QpState};
+use softrdma::QpType;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+/// Our side of a C id.
+pub struct Id {
+    pub cm: CmId,
+    pub c: Mutex<IdC>,
+}
+
+/// librdmacm's private fields.
+#[derive(Default)]
+pub struct IdC {
+    /// Created with a NULL channel: calls wait for their events.
+    pub sync: bool,
+    /// The private channel of a synchronous id.
+    pub own_chan: usize,
+    /// `rdma_create_ep`'s QP attributes for a passive id's requests.
+    pub qp_init_attr: Option<Box<QpInitAttr>>,
+    /// The `route.path_rec` allocation.
+    pub path_rec: usize,
+    /// `rdma_set_local_ece`.
+    pub local_ece: (u32, u32),
+}
+
+/// A copy of `ibv_qp_init_attr` (its pointers are the program's).
+pub struct QpInitAttr(pub ibv_qp_init_attr);
+// SAFETY: plain data; the pointers are only handed back to the program.
+unsafe impl Send for QpInitAttr {}
+
+impl Castable for Id {
+    type Repr = rdma_cm_id;
+    type Api = rdma_cm_id;
+    const KIND: Kind = Kind::CmId;
+    const MAGIC: u64 = 0x5352_434d_4944_0013;
+}
+
+/// softrdma id number → published C id.
+static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+
+fn ids_insert(num: u64, p: *mut rdma_cm_id) {
+    IDS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(num, p as usize);
+}
+
+fn ids_get(num: u64) -> Option<*mut rdma_cm_id> {
+    IDS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()?
+        .get(&num)
+        .map(|&p| p as *mut rdma_cm_id)
+}
+
+fn ids_remove(num: u64) {
+    if let Some(m) = IDS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        m.remove(&num);
+    }
+}
+
+fn lock(o: &Obj<Id>) -> std::sync::MutexGuard<'_, IdC> {
+    o.c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn get(p: *mut rdma_cm_id) -> Result<Arc<Obj<Id>>, i32> {
+    init();
+    Obj::<Id>::get(p).ok_or(libc::EINVAL)
+}
+
+fn ps_of(ps: c_int) -> Option<PortSpace> {
+    Some(match ps {
+        RDMA_PS_TCP => PortSpace::Tcp,
+        RDMA_PS_UDP => PortSpace::Udp,
+        RDMA_PS_IB => PortSpace::Ib,
+        RDMA_PS_IPOIB => PortSpace::Ipoib,
+        _ => return None,
+    })
+}
+
+/// A program's socket address.
+///
+/// # Safety
+/// `a` is NULL or points to a `sockaddr` of the length its family says.
+pub unsafe fn sockaddr_in(a: *const libc::sockaddr) -> Option<SocketAddr> {
+    if a.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    unsafe {
+        match (*a).sa_family as c_int {
+            libc::AF_INET => {
+                let s = &*(a as *const libc::sockaddr_in);
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
+                    u16::from_be(s.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                let s = &*(a as *const libc::sockaddr_in6);
+                Some(SocketAddr::new(
+                    IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                    u16::from_be(s.sin6_port),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes a socket address into a `sockaddr_storage`.
+pub fn write_sockaddr(dst: &mut sockaddr_storage, a: SocketAddr) {
+    *dst = sockaddr_storage::default();
+    let p = dst.0.as_mut_ptr();
+    match a {
+        SocketAddr::V4(v4) => {
+            let s = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: 128 bytes of storage, aligned to 8, hold a sockaddr_in.
+            unsafe { (p as *mut libc::sockaddr_in).write(s) };
+        }
+        SocketAddr::V6(v6) => {
+            let s = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above, for a sockaddr_in6.
+            unsafe { (p as *mut libc::sockaddr_in6).write(s) };
+        }
+    }
+}
+
+fn gid(ip: IpAddr) -> ibv_gid {
+    let raw = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    ibv_gid { raw }
+}
+
+/// Brings the C id's public fields up to date.
+fn refresh(o: &Obj<Id>) {
+    let Ok(info) = o.cm.addr_info() else {
+        return;
+    };
+    let mut st = lock(o);
+    let r = o.repr();
+    // SAFETY: fields of our own allocation; the program reads them (and
+    // may set `context`, `pd`, which we only set while NULL), as with
+    // librdmacm, which writes them during calls and event processing.
+    unsafe {
+        if let Some(dev) = &info.device {
+            if (*r).verbs.is_null() {
+                if let Some((ctx, pd)) = verbs_of(dev) {
+                    (*r).verbs = ctx;
+                    if (*r).pd.is_null() {
+                        (*r).pd = pd;
+                    }
+                    (*r).port_num = 1;
+                }
+            }
+        }
+        let addr = &mut (*r).route.addr;
+        if let Some(s) = info.src {
+            write_sockaddr(&mut addr.src_storage, s);
+            addr.addr.ibaddr.sgid = gid(s.ip());
+        }
+        if let Some(d) = info.dst {
+            write_sockaddr(&mut addr.dst_storage, d);
+            addr.addr.ibaddr.dgid = gid(d.ip());
+        }
+        addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        if let Some(p) = info.path {
+            if st.path_rec == 0 {
+                st.path_rec = Box::into_raw(Box::new(ibv_sa_path_rec::default())) as usize;
+            }
+            let pr = &mut *(st.path_rec as *mut ibv_sa_path_rec);
+            *pr = ibv_sa_path_rec {
+                dgid: ibv_gid {
+                    raw: p.dgid.octets(),
+                },
+                sgid: ibv_gid {
+                    raw: p.sgid.octets(),
+                },
+                dlid: 0,
+                slid: 0,
+                raw_traffic: 0,
+                flow_label: p.flow_label.to_be(),
+                hop_limit: p.hop_limit,
+                traffic_class: p.traffic_class,
+                reversible: 1,
+                numb_path: 1,
+                pkey: p.pkey.0.to_be(),
+                sl: p.sl,
+                mtu_selector: 2,
+                mtu: p.mtu,
+                rate_selector: 2,
+                rate: p.rate,
+                packet_life_time_selector: 2,
+                packet_life_time: p.packet_life_time,
+                preference: 0,
+            };
+            (*r).route.path_rec = pr;
+            (*r).route.num_paths = 1;
+        }
+    }
+}
+
+/// A new C id for a softrdma id.
+fn publish(
+    cm: CmId,
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: c_int,
+    qp_type: c_int,
+    sync: bool,
+    own_chan: usize,
+) -> *mut rdma_cm_id {
+    let mut c: rdma_cm_id = zeroed();
+    c.channel = ch;
+    c.context = context;
+    c.ps = ps;
+    c.qp_type = qp_type;
+    let num = cm.num();
+    let o = Obj::new(
+        c,
+        Id {
+            cm,
+            c: Mutex::new(IdC {
+                sync,
+                own_chan,
+                ..Default::default()
+            }),
+        },
+    );
+    let p = o.clone().publish();
+    ids_insert(num, p);
+    refresh(&o);
+    p
+}
+
+/// `rdma_create_id2`: an id of this port space and QP type.
+pub fn create_id2(
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: c_int,
+    qp_type: c_int,
+) -> Result<*mut rdma_cm_id, i32> {
+    init();
+    let space = ps_of(ps).ok_or(libc::EINVAL)?;
+    let t = match qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        _ => return Err(libc::EINVAL),
+    };
+    let (ch, sync) = if ch.is_null() {
+        (new_channel()?, true)
+    } else {
+        (ch, false)
+    };
+    let chan = Obj::<Channel>::get(ch).ok_or(libc::EINVAL)?;
+    let cm = CmId::new(&chan.ch, space, Some(t)).map_err(|e| e.errno())?;
+    Ok(publish(
+        cm,
+        ch,
+        context,
+        ps,
+        qp_type,
+        sync,
+        if sync { ch as usize } else { 0 },
+    ))
+}
+
+pub unsafe extern "C" fn create_id(
+    ch: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: super::ffi::rdma_port_space,
+) -> c_int {
+    guard_neg(|| {
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let t = if ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP {
+            IBV_QPT_UD
+        } else {
+            IBV_QPT_RC
+        };
+        let p = create_id2(ch, context, ps, t)?;
+        // SAFETY: the caller's output pointer.
+        unsafe { *id = p };
+        Ok(())
+    })
+}
+
+/// Frees a C id's own allocations after softrdma's id is destroyed.
+fn free_c(o: &Obj<Id>) {
+    let mut st = lock(o);
+    if st.path_rec != 0 {
+        // SAFETY: allocated by Box::into_raw in `refresh`, freed once; the
+        // program's pointer to it dies with the id.
+        unsafe {
+            (*o.repr()).route.path_rec = std::ptr::null_mut();
+            drop(Box::from_raw(st.path_rec as *mut ibv_sa_path_rec));
+        }
+        st.path_rec = 0;
+    }
+    if st.sync && st.own_chan != 0 {
+        drop(Obj::<Channel>::take(st.own_chan as *mut rdma_event_channel));
+        st.own_chan = 0;
+    }
+}
+
+pub unsafe extern "C" fn destroy_id(id: *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        init();
+        let o = Obj::<Id>::take(id)?;
+        ids_remove(o.cm.num());
+        // SAFETY: our allocation.
+        let ev = unsafe { std::mem::replace(&mut (*o.repr()).event, std::ptr::null_mut()) };
+        if !ev.is_null() {
+            // SAFETY: an event we handed out.
+            unsafe { ack_cm_event(ev) };
+        }
+        o.cm.destroy().map_err(|e| e.errno())?;
+        free_c(&o);
+        Ok(())
+    })
+}
+
+/// librdmacm's `ucma_complete`: for a synchronous id, waits for the
+/// event of the call just made, keeps it in `id->event` and turns its
+/// status into errno.
+fn complete(o: &Obj<Id>) -> Result<(), i32> {
+    let own = {
+        let st = lock(o);
+        if !st.sync {
+            return Ok(());
+        }
+        st.own_chan
+    };
+    let r = o.repr();
+    // SAFETY: our allocation; a synchronous id's event field is ours.
+    let old = unsafe { std::mem::replace(&mut (*r).event, std::ptr::null_mut()) };
+    if !old.is_null() {
+        // SAFETY: an event we handed out.
+        unsafe { ack_cm_event(old) };
+    }
+    let ch = Obj::<Channel>::get(own as *mut rdma_event_channel).ok_or(libc::EINVAL)?;
+    let ev = get_event(&ch.ch)?;
+    // SAFETY: as above; `ev` is a live event.
+    unsafe {
+        (*r).event = ev;
+        let (kind, status) = ((*ev).event, (*ev).status);
+        if status != 0 {
+            return Err(if kind == EventType::Rejected as c_int {
+                libc::ECONNREFUSED
+            } else if status < 0 {
+                -status
+            } else {
+                status
+            });
+        }
+    }
+    Ok(())
+}
+
+pub unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        // SAFETY: the caller's address.
+        let a = unsafe { sockaddr_in(addr) }.ok_or(libc::EINVAL)?;
+        o.cm.bind_addr(a).map_err(|e| e.errno())?;
+        refresh(&o);
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        // SAFETY: the caller's addresses.
+        let d = unsafe { sockaddr_in(dst) }.ok_or(libc::EINVAL)?;
+        let s = if src.is_null() {
+            None
+        } else {
+            // SAFETY: as above.
+            Some(unsafe { sockaddr_in(src) }.ok_or(libc::EINVAL)?)
+        };
+        o.cm.resolve_addr(s, d).map_err(|e| e.errno())?;
+        refresh(&o);
+        complete(&o)
+    })
+}
+
+pub unsafe extern "C" fn resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        o.cm.resolve_route().map_err(|e| e.errno())?;
+        refresh(&o);
+        complete(&o)
+    })
+}
+
+pub unsafe extern "C" fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        o.cm.listen(backlog).map_err(|e| e.errno())?;
+        refresh(&o);
+        Ok(())
+    })
+}
+
+/// A program's `rdma_conn_param`.
+///
+/// # Safety
+/// `p` is NULL or a valid parameter structure whose private data pointer
+/// covers its length.
+unsafe fn conn_param(p: *const rdma_conn_param) -> Option<ConnParam> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    let p = unsafe { &*p };
+    let data = if p.private_data.is_null() || p.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: per the contract.
+        unsafe {
+            std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
+        }
+        .to_vec()
+    };
+    Some(ConnParam {
+        private_data: data,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: p.flow_control != 0,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: p.srq != 0,
+        qp_num: p.qp_num,
+    })
+}
+
+pub unsafe extern "C" fn connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        // SAFETY: the caller's parameters.
+        let p = unsafe { conn_param(param) };
+        o.cm.connect(p.as_ref()).map_err(|e| e.errno())?;
+        complete(&o)
+    })
+}
+
+pub unsafe extern "C" fn accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        // SAFETY: the caller's parameters.
+        let p = unsafe { conn_param(param) };
+        o.cm.accept(p.as_ref()).map_err(|e| e.errno())?;
+        if id_is_ud(id) {
+            return Ok(());
+        }
+        complete(&o)
+    })
+}
+
+fn private(p: *const c_void, len: u8) -> Vec<u8> {
+    if p.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's buffer of `len` bytes.
+    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len.into()) }.to_vec()
+}
+
+pub unsafe extern "C" fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        o.cm.reject(&private(data, len)).map_err(|e| e.errno())
+    })
+}
+
+pub unsafe extern "C" fn reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        o.cm.reject_ece(&private(data, len)).map_err(|e| e.errno())
+    })
+}
+
+pub unsafe extern "C" fn notify(id: *mut rdma_cm_id, event: crate::ffi::ibv_event_type) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        if event != IBV_EVENT_COMM_EST {
+            return Err(libc::EINVAL);
+        }
+        o.cm.notify_established().map_err(|e| e.errno())
+    })
+}
+
+pub unsafe extern "C" fn disconnect(id: *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        o.cm.disconnect().map_err(|e| e.errno())?;
+        complete(&o)
+    })
+}
+
+pub unsafe extern "C" fn establish(id: *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        o.cm.establish().map_err(|e| e.errno())
+    })
+}
+
+pub unsafe extern "C" fn init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        if attr.is_null() || mask.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's structures.
+        let (a, m) = unsafe { (&mut *attr, &mut *mask) };
+        let state = match a.qp_state {
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            6 => QpState::Err,
+            _ => return Err(libc::EINVAL),
+        };
+        let q = o.cm.init_qp_attr(state).map_err(|e| e.errno())?;
+        let s = &q.attr;
+        a.qp_access_flags = s.qp_access_flags;
+        a.pkey_index = s.pkey_index;
+        a.port_num = s.port_num;
+        a.qkey = s.qkey;
+        a.path_mtu = s.path_mtu as c_int;
+        a.dest_qp_num = s.dest_qp_num.value();
+        a.rq_psn = s.rq_psn.value();
+        a.sq_psn = s.sq_psn.value();
+        a.max_dest_rd_atomic = s.max_dest_rd_atomic;
+        a.max_rd_atomic = s.max_rd_atomic;
+        a.min_rnr_timer = s.min_rnr_timer;
+        a.timeout = s.timeout;
+        a.retry_cnt = s.retry_cnt;
+        a.rnr_retry = s.rnr_retry;
+        let mut ah = ibv_ah_attr::default();
+        ah.grh.dgid.raw = s.ah_attr.dgid.octets();
+        ah.grh.flow_label = s.ah_attr.flow_label;
+        ah.grh.sgid_index = 0;
+        ah.grh.hop_limit = s.ah_attr.hop_limit;
+        ah.grh.traffic_class = s.ah_attr.traffic_class;
+        ah.sl = s.ah_attr.sl;
+        ah.is_global = 1;
+        ah.port_num = s.ah_attr.port_num.max(1);
+        a.ah_attr = ah;
+        *m = q.mask.0 as c_int;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: usize,
+) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        if val.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's option of `len` bytes (checked per option).
+        let u8_at = || unsafe { *(val as *const u8) };
+        // SAFETY: as above.
+        let int_at = || unsafe { (val as *const c_int).read_unaligned() };
+        let r = match (level, name) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if len == 1 => o.cm.set_tos(u8_at()),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if len == 1 => {
+                o.cm.set_ack_timeout(u8_at())
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if len == 4 => {
+                o.cm.set_reuseaddr(int_at() != 0)
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if len == 4 => o.cm.set_afonly(int_at() != 0),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)
+            | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)
+            | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
+            | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => return Err(libc::EINVAL),
+            _ => return Err(libc::ENOSYS),
+        };
+        r.map_err(|e| e.errno())
+    })
+}
+
+pub unsafe extern "C" fn migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        let was_sync = lock(&o).sync;
+        if was_sync && ch.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let (ch, sync) = if ch.is_null() {
+            (new_channel()?, true)
+        } else {
+            (ch, false)
+        };
+        let chan = Obj::<Channel>::get(ch).ok_or(libc::EINVAL)?;
+        if was_sync {
+            // SAFETY: our allocation.
+            let ev = unsafe { std::mem::replace(&mut (*o.repr()).event, std::ptr::null_mut()) };
+            if !ev.is_null() {
+                // SAFETY: an event we handed out.
+                unsafe { ack_cm_event(ev) };
+            }
+        }
+        o.cm.migrate(&chan.ch).map_err(|e| e.errno())?;
+        let mut st = lock(&o);
+        if was_sync && st.own_chan != 0 {
+            drop(Obj::<Channel>::take(st.own_chan as *mut rdma_event_channel));
+        }
+        st.sync = sync;
+        st.own_chan = if sync { ch as usize } else { 0 };
+        // SAFETY: our allocation.
+        unsafe { (*o.repr()).channel = ch };
+        Ok(())
+    })
+}
+
+/// Port of `route.addr.src` or `dst` (network order), as librdmacm reads
+/// it from the id.
+fn port_of(s: &sockaddr_storage) -> u16 {
+    let fam = u16::from_ne_bytes([s.0[0], s.0[1]]) as c_int;
+    if fam == libc::AF_INET || fam == libc::AF_INET6 {
+        u16::from_ne_bytes([s.0[2], s.0[3]])
+    } else {
+        0
+    }
+}
+
+pub unsafe extern "C" fn get_src_port(id: *mut rdma_cm_id) -> u16 {
+    guard(0, || {
+        if id.is_null() {
+            return 0;
+        }
+        // SAFETY: the program's id (librdmacm reads it without checks).
+        port_of(unsafe { &(*id).route.addr.src_storage })
+    })
+}
+
+pub unsafe extern "C" fn get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    guard(0, || {
+        if id.is_null() {
+            return 0;
+        }
+        // SAFETY: as above.
+        port_of(unsafe { &(*id).route.addr.dst_storage })
+    })
+}
+
+pub unsafe extern "C" fn set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard_neg(|| {
+        let o = get(id)?;
+        // SAFETY: our allocation, and the caller's structure.
+        unsafe {
+            if ece.is_null()
+                || !(*id).qp.is_null()
+                || (*ece).vendor_id == 0
+                || (*ece).comp_mask != 0
+            {
+                return Err(libc::EINVAL);
+            }
+            lock(&o).local_ece = ((*ece).vendor_id, (*ece).options);
+        }
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard_neg(|| {
+        let _o = get(id)?;
+        // SAFETY: as above. Peers over RoCE send no ECE (vendor ID 0).
+        unsafe {
+            if ece.is_null() || !(*id).qp.is_null() {
+                return Err(libc::EINVAL);
+            }
+            (*ece).vendor_id = 0;
+            (*ece).options = 0;
+            (*ece).comp_mask = 0;
+        }
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        let o = get(listen)?;
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let (sync, own) = {
+            let st = lock(&o);
+            (st.sync, st.own_chan)
+        };
+        if !sync {
+            return Err(libc::EINVAL);
+        }
+        let r = o.repr();
+        // SAFETY: our allocation.
+        let old = unsafe { std::mem::replace(&mut (*r).event, std::ptr::null_mut()) };
+        if !old.is_null() {
+            // SAFETY: an event we handed out.
+            unsafe { ack_cm_event(old) };
+        }
+        let ch = Obj::<Channel>::get(own as *mut rdma_event_channel).ok_or(libc::EINVAL)?;
+        let ev = get_event(&ch.ch)?;
+        // SAFETY: a live event we made.
+        let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
+        let fail = |e: i32| {
+            // SAFETY: our allocation.
+            unsafe { (*r).event = ev };
+            Err(e)
+        };
+        if kind == EventType::Rejected as c_int {
+            return fail(libc::ECONNREFUSED);
+        }
+        if status != 0 {
+            return fail(-status);
+        }
+        if kind != EventType::ConnectRequest as c_int {
+            return fail(libc::EINVAL);
+        }
+        let attr = lock(&o)
+            .qp_init_attr
+            .as_ref()
+            .map(|a| QpInitAttr(a.0.clone_attr()));
+        if let Some(mut a) = attr {
+            // SAFETY: the listener's PD and the new id are ours.
+            let pd = unsafe { (*r).pd };
+            if let Err(e) = super::qp::create_qp_on(new, pd, &mut a.0) {
+                return fail(e);
+            }
+        }
+        // SAFETY: the new id is live; the caller's output pointer.
+        unsafe {
+            *id = new;
+            (*new).event = ev;
+        }
+        Ok(())
+    })
+}
+
+trait CloneAttr {
+    fn clone_attr(&self) -> Self;
+}
+impl CloneAttr for ibv_qp_init_attr {
+    fn clone_attr(&self) -> Self {
+        ibv_qp_init_attr {
+            qp_context: self.qp_context,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+}
+
+/// Whether a C id is a UD one (its events carry `param.ud`).
+pub fn id_is_ud(id: *mut rdma_cm_id) -> bool {
+    Obj::<Id>::get(id).is_some_and(|o| {
+        // SAFETY: our allocation.
+        unsafe { (*o.repr()).qp_type == IBV_QPT_UD }
+    })
+}
+
+/// The C ids of an event: its id (a request's new id gets its C id now,
+/// on the listener's channel with its context — a synchronous listener's
+/// on a private channel) and the listener. `None` when the id is gone.
+pub fn c_id_of_event(ev: &CmEvent) -> Option<(*mut rdma_cm_id, *mut rdma_cm_id)> {
+    let Some(l) = &ev.listen_id else {
+        let p = ids_get(ev.id.num())?;
+        if let Some(o) = Obj::<Id>::get(p) {
+            refresh(&o);
+        }
+        return Some((p, std::ptr::null_mut()));
+    };
+    let lp = ids_get(l.num())?;
+    let lo = Obj::<Id>::get(lp)?;
+    if let Some(p) = ids_get(ev.id.num()) {
+        return Some((p, lp));
+    }
+    // SAFETY: the listener is live.
+    let (ch, context, ps, qp_type) = unsafe {
+        let r = lo.repr();
+        ((*r).channel, (*r).context, (*r).ps, (*r).qp_type)
+    };
+    let sync = lock(&lo).sync;
+    let p = publish(ev.id.clone(), ch, context, ps, qp_type, false, 0);
+    if sync {
+        // ucma_process_conn_req: a synchronous listener's request gets a
+        // private channel of its own.
+        // SAFETY: `p` was just published.
+        if unsafe { migrate_id(p, std::ptr::null_mut()) } != 0 {
+            return None;
+        }
+    }
+    Some((p, lp))
+}
+
+/// For `qp.rs`: the QP object of a C QP pointer.
+pub fn qp_obj(q: *mut ibv_qp) -> Option<Arc<Obj<Qp>>> {
+    Obj::<Qp>::get(q)
+}

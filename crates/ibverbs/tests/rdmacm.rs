@@ -1,0 +1,447 @@
+//! Unmodified rdma_cm programs over softrdma's librdmacm.so.1 (the same
+//! file as its libibverbs.so.1): rdmacm-utils (rping, ucmatose, udaddy,
+//! rdma_server/rdma_client, cmtime), perftest with `-R`, qperf `-cm1` and
+//! fio's rdma engine, each server and client its own process on this
+//! machine, one pair at a time (the interop flock).
+//!
+//! The server's device is bound to 127.0.77.1 and the client's to
+//! 127.0.77.2 (`SOFTRDMA_ADDR`), out of the range other tests' devices
+//! take (127.0.0.x), so that a parallel test cannot hold the address the
+//! client is told to connect to. The client starts once the server's
+//! device socket exists.
+//!
+//! Needs Debian's rdmacm-utils, perftest, qperf and fio (CI installs
+//! them); a missing tool fails the test rather than skipping it.
+
+mod common;
+
+use common::*;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const SERVER: &str = "127.0.77.1";
+const CLIENT: &str = "127.0.77.2";
+
+fn server_env() -> Vec<(&'static str, &'static str)> {
+    vec![("SOFTRDMA_ADDR", SERVER)]
+}
+
+fn client_env() -> Vec<(&'static str, &'static str)> {
+    vec![("SOFTRDMA_ADDR", CLIENT)]
+}
+
+/// Whether a UDP socket is bound to `ip:port` (the server's device).
+fn udp_bound(ip: Ipv4Addr, port: u16) -> bool {
+    let want = format!("{:08X}:{port:04X}", u32::from_le_bytes(ip.octets()));
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+/// How a pair ends.
+#[derive(Clone, Copy, PartialEq)]
+enum ServerEnds {
+    /// On its own, successfully.
+    Exits,
+    /// Never (cmtime, qperf's daemon): stopped once the client is done.
+    Stopped,
+}
+
+/// Runs a server, waits until its device socket is bound (or, for
+/// `tcp_port`, its TCP port listens), runs the client, and checks both.
+/// Returns (server output, client output).
+fn cm_pair(
+    server: (&str, &[&str]),
+    client: (&str, &[&str]),
+    ready: Ready,
+    ends: ServerEnds,
+) -> (String, String) {
+    let deadline = Instant::now() + LIMIT;
+    let (mut s, sp) = {
+        let mut c = command(server.0, server.1, &server_env());
+        let (f, p) = out_file("cm-server");
+        c.stdout(f.try_clone().unwrap()).stderr(f);
+        (c.spawn().expect("spawn server"), p)
+    };
+    loop {
+        let up = match ready {
+            Ready::Device => udp_bound(SERVER.parse().unwrap(), 4791),
+            Ready::Tcp(p) => tcp_listening(p),
+        };
+        if up {
+            break;
+        }
+        if Instant::now() >= deadline || s.try_wait().unwrap().is_some() {
+            let _ = s.kill();
+            let _ = s.wait();
+            panic!(
+                "{} {:?}: the server never got ready\n{}",
+                server.0,
+                server.1,
+                std::fs::read_to_string(&sp).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = run(client.0, client.1, &client_env(), LIMIT);
+    let status = match ends {
+        ServerEnds::Exits => wait_until(&mut s, deadline),
+        ServerEnds::Stopped => {
+            let _ = s.kill();
+            let _ = s.wait();
+            Some(0)
+        }
+    };
+    let so = std::fs::read_to_string(&sp).unwrap_or_default();
+    let _ = std::fs::remove_file(&sp);
+    assert!(
+        c.ok() && status == Some(0),
+        "{} {:?} / {} {:?}: server exit {status:?}, client exit {:?}\n--- server ---\n{so}\n--- client ---\n{}",
+        server.0,
+        server.1,
+        client.0,
+        client.1,
+        c.status,
+        c.out
+    );
+    (so, c.out)
+}
+
+#[derive(Clone, Copy)]
+enum Ready {
+    Device,
+    Tcp(u16),
+}
+
+fn wait_until(c: &mut std::process::Child, deadline: Instant) -> Option<i32> {
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return Some(s.code().unwrap_or(-1));
+        }
+        if Instant::now() >= deadline {
+            let _ = c.kill();
+            let _ = c.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn out_file(tag: &str) -> (std::fs::File, std::path::PathBuf) {
+    let dir = profile_dir().join("softrdma-ibverbs-out");
+    let _ = std::fs::create_dir_all(&dir);
+    let p = dir.join(format!("{}-{tag}.txt", std::process::id()));
+    (std::fs::File::create(&p).unwrap(), p)
+}
+
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let mut it = l.split_whitespace();
+                let local = it.nth(1).unwrap_or("");
+                let state = it.nth(1).unwrap_or("");
+                local.ends_with(&want) && state == "0A"
+            })
+        })
+    })
+}
+
+/// `(symbol, version)` of every RDMACM_1.x function a library exports.
+fn rdmacm_symbols(lib: &Path) -> Vec<(String, String)> {
+    let out = Command::new(require_tool("objdump"))
+        .arg("-T")
+        .arg(lib)
+        .output()
+        .expect("objdump");
+    let mut v: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" DF ") && l.contains("RDMACM_"))
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let name = w.last()?.to_string();
+            let ver = w[w.len() - 2]
+                .trim_matches(|c| c == '(' || c == ')')
+                .to_string();
+            Some((name, ver))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn exports_every_symbol_of_debians_librdmacm() {
+    let debian = Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    assert!(
+        debian.exists(),
+        "{} missing: apt-get install librdmacm1 (librdmacm-dev)",
+        debian.display()
+    );
+    let theirs = rdmacm_symbols(debian);
+    let ours = rdmacm_symbols(&lib_dir().join("librdmacm.so.1"));
+    assert_eq!(theirs.len(), 68, "Debian's librdmacm: {theirs:?}");
+    assert_eq!(ours, theirs);
+    // The layout check of build.rs ran against this header.
+    assert!(Path::new("/usr/include/rdma/rdma_cma.h").exists());
+}
+
+#[test]
+fn programs_load_our_library_under_both_names() {
+    let out = Command::new(require_tool("ldd"))
+        .arg(require_tool("rping"))
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .expect("ldd");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let dir = lib_dir();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("librdmacm.so.1"))
+        .unwrap_or_else(|| panic!("librdmacm.so.1 not in\n{text}"));
+    assert!(
+        line.contains(&dir.display().to_string()),
+        "librdmacm.so.1 resolves elsewhere: {line}"
+    );
+    // rping also needs libibverbs.so.1: the loader found it already
+    // mapped (librdmacm.so.1 is the same file, whose soname it is), so no
+    // second object is loaded.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with("libibverbs.so.1")),
+        "a second object for libibverbs.so.1:\n{text}"
+    );
+    // Both names are the same file: one object in the process.
+    let a = std::fs::canonicalize(dir.join("librdmacm.so.1")).unwrap();
+    let b = std::fs::canonicalize(dir.join("libibverbs.so.1")).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn rping() {
+    let _s = serial();
+    for extra in [&[][..], &["-q"][..]] {
+        let mut sa = vec!["-s", "-a", SERVER, "-C", "10", "-V", "-v"];
+        sa.extend_from_slice(extra);
+        let mut ca = vec!["-c", "-a", SERVER, "-C", "10", "-V", "-v"];
+        ca.extend_from_slice(extra);
+        let (so, co) = cm_pair(
+            ("rping", &sa),
+            ("rping", &ca),
+            Ready::Device,
+            ServerEnds::Exits,
+        );
+        assert_eq!(co.matches("ping data: rdma-ping-").count(), 10, "{co}");
+        assert_eq!(
+            so.matches("server ping data: rdma-ping-").count(),
+            10,
+            "{so}"
+        );
+        assert!(so.contains("DISCONNECT EVENT"), "{so}");
+    }
+}
+
+#[test]
+fn ucmatose() {
+    let _s = serial();
+    for extra in [
+        &[][..],
+        &["-c", "10"][..],
+        &["-c", "4", "-P", "ib"][..],
+        &["-c", "2", "-m"][..],
+    ] {
+        let mut sa = vec!["-b", SERVER];
+        sa.extend_from_slice(extra);
+        let mut ca = vec!["-s", SERVER];
+        ca.extend_from_slice(extra);
+        let (so, co) = cm_pair(
+            ("ucmatose", &sa),
+            ("ucmatose", &ca),
+            Ready::Device,
+            ServerEnds::Exits,
+        );
+        for o in [&so, &co] {
+            assert!(
+                o.contains("test complete") && o.contains("return status 0"),
+                "{o}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ucmatose_tos_and_ack_timeout() {
+    let _s = serial();
+    let sa = ["-b", SERVER, "-t", "32", "-a", "16"];
+    let ca = ["-s", SERVER, "-t", "32", "-a", "16"];
+    let (_, co) = cm_pair(
+        ("ucmatose", &sa),
+        ("ucmatose", &ca),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
+    assert!(co.contains("return status 0"), "{co}");
+}
+
+#[test]
+fn udaddy() {
+    let _s = serial();
+    for extra in [&[][..], &["-c", "4"][..]] {
+        let mut sa = vec!["-b", SERVER];
+        sa.extend_from_slice(extra);
+        let mut ca = vec!["-s", SERVER];
+        ca.extend_from_slice(extra);
+        let (so, co) = cm_pair(
+            ("udaddy", &sa),
+            ("udaddy", &ca),
+            Ready::Device,
+            ServerEnds::Exits,
+        );
+        for o in [&so, &co] {
+            assert!(
+                o.contains("test complete") && o.contains("return status 0"),
+                "{o}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rdma_server_and_client() {
+    let _s = serial();
+    let (so, co) = cm_pair(
+        ("rdma_server", &[]),
+        ("rdma_client", &["-s", SERVER]),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
+    assert!(so.contains("rdma_server: end 0"), "{so}");
+    assert!(co.contains("rdma_client: end 0"), "{co}");
+}
+
+#[test]
+fn cmtime() {
+    let _s = serial();
+    let (_, co) = cm_pair(
+        ("cmtime", &["-b", SERVER, "-c", "100"]),
+        ("cmtime", &["-s", SERVER, "-c", "100"]),
+        Ready::Device,
+        ServerEnds::Stopped,
+    );
+    for step in [
+        "resolve addr",
+        "resolve route",
+        "connect",
+        "disconnect",
+        "destroy",
+    ] {
+        assert!(co.contains(step), "{step} missing in\n{co}");
+    }
+    println!("{co}");
+}
+
+/// A perftest pair with `-R` (rdma_cm), checked like the verbs ones.
+fn perftest_cm(tool: &str, args: &[&str]) {
+    let mut sa = vec!["-R", "-x", "0"];
+    sa.extend_from_slice(args);
+    let mut ca = sa.clone();
+    ca.push(SERVER);
+    let (_, co) = cm_pair((tool, &sa), (tool, &ca), Ready::Device, ServerEnds::Exits);
+    assert!(co.contains("rdma_cm QPs\t : ON"), "{co}");
+    let rows = perftest_rows(&co);
+    assert!(!rows.is_empty(), "{tool} {args:?}: no result rows in\n{co}");
+    for r in &rows {
+        assert!(r[1] > 0.0 && r[3] > 0.0, "{tool} {args:?}: {r:?}");
+        println!("{tool} -R {args:?}: {r:?}");
+    }
+}
+
+#[test]
+fn perftest_rdma_cm() {
+    let _s = serial();
+    for t in ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw"] {
+        perftest_cm(t, &["-n", "200"]);
+    }
+    for t in [
+        "ib_send_lat",
+        "ib_write_lat",
+        "ib_read_lat",
+        "ib_atomic_lat",
+    ] {
+        perftest_cm(t, &["-n", "200"]);
+    }
+    perftest_cm("ib_send_bw", &["-n", "200", "-c", "UD"]);
+    perftest_cm("ib_send_lat", &["-n", "200", "-c", "UD"]);
+    perftest_cm("ib_send_bw", &["-n", "200", "-q", "4"]);
+    perftest_cm("ib_write_bw", &["-n", "200", "-q", "4"]);
+}
+
+#[test]
+fn qperf_cm() {
+    let _s = serial();
+    let (_, co) = cm_pair(
+        ("qperf", &[]),
+        (
+            "qperf",
+            &[
+                "-cm1",
+                "-t",
+                "1",
+                SERVER,
+                "rc_bw",
+                "rc_lat",
+                "rc_rdma_write_bw",
+                "rc_rdma_read_lat",
+            ],
+        ),
+        Ready::Tcp(19765),
+        ServerEnds::Stopped,
+    );
+    for t in [
+        "rc_bw:",
+        "rc_lat:",
+        "rc_rdma_write_bw:",
+        "rc_rdma_read_lat:",
+    ] {
+        assert!(co.contains(t), "{t} missing in\n{co}");
+    }
+    assert_eq!(co.matches("bw  =").count(), 2, "{co}");
+    assert_eq!(co.matches("latency  =").count(), 2, "{co}");
+    println!("{co}");
+}
+
+#[test]
+fn fio_rdma_engine() {
+    let _s = serial();
+    for (i, verb) in ["write", "read", "send"].iter().enumerate() {
+        let port = (19300 + i).to_string();
+        let common = |rw: &str| {
+            vec![
+                format!("--name=rdma-{verb}"),
+                "--ioengine=rdma".into(),
+                format!("--hostname={SERVER}"),
+                format!("--port={port}"),
+                format!("--verb={verb}"),
+                format!("--rw={rw}"),
+                "--bs=64k".into(),
+                "--size=4m".into(),
+                "--thread".into(),
+            ]
+        };
+        // fio's rdma engine: the reading job is the server.
+        let sa = common("read");
+        let ca = common("write");
+        let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+        let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+        let (_, co) = cm_pair(("fio", &sa), ("fio", &ca), Ready::Device, ServerEnds::Exits);
+        assert!(co.contains("err= 0"), "{co}");
+        assert!(co.contains("io=4096KiB"), "{co}");
+    }
+}

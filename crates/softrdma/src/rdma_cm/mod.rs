@@ -1,0 +1,251 @@
+//! rdma_cm: connections by IP address and port, as librdmacm makes them,
+//! over the InfiniBand communication manager on QP 1 (`softrdma-cm`).
+//!
+//! The model is librdmacm's: an [`EventChannel`] delivers [`CmEvent`]s for
+//! the [`CmId`]s created on it. An active id resolves an address and a
+//! route, then connects (a REQ; for UD ids a SIDR_REQ); a passive id binds
+//! a port and listens, and each request arrives as a `ConnectRequest`
+//! event carrying a new id to accept or reject. The messages are the ones
+//! Linux's rdma_cm sends over rxe, byte for byte, so either side may be the
+//! kernel.
+//!
+//! ```no_run
+//! use softrdma::rdma_cm;
+//! # fn main() -> softrdma::Result<()> {
+//! // Server: listen on 127.0.0.1:7471, accept one RC connection.
+//! let listener = rdma_cm::listen("127.0.0.1:7471".parse().unwrap())?;
+//! let conn = listener.accept(&Default::default())?;
+//! // conn.qp is connected (RTS); conn.pd / conn.cq are its PD and CQ.
+//! # Ok(()) }
+//! ```
+//!
+//! # How it runs
+//!
+//! - State: one table per process (`state`): the ids, the port tables of
+//!   the four port spaces, and per device a `softrdma_cm::Cm` with the
+//!   maps from CM ids to rdma_cm ids (`driver`). One mutex guards it; it is
+//!   taken before any lock of the engine and never while the engine holds
+//!   one.
+//! - The engine feeds the CM (`driver::on_gsi` for MADs to QP 1, received
+//!   by the progress thread or by a program thread polling a CQ;
+//!   `driver::on_timer` when the CM's deadline passes) and sends what it
+//!   produces as UD SENDs from QP 1. Events reach the channels without the
+//!   program calling in.
+//! - A channel is an eventfd in semaphore mode counting queued events: it
+//!   polls like the kernel's rdma_cm descriptor, and [`EventChannel::get_event`]
+//!   reads one count (blocking, or EAGAIN if the program made the
+//!   descriptor non-blocking) and takes one event.
+//! - As in librdmacm, the active side turns the REP into ESTABLISHED when
+//!   the program takes the event: its QP goes to RTR and RTS and the RTU
+//!   leaves then (CONNECT_ERROR and no RTU if that fails); without a QP the
+//!   program gets CONNECT_RESPONSE and calls [`CmId::establish`].
+//! - [`CmId::destroy`] waits until every event reported for the id was
+//!   acknowledged (dropping a [`CmEvent`] acknowledges it), and discards
+//!   its queued ones (destroying the ids of connection requests nobody
+//!   took).
+//!
+//! Devices come from a [`DeviceProvider`]: by default the devices this
+//! process opened, and, for a local address no device has, a new device
+//! bound to it (the C library installs one that shares libibverbs' devices).
+
+mod channel;
+pub(crate) mod driver;
+mod id;
+mod resolve;
+mod simple;
+pub(crate) mod state;
+
+pub use channel::EventChannel;
+pub use id::{AddrInfo, CmId};
+pub use resolve::{
+    iboe_mtu, is_local, route_source, set_device_provider, DefaultProvider, DeviceProvider,
+};
+pub use simple::{connect, listen, ConnectOptions, Connection, Listener};
+pub use softrdma_cm::negotiate::{AhAttr, AttrMask, QpAttr, QpAttrs, QpState};
+pub use softrdma_cm::{Path, PortSpace};
+
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The events of `enum rdma_cm_event_type`, with its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum EventType {
+    /// `rdma_resolve_addr` done.
+    AddrResolved = 0,
+    /// `rdma_resolve_addr` failed (status: -errno).
+    AddrError = 1,
+    /// `rdma_resolve_route` done.
+    RouteResolved = 2,
+    /// `rdma_resolve_route` failed.
+    RouteError = 3,
+    /// A connection request: `id` is a new id, `listen_id` the listener.
+    ConnectRequest = 4,
+    /// The REP to a connect from an id without a QP: call
+    /// [`CmId::establish`] (or reject).
+    ConnectResponse = 5,
+    /// Moving the QP to RTR/RTS after the REP failed.
+    ConnectError = 6,
+    /// The peer did not answer (status -ETIMEDOUT), or a SIDR_REP said no
+    /// (status: its SIDR status).
+    Unreachable = 7,
+    /// The peer rejected (status: the IB reject reason, e.g. 8 = no one
+    /// listens, 28 = the application rejected).
+    Rejected = 8,
+    /// Connected (UD: the SIDR_REP with the peer's QPN and Q_Key).
+    Established = 9,
+    /// The connection is closed (by either side; status -ETIMEDOUT when
+    /// our DREQ went unanswered).
+    Disconnected = 10,
+    /// Never sent by softrdma.
+    DeviceRemoval = 11,
+    /// Never sent by softrdma (no multicast).
+    MulticastJoin = 12,
+    /// Never sent by softrdma (no multicast).
+    MulticastError = 13,
+    /// Never sent by softrdma.
+    AddrChange = 14,
+    /// The connection left timewait.
+    TimewaitExit = 15,
+}
+
+impl EventType {
+    /// librdmacm's name (`rdma_event_str`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            EventType::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
+            EventType::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            EventType::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
+            EventType::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            EventType::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            EventType::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            EventType::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            EventType::Rejected => "RDMA_CM_EVENT_REJECTED",
+            EventType::Established => "RDMA_CM_EVENT_ESTABLISHED",
+            EventType::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            EventType::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            EventType::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
+            EventType::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
+            EventType::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
+            EventType::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+}
+
+/// `struct rdma_conn_param`: what a connect or accept asks for, and what
+/// connection events report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data. Sent: the caller's (≤ 56 bytes in a REQ, 196 in a
+    /// REP, 148 in a REJ). Reported: the whole field as the kernel reports
+    /// it (56 for a request, 196 for a REP, 148 for a REJ).
+    pub private_data: Vec<u8>,
+    /// RDMA READ/atomics accepted at once (0xFF: the device maximum).
+    pub responder_resources: u8,
+    /// RDMA READ/atomics issued at once (0xFF: the device maximum).
+    pub initiator_depth: u8,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// Transport retries of the peer's QP (capped at 7; ignored on accept).
+    pub retry_count: u8,
+    /// RNR retries (capped at 7).
+    pub rnr_retry_count: u8,
+    /// The QP has an SRQ (ids without a QP).
+    pub srq: bool,
+    /// The QP number (ids without a QP; reported: the peer's).
+    pub qp_num: u32,
+}
+
+impl Default for ConnParam {
+    /// What librdmacm sends without a `conn_param`: device maxima, retry
+    /// counts 7.
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 0xff,
+            initiator_depth: 0xff,
+            flow_control: false,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+            qp_num: 0,
+        }
+    }
+}
+
+impl ConnParam {
+    /// An all-zero parameter set (what events start from).
+    pub fn zero() -> ConnParam {
+        ConnParam {
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: 0,
+            rnr_retry_count: 0,
+            ..Default::default()
+        }
+    }
+}
+
+/// `struct rdma_ud_param`: what UD events report.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct UdParam {
+    /// Private data (180 bytes in a request, 136 in a SIDR_REP).
+    pub private_data: Vec<u8>,
+    /// The address handle attributes to reach the peer (ESTABLISHED).
+    pub ah_attr: Option<AhAttr>,
+    /// The peer's QP.
+    pub qp_num: u32,
+    /// The peer's Q_Key.
+    pub qkey: u32,
+}
+
+/// An rdma_cm event. Dropping it acknowledges it (`rdma_ack_cm_event`).
+#[derive(Debug)]
+pub struct CmEvent {
+    /// What happened.
+    pub event: EventType,
+    /// 0, a negative errno, or the IB reject reason / SIDR status.
+    pub status: i32,
+    /// The id (for `ConnectRequest`, the new one).
+    pub id: CmId,
+    /// The listener, for `ConnectRequest`.
+    pub listen_id: Option<CmId>,
+    /// Connection parameters (RC events).
+    pub conn: ConnParam,
+    /// UD parameters (events of UD ids).
+    pub ud: Option<UdParam>,
+    acks: Arc<Acks>,
+}
+
+impl Drop for CmEvent {
+    fn drop(&mut self) {
+        self.acks.ack();
+    }
+}
+
+/// Events reported for an id and acknowledged (`rdma_destroy_id` and
+/// `rdma_migrate_id` wait until the two agree).
+#[derive(Debug, Default)]
+pub(crate) struct Acks {
+    counts: Mutex<(u64, u64)>,
+    cv: Condvar,
+}
+
+impl Acks {
+    pub fn report(&self) {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+    }
+    pub fn ack(&self) {
+        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        c.1 += 1;
+        drop(c);
+        self.cv.notify_all();
+    }
+    /// Waits until every reported event was acknowledged.
+    pub fn wait(&self) {
+        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        while c.1 < c.0 {
+            c = self.cv.wait(c).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
