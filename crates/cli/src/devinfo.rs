@@ -14,8 +14,10 @@
 //! ```
 //!
 //! The device is opened like any program opens one: `-d ADDR`, else
-//! `SOFTRDMA_ADDR`, else the first free loopback address. Opening it binds
-//! UDP port 4791 on that address for as long as the command runs.
+//! `SOFTRDMA_ADDR`, else the config file's first device, else the first
+//! free loopback address. Opening it binds UDP port 4791 on that address
+//! for as long as the command runs. `-v` also prints the effective
+//! configuration and where each value came from.
 
 use crate::perf::report::{document, Json};
 use serde_json::json;
@@ -175,6 +177,31 @@ pub fn text(dev: &Device, verbose: bool) -> String {
         gid_text(&gid),
         dev.local_addr().ip()
     );
+    if verbose {
+        s.push_str(&configuration(dev));
+    }
+    s
+}
+
+/// The effective configuration and where each value came from (an option,
+/// a `SOFTRDMA_*` variable, a line of the config file, the default).
+pub fn configuration(dev: &Device) -> String {
+    let mut s = String::from("configuration:\n");
+    let mut row = |name: &str, value: &str, source: &dyn std::fmt::Display| {
+        let _ = writeln!(s, "\t{name:<16}{value:<24}({source})");
+    };
+    let dev_settings = dev.settings().describe();
+    for (name, value, source) in &dev_settings {
+        row(name, value, source);
+    }
+    if let Ok(cfg) = softrdma::config::global() {
+        for (name, value, source) in cfg.describe() {
+            // The device's own rows above are what it runs with.
+            if !dev_settings.iter().any(|(n, ..)| *n == name) {
+                row(name, &value, source);
+            }
+        }
+    }
     s
 }
 

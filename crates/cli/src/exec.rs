@@ -180,8 +180,11 @@ pub fn candidates(lib: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
         v.push(l.to_path_buf());
         return v;
     }
-    if let Some(d) = std::env::var_os("SOFTRDMA_IBVERBS_DIR") {
-        v.push(PathBuf::from(d));
+    if let Some(d) = softrdma::config::global()
+        .ok()
+        .and_then(|c| c.ibverbs_dir.value.clone())
+    {
+        v.push(d);
     }
     if let Some(dir) = exe.and_then(Path::parent) {
         v.push(dir.to_path_buf());
@@ -283,7 +286,7 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
     let configured = args.addr.is_some()
         || std::env::var_os("SOFTRDMA_ADDR").is_some()
         || std::env::var_os("SOFTRDMA_CONFIG").is_some()
-        || Path::new("/etc/softrdma.conf").exists();
+        || Path::new(softrdma::config::DEFAULT_CONFIG_FILE).exists();
     if !configured && launches_on_other_hosts(&args.command) {
         eprintln!("{LOOPBACK_ACROSS_HOSTS}");
     }

@@ -88,10 +88,10 @@ pub fn context(p: *mut ibv_context) -> Option<Ctx> {
 /// wait for a scheduler time slice (milliseconds) whenever the one who
 /// must act is not running — the policy of `softrdma perf --spin auto`.
 pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
-    match std::env::var("SOFTRDMA_POLL_YIELD").as_deref() {
-        Ok("1") | Ok("yes") | Ok("always") => true,
-        Ok("0") | Ok("no") | Ok("never") => false,
-        _ => {
+    let configured = softrdma::config::global().map_or(None, |c| c.poll_yield.value);
+    match configured {
+        Some(y) => y,
+        None => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             addr.is_loopback() && cores < 4
         }

@@ -24,6 +24,11 @@ pub enum Error {
     /// The device's engine thread stopped.
     #[error("the device's engine has stopped")]
     EngineStopped,
+    /// The configuration (a `SOFTRDMA_*` variable, the config file) is
+    /// not usable; the message names the variable or line and what it
+    /// accepts.
+    #[error("configuration: {0}")]
+    Config(#[from] softrdma_config::ConfigError),
     /// An argument is out of range (checked before reaching the core).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -51,7 +56,7 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Connect(_) => libc::ECONNREFUSED,
             Error::EngineStopped => libc::ENODEV,
-            Error::InvalidArgument(_) => libc::EINVAL,
+            Error::InvalidArgument(_) | Error::Config(_) => libc::EINVAL,
             Error::Cm { errno, .. } => *errno,
         }
     }

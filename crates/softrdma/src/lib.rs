@@ -37,10 +37,12 @@
 #![warn(missing_docs)]
 
 pub mod cm;
+pub mod config;
 mod device;
 mod engine;
 mod error;
 mod event;
+mod log;
 pub mod memory;
 pub mod pcap;
 pub mod rdma_cm;

@@ -1,0 +1,42 @@
+//! The log: `tracing` events from the engine and the core (QP state
+//! changes, retransmissions, NAKs sent and received, every dropped packet
+//! with its reason and QP), written to stderr when `SOFTRDMA_LOG` holds a
+//! filter in tracing-subscriber's EnvFilter syntax (`SOFTRDMA_LOG=debug`,
+//! `SOFTRDMA_LOG=softrdma_proto=trace,info`).
+//!
+//! Installed once per process, by the first device opened or the C
+//! library's first device list. Without `SOFTRDMA_LOG` nothing is
+//! installed and every event costs one load and a branch. A program that
+//! installed its own subscriber keeps it (and receives softrdma's events).
+
+use softrdma_config::{Config, ConfigError};
+use std::sync::OnceLock;
+
+/// Installs the subscriber `cfg.log` asks for, once.
+pub(crate) fn install(cfg: &Config) -> Result<(), ConfigError> {
+    static DONE: OnceLock<Result<(), ConfigError>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let Some(directives) = &cfg.log.value else {
+            return Ok(());
+        };
+        let filter = tracing_subscriber::EnvFilter::builder()
+            .parse(directives)
+            .map_err(|e| ConfigError::Var {
+                var: "SOFTRDMA_LOG",
+                value: directives.clone(),
+                want: format!(
+                    "a log filter in tracing-subscriber's EnvFilter syntax, e.g. debug or \
+                     softrdma_proto=trace,info ({e})"
+                ),
+            })?;
+        // Fails only when the program installed a subscriber already.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_thread_names(true)
+            .try_init();
+        Ok(())
+    })
+    .clone()
+}
+
