@@ -238,7 +238,10 @@ impl Device {
         cfg.udp_src_port = local.port();
         cfg.udp_dst_port = local.port();
         cfg.port_mtu = mtu;
-        let core = softrdma_proto::Device::new(cfg);
+        let mut core = softrdma_proto::Device::new(cfg);
+        // The core keeps notes (drops, NAKs, state changes) only when the
+        // log wants them: off, they cost nothing on the data path.
+        core.set_notes(crate::log::notes_wanted());
         // `{addr}` in the path becomes the device's address, so several
         // devices of one process can capture to separate files.
         let pcap_path = settings.pcap.value.as_ref().map(|p| {

@@ -40,3 +40,67 @@ pub(crate) fn install(cfg: &Config) -> Result<(), ConfigError> {
     .clone()
 }
 
+/// The target of the engine's events (`SOFTRDMA_LOG=softrdma::engine=debug`).
+pub(crate) const ENGINE: &str = "softrdma::engine";
+
+/// Whether the core's notes are wanted: the engine's debug events pass the
+/// filter. Asked once per device; when not, the core keeps no notes.
+pub(crate) fn notes_wanted() -> bool {
+    tracing::enabled!(target: ENGINE, tracing::Level::DEBUG)
+}
+
+/// Logs one of the core's notes for the device at `dev`.
+pub(crate) fn note(dev: std::net::IpAddr, n: softrdma_proto::note::Note) {
+    use softrdma_proto::note::Note;
+    let psn = |p: Option<softrdma_wire::Psn>| {
+        p.map_or_else(|| "-".to_string(), |p| p.value().to_string())
+    };
+    match n {
+        Note::Dropped {
+            qpn,
+            psn: p,
+            from,
+            reason,
+        } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn.map_or_else(|| "-".to_string(), |q| q.to_string()),
+            psn = %psn(p),
+            from = %from,
+            "dropped packet: {reason}"
+        ),
+        Note::StateChanged { qpn, from, to } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            "QP state {from:?} -> {to:?}"
+        ),
+        Note::NakSent { qpn, psn: p, nak } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            psn = %psn(p),
+            "NAK sent: {nak}"
+        ),
+        Note::NakReceived { qpn, psn: p, nak } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            psn = %psn(p),
+            "NAK received: {nak}"
+        ),
+        Note::Retransmitted { qpn, packets } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            packets,
+            "retransmitted request packets"
+        ),
+        Note::Timeout { qpn } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            "retransmission timer expired"
+        ),
+    }
+}
