@@ -188,7 +188,7 @@ pub fn text(dev: &Device, verbose: bool) -> String {
 pub fn configuration(dev: &Device) -> String {
     let mut s = String::from("configuration:\n");
     let mut row = |name: &str, value: &str, source: &dyn std::fmt::Display| {
-        let _ = writeln!(s, "\t{name:<16}{value:<24}({source})");
+        let _ = writeln!(s, "\t{name:<16}{value:<23} ({source})");
     };
     let dev_settings = dev.settings().describe();
     for (name, value, source) in &dev_settings {
