@@ -283,10 +283,15 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
             ),
         }
     }
+    // Devices placed by SOFTRDMA_ADDR or a config file (a configuration
+    // that does not parse is the library's to report, not a loopback one).
     let configured = args.addr.is_some()
-        || std::env::var_os("SOFTRDMA_ADDR").is_some()
-        || std::env::var_os("SOFTRDMA_CONFIG").is_some()
-        || Path::new(softrdma::config::DEFAULT_CONFIG_FILE).exists();
+        || softrdma::config::global().map_or(true, |c| {
+            c.config_file.value.is_some()
+                || c.devices
+                    .iter()
+                    .any(|d| d.addr.source != softrdma::config::Source::Default)
+        });
     if !configured && launches_on_other_hosts(&args.command) {
         eprintln!("{LOOPBACK_ACROSS_HOSTS}");
     }

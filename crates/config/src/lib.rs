@@ -21,7 +21,7 @@
 //! | `SOFTRDMA_REFUSE_SENDS` | fault injection: fraction 0–1 of send calls refused | 0 |
 //! | `SOFTRDMA_POLL_YIELD` | `1`/`yes`/`always`, `0`/`no`/`never`, `auto`: idle CQ polls yield the CPU | auto |
 //! | `SOFTRDMA_VENDOR_ID`, `SOFTRDMA_VENDOR_PART_ID` | the PCI identity the C library reports, decimal or 0x hex | 0 |
-//! | `SOFTRDMA_LOG` | log filter, tracing-subscriber's EnvFilter syntax (`debug`, `softrdma_proto=trace`) | off |
+//! | `SOFTRDMA_LOG` | log filter, tracing-subscriber's EnvFilter syntax (`debug`, `softrdma::engine=debug`; targets `softrdma::engine`, `softrdma::rdma_cm`) | off |
 //! | `SOFTRDMA_IBVERBS_DIR` | where `softrdma exec` finds libibverbs.so | beside the binary |
 //!
 //! The config file has one device per line, `NAME ADDRESS [mtu=BYTES]`;

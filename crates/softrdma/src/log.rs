@@ -2,7 +2,7 @@
 //! changes, retransmissions, NAKs sent and received, every dropped packet
 //! with its reason and QP), written to stderr when `SOFTRDMA_LOG` holds a
 //! filter in tracing-subscriber's EnvFilter syntax (`SOFTRDMA_LOG=debug`,
-//! `SOFTRDMA_LOG=softrdma_proto=trace,info`).
+//! `SOFTRDMA_LOG=softrdma::engine=debug,info`).
 //!
 //! Installed once per process, by the first device opened or the C
 //! library's first device list. Without `SOFTRDMA_LOG` nothing is
@@ -26,7 +26,7 @@ pub(crate) fn install(cfg: &Config) -> Result<(), ConfigError> {
                 value: directives.clone(),
                 want: format!(
                     "a log filter in tracing-subscriber's EnvFilter syntax, e.g. debug or \
-                     softrdma_proto=trace,info ({e})"
+                     softrdma::engine=debug,info ({e})"
                 ),
             })?;
         // Fails only when the program installed a subscriber already.
