@@ -14,8 +14,10 @@
 //! ```
 //!
 //! The device is opened like any program opens one: `-d ADDR`, else
-//! `SOFTRDMA_ADDR`, else the first free loopback address. Opening it binds
-//! UDP port 4791 on that address for as long as the command runs.
+//! `SOFTRDMA_ADDR`, else the config file's first device, else the first
+//! free loopback address. Opening it binds UDP port 4791 on that address
+//! for as long as the command runs. `-v` also prints the effective
+//! configuration and where each value came from.
 
 use crate::perf::report::{document, Json};
 use serde_json::json;
@@ -41,24 +43,15 @@ pub struct Args {
 }
 
 /// Why devinfo failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The device did not open.
+    #[error("opening a device: {0}")]
     Open(softrdma::Error),
     /// Writing the output failed.
+    #[error("writing output: {0}")]
     Output(io::Error),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Open(e) => write!(f, "opening a device: {e}"),
-            Error::Output(e) => write!(f, "writing output: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The `ibv_mtu` number of an MTU in bytes.
 fn mtu_enum(bytes: u32) -> u32 {
@@ -184,6 +177,31 @@ pub fn text(dev: &Device, verbose: bool) -> String {
         gid_text(&gid),
         dev.local_addr().ip()
     );
+    if verbose {
+        s.push_str(&configuration(dev));
+    }
+    s
+}
+
+/// The effective configuration and where each value came from (an option,
+/// a `SOFTRDMA_*` variable, a line of the config file, the default).
+pub fn configuration(dev: &Device) -> String {
+    let mut s = String::from("configuration:\n");
+    let mut row = |name: &str, value: &str, source: &dyn std::fmt::Display| {
+        let _ = writeln!(s, "\t{name:<16}{value:<23} ({source})");
+    };
+    let dev_settings = dev.settings().describe();
+    for (name, value, source) in &dev_settings {
+        row(name, value, source);
+    }
+    if let Ok(cfg) = softrdma::config::global() {
+        for (name, value, source) in cfg.describe() {
+            // The device's own rows above are what it runs with.
+            if !dev_settings.iter().any(|(n, ..)| *n == name) {
+                row(name, &value, source);
+            }
+        }
+    }
     s
 }
 

@@ -48,25 +48,16 @@ pub struct Args {
 }
 
 /// Why a dump stopped.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The capture is damaged or unreadable (the packets before the damage
     /// and the totals were printed).
+    #[error(transparent)]
     Capture(capture::Error),
     /// Writing the output failed.
+    #[error("writing output: {0}")]
     Output(io::Error),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Capture(e) => e.fmt(f),
-            Error::Output(e) => write!(f, "writing output: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Self {

@@ -157,36 +157,21 @@ pub fn preload_path(lib: &Path, old: Option<OsString>) -> OsString {
 }
 
 /// Why `softrdma exec` could not run the program.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No libibverbs.so of softrdma was found.
+    #[error(
+        "softrdma's libibverbs.so not found (looked in{}); build it with `cargo build --release -p softrdma-ibverbs` or pass --lib DIR",
+        .0.iter().map(|t| format!(" {}", t.display())).collect::<String>()
+    )]
     NoLibrary(Vec<PathBuf>),
     /// The symlink directory could not be made.
+    #[error("{path}: {err}", path = .0.display(), err = .1)]
     Io(PathBuf, std::io::Error),
     /// exec(2) failed.
+    #[error("running {prog}: {err}", prog = .0.to_string_lossy(), err = .1)]
     Exec(OsString, std::io::Error),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::NoLibrary(tried) => {
-                write!(f, "softrdma's libibverbs.so not found (looked in")?;
-                for t in tried {
-                    write!(f, " {}", t.display())?;
-                }
-                write!(
-                    f,
-                    "); build it with `cargo build --release -p softrdma-ibverbs` or pass --lib DIR"
-                )
-            }
-            Error::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            Error::Exec(p, e) => write!(f, "running {}: {e}", p.to_string_lossy()),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The directories searched for the library, in order.
 pub fn candidates(lib: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
@@ -195,8 +180,11 @@ pub fn candidates(lib: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
         v.push(l.to_path_buf());
         return v;
     }
-    if let Some(d) = std::env::var_os("SOFTRDMA_IBVERBS_DIR") {
-        v.push(PathBuf::from(d));
+    if let Some(d) = softrdma::config::global()
+        .ok()
+        .and_then(|c| c.ibverbs_dir.value.clone())
+    {
+        v.push(d);
     }
     if let Some(dir) = exe.and_then(Path::parent) {
         v.push(dir.to_path_buf());
@@ -295,10 +283,15 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
             ),
         }
     }
+    // Devices placed by SOFTRDMA_ADDR or a config file (a configuration
+    // that does not parse is the library's to report, not a loopback one).
     let configured = args.addr.is_some()
-        || std::env::var_os("SOFTRDMA_ADDR").is_some()
-        || std::env::var_os("SOFTRDMA_CONFIG").is_some()
-        || Path::new("/etc/softrdma.conf").exists();
+        || softrdma::config::global().map_or(true, |c| {
+            c.config_file.value.is_some()
+                || c.devices
+                    .iter()
+                    .any(|d| d.addr.source != softrdma::config::Source::Default)
+        });
     if !configured && launches_on_other_hosts(&args.command) {
         eprintln!("{LOOPBACK_ACROSS_HOSTS}");
     }

@@ -682,6 +682,46 @@ fn devinfo_text_verbose_and_json() {
         v.contains("max_srq_wr:") && v.contains("max_inline_data:"),
         "{v}"
     );
+    // -v: the effective configuration and where each value came from.
+    assert!(v.contains("configuration:\n"), "{v}");
+    let row = |t: &str, name: &str| {
+        t.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no {name} row in\n{t}"))
+    };
+    assert_eq!(row(&v, "mtu"), "mtu 4096 (default)");
+    assert_eq!(row(&v, "address"), "address auto (default)");
+    let out = cmd(&["devinfo", "-v"])
+        .env("SOFTRDMA_MTU", "1024")
+        .env("SOFTRDMA_SPIN_US", "5")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let v = text(&out.stdout);
+    assert!(v.contains("active_mtu:\t\t1024 (3)"), "{v}");
+    assert_eq!(row(&v, "mtu"), "mtu 1024 (env SOFTRDMA_MTU)");
+    assert_eq!(row(&v, "spin_us"), "spin_us 5 (env SOFTRDMA_SPIN_US)");
+    let out = cmd(&["devinfo", "-v", "-d", "127.0.0.203"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        row(&text(&out.stdout), "address"),
+        "address 127.0.0.203 (option)"
+    );
+    // A bad value: an error naming the variable and what it accepts.
+    let out = cmd(&["devinfo"])
+        .env("SOFTRDMA_MTU", "abc")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains(
+            "SOFTRDMA_MTU=\"abc\": want an MTU in bytes from 256 to 4096 (e.g. 1024 or 4096)"
+        ),
+        "{}",
+        describe(&out)
+    );
 
     let out = run(&["devinfo", "--json"]);
     assert!(out.status.success(), "{}", describe(&out));

@@ -141,31 +141,22 @@ impl fmt::Display for CmId {
 }
 
 /// Why a call on the CM failed. Nothing changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CmError {
     /// No such id (never created, or destroyed).
+    #[error("no such CM id")]
     UnknownId,
     /// The call does not apply in the id's state (Linux: -EINVAL, or
     /// -EISCONN for `notify_established` on a connected id).
+    #[error("not allowed in state {0:?}")]
     InvalidState(State),
     /// A parameter does not fit its message field.
+    #[error("invalid parameter: {0}")]
     InvalidParam(&'static str),
     /// Someone already listens on the service ID.
+    #[error("service ID already has a listener")]
     Busy,
     /// The id table is full.
+    #[error("too many CM ids")]
     TooManyIds,
 }
-
-impl fmt::Display for CmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CmError::UnknownId => f.write_str("no such CM id"),
-            CmError::InvalidState(s) => write!(f, "not allowed in state {s:?}"),
-            CmError::InvalidParam(what) => write!(f, "invalid parameter: {what}"),
-            CmError::Busy => f.write_str("service ID already has a listener"),
-            CmError::TooManyIds => f.write_str("too many CM ids"),
-        }
-    }
-}
-
-impl std::error::Error for CmError {}

@@ -5,20 +5,20 @@
 //! O_NONBLOCK flag of its own that `ibv_get_cq_event` honours (EAGAIN
 //! instead of blocking).
 
-use crate::context::{context, epoll_watching, is_nonblocking, Ctx};
+use crate::context::{context, Ctx};
 use crate::cq::Cq;
 use crate::ffi::*;
 use crate::handle::{Castable, Kind, Obj};
 use crate::util::{guard, guard_errno, guard_neg, guard_ptr};
-use softrdma::CompletionChannel;
+use softrdma::{CompletionChannel, FdWatch};
 use std::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 /// A completion channel.
 pub struct Channel {
     pub ch: CompletionChannel,
-    ep: OwnedFd,
+    ep: FdWatch,
     pub ctx: Ctx,
 }
 
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_
     guard_ptr(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
         let ch = c.dev.create_comp_channel().map_err(|e| e.errno())?;
-        let ep = epoll_watching(ch.as_raw_fd())?;
+        let ep = FdWatch::new(ch.as_raw_fd()).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         let cc = ibv_comp_channel {
             context: c.api(),
             fd: ep.as_raw_fd(),
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn get_cq_event(
         if cq_out.is_null() || ctx_out.is_null() {
             return Err(libc::EINVAL);
         }
-        let nonblock = is_nonblocking(x.ep.as_raw_fd());
+        let nonblock = x.ep.is_nonblocking();
         loop {
             let id = if nonblock {
                 x.ch.try_get_event().ok_or(libc::EAGAIN)?

@@ -18,11 +18,11 @@ use crate::handle::{Castable, Kind, Obj};
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::util::{guard, guard_neg};
-use softrdma::{AsyncEvent, Device, Qpn};
+use softrdma::{AsyncEvent, Device, FdWatch, Qpn};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -43,7 +43,7 @@ pub struct Context {
     /// An epoll descriptor watching the device's async-event eventfd: it is
     /// `context->async_fd`, readable while an event is pending, and has
     /// its own O_NONBLOCK flag for the program to set.
-    async_ep: OwnedFd,
+    async_ep: FdWatch,
     pub objs: Mutex<Objects>,
     /// Whether an empty `ibv_poll_cq` now and then yields the CPU (see
     /// [`yield_on_idle_polls`]).
@@ -88,43 +88,14 @@ pub fn context(p: *mut ibv_context) -> Option<Ctx> {
 /// wait for a scheduler time slice (milliseconds) whenever the one who
 /// must act is not running — the policy of `softrdma perf --spin auto`.
 pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
-    match std::env::var("SOFTRDMA_POLL_YIELD").as_deref() {
-        Ok("1") | Ok("yes") | Ok("always") => true,
-        Ok("0") | Ok("no") | Ok("never") => false,
-        _ => {
+    let configured = softrdma::config::global().map_or(None, |c| c.poll_yield.value);
+    match configured {
+        Some(y) => y,
+        None => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             addr.is_loopback() && cores < 4
         }
     }
-}
-
-/// An epoll instance watching one descriptor for input: readable exactly
-/// when that descriptor is, but a file of its own (so a program may make
-/// it non-blocking without touching softrdma's descriptor).
-pub fn epoll_watching(fd: RawFd) -> Result<OwnedFd, i32> {
-    // SAFETY: epoll_create1 takes no pointers; the result is checked.
-    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if ep < 0 {
-        return Err(crate::util::errno());
-    }
-    // SAFETY: `ep` is a fresh descriptor we own.
-    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: 0,
-    };
-    // SAFETY: valid epoll and target descriptors, `ev` lives across the call.
-    if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-        return Err(crate::util::errno());
-    }
-    Ok(ep)
-}
-
-/// Whether the program made `fd` non-blocking.
-pub fn is_nonblocking(fd: RawFd) -> bool {
-    // SAFETY: F_GETFL takes no pointer.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
 /// `ibv_open_device`.
@@ -141,11 +112,11 @@ pub fn open_at(
 ) -> Result<*mut ibv_context, i32> {
     let dev = entry.acquire_at(at, avoid)?;
     let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
-    let async_ep = match epoll_watching(dev.async_fd()) {
+    let async_ep = match FdWatch::new(dev.async_fd()) {
         Ok(e) => e,
         Err(e) => {
             entry.release();
-            return Err(e);
+            return Err(e.raw_os_error().unwrap_or(libc::EIO));
         }
     };
     // SAFETY: verbs_context is plain data (pointers, Option<fn>, ints):
@@ -198,7 +169,7 @@ pub unsafe extern "C" fn get_async_event(ctx: *mut ibv_context, ev: *mut ibv_asy
         if ev.is_null() {
             return Err(libc::EINVAL);
         }
-        let nonblock = is_nonblocking(c.async_ep.as_raw_fd());
+        let nonblock = c.async_ep.is_nonblocking();
         loop {
             let e = if nonblock {
                 c.dev.poll_async_event().ok_or(libc::EAGAIN)?

@@ -31,40 +31,51 @@ unsafe impl Sync for DevEntry {}
 // SAFETY: as above.
 unsafe impl Send for DevEntry {}
 
-static DEVICES: OnceLock<Vec<&'static DevEntry>> = OnceLock::new();
+static DEVICES: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
 
-/// The device list, built once per process.
+/// The device list, built once per process; a configuration that is not
+/// usable is printed once to stderr and fails the list with `EINVAL`.
+pub fn device_list() -> Result<&'static [&'static DevEntry], i32> {
+    DEVICES
+        .get_or_init(|| match configured_devices() {
+            Ok(list) => Ok(list.into_iter().map(leak_entry).collect()),
+            Err(e) => {
+                eprintln!("softrdma: {e}");
+                Err(libc::EINVAL)
+            }
+        })
+        .as_deref()
+        .map_err(|e| *e)
+}
+
+/// The device list (empty when the configuration is not usable).
 pub fn devices() -> &'static [&'static DevEntry] {
-    DEVICES.get_or_init(|| {
-        configured_devices()
-            .into_iter()
-            .map(|cfg| {
-                // SAFETY: ibv_device is plain data (pointers, ints, arrays):
-                // all-zero is a valid value.
-                let mut c: ibv_device = unsafe { std::mem::zeroed() };
-                c.node_type = IBV_NODE_CA;
-                c.transport_type = IBV_TRANSPORT_IB;
-                copy_cstr(&mut c.name, &cfg.name);
-                copy_cstr(&mut c.dev_name, &format!("uverbs-{}", cfg.name));
-                copy_cstr(
-                    &mut c.dev_path,
-                    &format!("/sys/class/infiniband_verbs/uverbs-{}", cfg.name),
-                );
-                copy_cstr(
-                    &mut c.ibdev_path,
-                    &format!("/sys/class/infiniband/{}", cfg.name),
-                );
-                let guid = cfg.addr.map_or(0, |a| softrdma::node_guid_of(a).to_be());
-                let e: &'static DevEntry = Box::leak(Box::new(DevEntry {
-                    c,
-                    cfg,
-                    open: Mutex::new(None),
-                    guid_be: AtomicU64::new(guid),
-                }));
-                e
-            })
-            .collect()
-    })
+    device_list().unwrap_or_default()
+}
+
+fn leak_entry(cfg: DevConfig) -> &'static DevEntry {
+    // SAFETY: ibv_device is plain data (pointers, ints, arrays): all-zero
+    // is a valid value.
+    let mut c: ibv_device = unsafe { std::mem::zeroed() };
+    c.node_type = IBV_NODE_CA;
+    c.transport_type = IBV_TRANSPORT_IB;
+    copy_cstr(&mut c.name, &cfg.name);
+    copy_cstr(&mut c.dev_name, &format!("uverbs-{}", cfg.name));
+    copy_cstr(
+        &mut c.dev_path,
+        &format!("/sys/class/infiniband_verbs/uverbs-{}", cfg.name),
+    );
+    copy_cstr(
+        &mut c.ibdev_path,
+        &format!("/sys/class/infiniband/{}", cfg.name),
+    );
+    let guid = cfg.addr.map_or(0, |a| softrdma::node_guid_of(a).to_be());
+    Box::leak(Box::new(DevEntry {
+        c,
+        cfg,
+        open: Mutex::new(None),
+        guid_be: AtomicU64::new(guid),
+    }))
 }
 
 /// The entry behind a program's `ibv_device` pointer, if it is one of ours.
@@ -88,12 +99,14 @@ impl DevEntry {
             *n += 1;
             return Ok(d.clone());
         }
-        let mut o = match self.cfg.addr.or(at) {
-            Some(a) => DeviceOptions::at(a),
-            None => DeviceOptions::default(),
+        // The configured device supplies its address and MTU (and where
+        // they came from); `at` only places the loopback default.
+        let o = DeviceOptions {
+            device: Some(self.cfg.name.clone()),
+            addr: if self.cfg.addr.is_none() { at } else { None },
+            avoid: avoid.into_iter().collect(),
+            ..Default::default()
         };
-        o.mtu = self.cfg.mtu;
-        o.avoid.extend(avoid);
         let d = Device::open(o).map_err(|e| {
             eprintln!("softrdma: opening {}: {e}", self.cfg.name);
             e.errno()
@@ -127,7 +140,7 @@ static LISTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
 pub unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard_ptr(|| {
-        let devs = devices();
+        let devs = device_list()?;
         // calloc'ed so that the array is NULL-terminated; freed by
         // ibv_free_device_list.
         // SAFETY: calloc with a non-zero count; checked for NULL.

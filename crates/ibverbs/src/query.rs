@@ -9,17 +9,10 @@ use crate::util::{self, copy_cstr, guard_errno, guard_neg};
 use std::ffi::c_int;
 use std::net::IpAddr;
 
-fn env_u32(name: &str) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| {
-            let s = s.trim();
-            match s.strip_prefix("0x") {
-                Some(h) => u32::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            }
-        })
-        .unwrap_or(0)
+/// The PCI identity the configuration gives (`SOFTRDMA_VENDOR_ID`,
+/// `SOFTRDMA_VENDOR_PART_ID`), 0 by default.
+fn vendor_ids() -> (u32, u32) {
+    softrdma::config::global().map_or((0, 0), |c| (c.vendor_id.value, c.vendor_part_id.value))
 }
 
 fn device_attr(c: &Context) -> ibv_device_attr {
@@ -38,8 +31,7 @@ fn device_attr(c: &Context) -> ibv_device_attr {
                                    // No PCI identity (0) unless SOFTRDMA_VENDOR_ID / SOFTRDMA_VENDOR_PART_ID
                                    // say otherwise: some programs key features on it (perftest turns on
                                    // its ibv_wr_* path only for devices it recognises).
-    d.vendor_id = env_u32("SOFTRDMA_VENDOR_ID");
-    d.vendor_part_id = env_u32("SOFTRDMA_VENDOR_PART_ID");
+    (d.vendor_id, d.vendor_part_id) = vendor_ids();
     d.hw_ver = 0;
     d.max_qp = i(a.max_qp);
     d.max_qp_wr = i(a.max_qp_wr);

@@ -60,7 +60,7 @@ fn port_free(ip: IpAddr) -> bool {
 }
 
 fn is_local(ip: IpAddr) -> bool {
-    crate::config::interface_addrs().iter().any(|i| i.1 == ip)
+    crate::config::is_local(ip)
 }
 
 /// Warns (stderr, once per pair) when `dest` looks unreachable from the

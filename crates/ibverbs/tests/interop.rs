@@ -98,6 +98,41 @@ fn ibv_devices_and_devinfo() {
     assert!(o.out.contains("active_mtu:\t\t2048 (4)"), "{}", o.out);
 }
 
+#[test]
+fn bad_configuration_fails_the_device_list_with_one_message() {
+    let _s = serial();
+    // ibv_devices: ibv_get_device_list returns NULL; the message names the
+    // variable and what it accepts, printed once.
+    let o = run("ibv_devices", &[], &[("SOFTRDMA_MTU", "abc")], LIMIT);
+    let want = "softrdma: SOFTRDMA_MTU=\"abc\": want an MTU in bytes from 256 to 4096";
+    assert_eq!(o.out.matches(want).count(), 1, "{o:?}");
+    assert!(!o.out.contains("softrdma0"), "{}", o.out);
+    // ibv_devinfo asks for the list and gets none either.
+    let o = run("ibv_devinfo", &[], &[("SOFTRDMA_ADDR", "10.0.0")], LIMIT);
+    assert!(!o.ok(), "{o:?}");
+    assert!(
+        o.out
+            .contains("SOFTRDMA_ADDR=\"10.0.0\": want an IP address, auto, first or if:NAME"),
+        "{}",
+        o.out
+    );
+    // A config file line that does not parse names the file and line.
+    let conf = profile_dir().join("softrdma-ibverbs-bad.conf");
+    std::fs::write(&conf, "roce7 127.0.0.217\nroce8 auto mtu=99\n").unwrap();
+    let o = run(
+        "ibv_devices",
+        &[],
+        &[("SOFTRDMA_CONFIG", conf.to_str().unwrap())],
+        LIMIT,
+    );
+    assert!(
+        o.out
+            .contains("softrdma-ibverbs-bad.conf:2: bad mtu \"99\""),
+        "{}",
+        o.out
+    );
+}
+
 fn pingpong(tool: &str, port: u16, size: u64, extra: &[&str]) {
     let p = port.to_string();
     let s = size.to_string();

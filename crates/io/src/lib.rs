@@ -164,12 +164,14 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO, epoll, eventfd)");
 
+mod fd;
 mod poll;
 mod recv;
 mod send;
 mod socket;
 mod sys;
 
+pub use fd::{EventFd, FdWatch};
 pub use poll::{Poller, Readiness, Waker};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::fd::EventFd;
 use crate::sys::cvt;
 
 const TOKEN_SOCKET: u64 = 0;
@@ -33,7 +34,7 @@ impl Readiness {
 }
 
 struct WakerInner {
-    eventfd: OwnedFd,
+    eventfd: EventFd,
     /// Set by the first `wake` after the poller drained; later wakes see it
     /// set and skip the syscall (coalescing).
     pending: AtomicBool,
@@ -55,18 +56,7 @@ impl Waker {
     /// write made before `wake` once `wait` has returned `woken`.
     pub fn wake(&self) {
         if !self.inner.pending.swap(true, Ordering::AcqRel) {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to our own eventfd. The
-            // only possible failure is EAGAIN on counter overflow, which
-            // cannot happen with at most one outstanding 1, and would still
-            // leave the fd readable.
-            let _ = unsafe {
-                libc::write(
-                    self.inner.eventfd.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    8,
-                )
-            };
+            self.inner.eventfd.signal();
         }
     }
 }
@@ -106,10 +96,7 @@ impl Poller {
         let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: `ep` is a fresh fd owned by nothing else.
         let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
-        // SAFETY: plain syscall; returns a new fd or -1.
-        let ev = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: `ev` is a fresh fd owned by nothing else.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(ev) };
+        let eventfd = EventFd::new()?;
         let socket = socket.as_fd().as_raw_fd();
         ctl(
             &epoll,
@@ -207,16 +194,7 @@ impl Poller {
     /// swallow its write, and the flag would stay set with the counter at
     /// zero, muting every later wake. The contention test caught that.)
     fn drain_waker(&self) {
-        let mut buf: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64 from our own
-        // nonblocking eventfd; EAGAIN (already drained) is harmless.
-        let _ = unsafe {
-            libc::read(
-                self.waker.inner.eventfd.as_raw_fd(),
-                (&mut buf as *mut u64).cast(),
-                8,
-            )
-        };
+        self.waker.inner.eventfd.drain();
         self.waker.inner.pending.swap(false, Ordering::AcqRel);
     }
 }

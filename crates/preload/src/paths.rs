@@ -13,7 +13,7 @@
 //! they are (absent on a host without RDMA devices): Open MPI's openib BTL
 //! wakes up when that directory exists.
 
-use crate::config::{self, Dev};
+use crate::config::{self, DeviceEntry as Dev};
 
 /// What a path is answered with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,29 +63,28 @@ pub fn answer_here(path: &[u8]) -> Option<Answer> {
     if !candidate(path) {
         return None;
     }
-    let env = |k: &str| std::env::var(k).ok();
-    let read = |p: &str| std::fs::read_to_string(p).ok();
-    let devs = config::devices(&env, &read);
-    answer(path, &devs, &|d| {
-        config::netdev(&d.addr, &config::interfaces())
+    answer(path, config::devices(), &|d| {
+        config::netdev(&d.addr.value, &config::interfaces())
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Addr;
+    use softrdma_config::{AddrSpec as Addr, Setting};
 
     #[test]
     fn answers_exactly_the_device_paths() {
         let devs = vec![
             Dev {
                 name: "softrdma0".into(),
-                addr: Addr::Auto,
+                addr: Setting::default_value(Addr::Auto),
+                mtu: Setting::default_value(4096),
             },
             Dev {
                 name: "roce1".into(),
-                addr: Addr::Iface("va".into()),
+                addr: Setting::default_value(Addr::Iface("va".into())),
+                mtu: Setting::default_value(4096),
             },
         ];
         let nd = |d: &Dev| Some(if d.name == "roce1" { "va" } else { "lo" }.to_string());

@@ -134,21 +134,3 @@ fn other_programs_are_unaffected() {
         String::from_utf8_lossy(&b.stderr)
     );
 }
-
-#[test]
-fn reads_the_config_as_the_library_does() {
-    let text = "# c\nsoftrdma0 127.0.0.9 mtu=1024\nroce1 auto\nroce2 ::1\nroce3 if:lo # x\n";
-    let ours = softrdma_preload::config::parse_config(text);
-    let lib = ibverbs::config::parse_config(text, 4096).expect("valid config");
-    assert_eq!(ours.len(), lib.len());
-    let ifs = softrdma_preload::config::interfaces();
-    for (o, l) in ours.iter().zip(&lib) {
-        assert_eq!(o.name, l.name);
-        assert_eq!(
-            softrdma_preload::config::pick(&o.addr, &ifs),
-            l.addr,
-            "{}",
-            o.name
-        );
-    }
-}

@@ -6,6 +6,7 @@ use crate::cq::Cq;
 use crate::gsi::{Gsi, GsiMad};
 use crate::limits;
 use crate::memory::{MrTable, RegionMemory};
+use crate::note::{DropReason, Note, Notes};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
 use crate::verbs::*;
 use crate::{Instant, KeyRng, Slab, U32Map};
@@ -262,6 +263,8 @@ pub struct Device {
     events: VecDeque<Event>,
     /// Drops that belong to no QP, and the totals of destroyed QPs.
     counters: Counters,
+    /// Notes for the driver's log, when it asked for them.
+    notes: Notes,
     /// Sequence number of the last zero-copy datagram handed out.
     gather_seq: u64,
     /// Zero-copy datagrams the driver has released (all up to this one).
@@ -318,6 +321,7 @@ impl Device {
             timers: BTreeSet::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
+            notes: Notes::default(),
             gather_seq: 0,
             released: 0,
             gated: 0,
@@ -734,8 +738,14 @@ impl Device {
     ) -> VerbsResult<()> {
         let idx = self.qp_idx(qpn)?;
         let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
+        let before = (qp.counters, qp.state);
         let mut ctx = ctx!(self, now);
         qp.modify(attr, mask, &mut ctx)?;
+        if self.notes.on {
+            let after = (&qp.counters, qp.state);
+            let b = (&before.0, before.1);
+            self.notes.derive(qpn, b, after, None, None);
+        }
         Self::wake(&mut self.tx_ready, qp, idx);
         Self::sync_timer(&mut self.timers, qp, idx);
         Ok(())
@@ -825,14 +835,17 @@ impl Device {
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
         let Ok(pkt) = IbPacket::new_checked(data) else {
             self.counters.malformed += 1;
+            self.note_drop(meta, None, DropReason::Malformed);
             return;
         };
         if !self.icrc_ok(meta, &pkt) {
             self.counters.icrc_errors += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::BadIcrc);
             return;
         }
         let Ok(repr) = PacketRepr::parse(&pkt) else {
             self.counters.malformed += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::Malformed);
             return;
         };
         let info = pkt.info();
@@ -842,6 +855,7 @@ impl Device {
         }
         if !repr.bth.pkey.matches(PKey::DEFAULT) {
             self.counters.bad_pkey += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::BadPkey);
             return;
         }
         let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else {
@@ -852,14 +866,17 @@ impl Device {
                     self.counters.gsi_rx += 1;
                 } else {
                     self.counters.gsi_dropped += 1;
+                    self.note_drop(meta, Some(&pkt), DropReason::GsiRejected);
                 }
                 return;
             }
             self.counters.unknown_qp += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::UnknownQp);
             return;
         };
         let Some(qp) = self.qps.get_mut(idx) else {
             self.counters.unknown_qp += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::UnknownQp);
             return;
         };
         let type_ok = matches!(
@@ -868,6 +885,7 @@ impl Device {
         );
         if !type_ok {
             qp.counters.malformed += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::WrongTransport);
             return;
         }
         if qp.qp_type != QpType::Ud
@@ -875,18 +893,72 @@ impl Device {
             && (meta.src.ip() != qp.attr.ah_attr.dest || meta.dst != self.cfg.local_ip)
         {
             qp.counters.wrong_peer += 1;
+            self.note_drop(meta, Some(&pkt), DropReason::WrongPeer);
             return;
         }
         qp.counters.rx_packets += 1;
         qp.counters.rx_bytes += meta.len as u64;
+        // Off (the usual case) this costs the one branch.
+        let before = Self::notes_before(&self.notes, qp);
         let mut ctx = ctx!(self, now);
         if info.is_request() {
             qp.handle_request(&repr, meta, &mut ctx);
         } else {
             qp.handle_response(&repr, &mut ctx);
         }
+        if let Some((c, st)) = before {
+            let after = (&qp.counters, qp.state);
+            let psn = Some(repr.bth.psn);
+            self.notes
+                .derive(qp.qpn, (&c, st), after, psn, Some(meta.src));
+        }
         Self::wake(&mut self.tx_ready, qp, idx);
         Self::sync_timer(&mut self.timers, qp, idx);
+    }
+
+    /// A QP's counters and state before an input, when notes are on (a
+    /// copy of the counters only then).
+    #[inline]
+    fn notes_before(notes: &Notes, qp: &Qp) -> Option<(Counters, QpState)> {
+        if notes.on {
+            Some((qp.counters, qp.state))
+        } else {
+            None
+        }
+    }
+
+    /// A note of a packet dropped before it reached a QP.
+    #[cold]
+    fn note_drop(&mut self, meta: &RecvMeta, pkt: Option<&IbPacket<&[u8]>>, reason: DropReason) {
+        if self.notes.on {
+            let bth = pkt.map(|p| p.bth());
+            self.notes.push(Note::Dropped {
+                qpn: bth.as_ref().map(|b| b.dest_qp()),
+                psn: bth.as_ref().map(|b| b.psn()),
+                from: meta.src,
+                reason,
+            });
+        }
+    }
+
+    // ----------------------------------------------------- the notes ----
+
+    /// Keeps [notes](crate::note) for [`Device::poll_note`] (`true`), or
+    /// not (`false`, the default: they then cost one branch per input).
+    pub fn set_notes(&mut self, on: bool) {
+        self.notes.on = on;
+    }
+
+    /// The next note, oldest first.
+    #[must_use]
+    pub fn poll_note(&mut self) -> Option<Note> {
+        self.notes.pop()
+    }
+
+    /// Notes not kept because the queue was full
+    /// ([`MAX_NOTES`](crate::note::MAX_NOTES)).
+    pub fn notes_lost(&self) -> u64 {
+        self.notes.lost
     }
 
     /// ICRC check with the headers a UDP socket cannot see reconstructed;
@@ -957,6 +1029,7 @@ impl Device {
                 continue;
             };
             qp.tx_queued = false;
+            let before = Self::notes_before(&self.notes, qp);
             let mut ctx = ctx!(self, now);
             ctx.gather = gather;
             // Requests and responses of a QP take turns; with one of each
@@ -980,6 +1053,10 @@ impl Device {
                 }
                 t
             });
+            if let Some((c, st)) = before {
+                let after = (&qp.counters, qp.state);
+                self.notes.derive(qp.qpn, (&c, st), after, None, None);
+            }
             Self::sync_timer(&mut self.timers, qp, idx);
             if let Some(tx) = tx {
                 qp.tx_queued = true;
@@ -1016,8 +1093,13 @@ impl Device {
             let Some(qp) = self.qps.get_mut(idx) else {
                 continue;
             };
+            let before = Self::notes_before(&self.notes, qp);
             let mut ctx = ctx!(self, now);
             qp.on_timer(&mut ctx);
+            if let Some((c, st)) = before {
+                let after = (&qp.counters, qp.state);
+                self.notes.derive(qp.qpn, (&c, st), after, None, None);
+            }
             Self::wake(&mut self.tx_ready, qp, idx);
             Self::sync_timer(&mut self.timers, qp, idx);
         }

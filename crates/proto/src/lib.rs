@@ -31,6 +31,7 @@ pub mod device;
 mod gsi;
 pub mod limits;
 pub mod memory;
+pub mod note;
 mod qp;
 pub mod verbs;
 

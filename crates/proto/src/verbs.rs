@@ -679,49 +679,29 @@ pub enum AsyncEvent {
     SrqLimitReached(SrqId),
 }
 
-/// Why a verb failed. Each maps to one errno.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Why a verb failed. (The C library maps each to an errno: softrdma's
+/// `Error::errno`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum VerbsError {
-    /// An argument is invalid (EINVAL).
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
-    /// A resource limit is reached (ENOMEM).
+    /// A resource limit is reached.
+    #[error("resource limit reached")]
     NoMemory,
-    /// The handle names nothing (EINVAL as libibverbs gives it; ENOENT internally).
+    /// The handle names nothing.
+    #[error("no such object")]
     NoSuchObject,
-    /// The object is still in use (EBUSY).
+    /// The object is still in use.
+    #[error("object in use")]
     Busy,
-    /// Unsupported operation (EOPNOTSUPP).
+    /// Unsupported operation.
+    #[error("operation not supported")]
     NotSupported,
-    /// Queue is full (ENOMEM, as providers report it).
+    /// The work queue is full.
+    #[error("work queue full")]
     QueueFull,
 }
-
-impl VerbsError {
-    /// The errno libibverbs would return.
-    pub const fn errno(self) -> i32 {
-        match self {
-            VerbsError::InvalidArgument(_) | VerbsError::NoSuchObject => 22, // EINVAL
-            VerbsError::NoMemory | VerbsError::QueueFull => 12,              // ENOMEM
-            VerbsError::Busy => 16,                                          // EBUSY
-            VerbsError::NotSupported => 95,                                  // EOPNOTSUPP
-        }
-    }
-}
-
-impl std::fmt::Display for VerbsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            VerbsError::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
-            VerbsError::NoMemory => f.write_str("resource limit reached"),
-            VerbsError::NoSuchObject => f.write_str("no such object"),
-            VerbsError::Busy => f.write_str("object in use"),
-            VerbsError::NotSupported => f.write_str("operation not supported"),
-            VerbsError::QueueFull => f.write_str("work queue full"),
-        }
-    }
-}
-
-impl std::error::Error for VerbsError {}
 
 /// Result of a verb.
 pub type VerbsResult<T> = Result<T, VerbsError>;

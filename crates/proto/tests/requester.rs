@@ -611,3 +611,50 @@ fn chunked_write_is_one_write_only_per_packet() {
     let ops: Vec<u8> = r.sent().iter().map(|o| o.opcode).collect();
     assert_eq!(ops, vec![0x06, 0x07, 0x09]);
 }
+
+#[test]
+fn notes_say_naks_received_retransmissions_and_timeouts() {
+    use softrdma_proto::note::{Nak, Note};
+    let mut r = Rig::new(Setup {
+        timeout: 10,
+        retry_cnt: 2,
+        ..Default::default()
+    });
+    r.dev.set_notes(true);
+    for i in 0..4 {
+        r.post_send(send(i, 0, 8));
+    }
+    assert_eq!(r.sent().len(), 4);
+    let p = r.dev_psn;
+    r.nak(p.add(1), Syndrome::Nak(NakCode::PsnSequenceError));
+    assert_eq!(r.sent().len(), 3);
+    let mut notes = Vec::new();
+    while let Some(n) = r.dev.poll_note() {
+        notes.push(n);
+    }
+    assert_eq!(
+        notes.first(),
+        Some(&Note::NakReceived {
+            qpn: r.qpn,
+            psn: Some(p.add(1)),
+            nak: Nak::PsnSequenceError
+        }),
+        "{notes:?}"
+    );
+    let resent: u64 = notes
+        .iter()
+        .map(|n| match n {
+            Note::Retransmitted { qpn, packets } if *qpn == r.qpn => *packets,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(resent, 3, "{notes:?}");
+    // The timer: its expiry, then the packets sent again.
+    r.advance(timer(10));
+    let _ = r.sent();
+    let mut notes = Vec::new();
+    while let Some(n) = r.dev.poll_note() {
+        notes.push(n);
+    }
+    assert!(notes.contains(&Note::Timeout { qpn: r.qpn }), "{notes:?}");
+}

@@ -726,3 +726,73 @@ fn operations_the_qp_does_not_allow_are_invalid_request() {
             .contains(&Event::Async(AsyncEvent::QpReqErr(r.qpn))));
     }
 }
+
+#[test]
+fn notes_give_each_drop_its_reason_and_each_nak_its_qp() {
+    use softrdma_proto::note::{DropReason, Nak, Note};
+    let mut r = Rig::new(Setup::default());
+    // Off by default: nothing is kept.
+    r.deliver_raw(&[0u8; 3], ip(PEER_IP));
+    assert_eq!(r.dev.poll_note(), None);
+    r.dev.set_notes(true);
+    let psn = r.take_psn(1);
+    let good = write_only(&r, psn, VA + 100, r.key, &pattern(2, 64));
+    let bytes = encode(&good, ip(PEER_IP), ip(DEV_IP));
+    let mut c = bytes.clone();
+    c[20] ^= 0x10;
+    r.deliver_raw(&c, ip(PEER_IP));
+    let mut other = good;
+    other.bth.dest_qp = Qpn::new(0x777);
+    r.deliver(&other);
+    let mut pk = good;
+    pk.bth.pkey = PKey(0x8001);
+    r.deliver(&pk);
+    r.deliver_from(&good, ip("10.0.0.9"));
+    let mut notes = Vec::new();
+    while let Some(n) = r.dev.poll_note() {
+        notes.push(n);
+    }
+    let drops: Vec<_> = notes
+        .iter()
+        .map(|n| match *n {
+            Note::Dropped {
+                qpn,
+                psn: p,
+                reason,
+                ..
+            } => (qpn, p, reason),
+            n => panic!("{n:?}"),
+        })
+        .collect();
+    assert_eq!(
+        drops,
+        [
+            (Some(r.qpn), Some(psn), DropReason::BadIcrc),
+            (Some(Qpn::new(0x777)), Some(psn), DropReason::UnknownQp),
+            (Some(r.qpn), Some(psn), DropReason::BadPkey),
+            (Some(r.qpn), Some(psn), DropReason::WrongPeer),
+        ]
+    );
+    // A bad R_Key: the NAK sent, and the QP's move to the error state.
+    let bad = write_only(&r, psn, VA + 100, r.key ^ 0x100, &[0xff; 64]);
+    r.deliver(&bad);
+    let _ = r.sent();
+    assert_eq!(
+        r.dev.poll_note(),
+        Some(Note::NakSent {
+            qpn: r.qpn,
+            psn: Some(psn),
+            nak: Nak::RemoteAccessError
+        })
+    );
+    assert_eq!(
+        r.dev.poll_note(),
+        Some(Note::StateChanged {
+            qpn: r.qpn,
+            from: QpState::Rts,
+            to: QpState::Err
+        })
+    );
+    assert_eq!(r.dev.poll_note(), None);
+    assert_eq!(r.dev.notes_lost(), 0);
+}

@@ -46,7 +46,8 @@ fn modify_qp_validates_masks_and_values() {
     };
     // Missing ACCESS_FLAGS for RC RESET→INIT.
     let e = dev.modify_qp(t, qpn, &a, INIT_MASK.without(AttrMask::ACCESS_FLAGS));
-    assert_eq!(e.unwrap_err().errno(), 22);
+    // (EINVAL at the C boundary: softrdma's error.rs tests the mapping.)
+    assert!(matches!(e, Err(VerbsError::InvalidArgument(_))));
     // RESET→RTR is not a transition.
     a.qp_state = QpState::Rtr;
     assert!(dev.modify_qp(t, qpn, &a, AttrMask::STATE).is_err());

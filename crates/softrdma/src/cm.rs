@@ -13,7 +13,7 @@
 //! UC) QP: create it, exchange, move it to RTS.
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{ConnectError, Error, Result};
 use crate::verbs::{
     CompletionQueue, ConnectOptions, MemoryRegion, ProtectionDomain, QpEndpoint, QueuePair,
 };
@@ -66,14 +66,15 @@ impl ConnInfo {
     }
 
     fn from_line(line: &str) -> Result<ConnInfo> {
-        let bad =
-            |what: &str| Error::Connect(format!("peer sent a bad {what}: {:?}", line.trim_end()));
+        let bad = |what: &'static str| {
+            Error::Connect(ConnectError::BadField {
+                what,
+                line: line.trim_end().to_string(),
+            })
+        };
         let mut it = line.split_whitespace();
         if it.next() != Some("SOFTRDMA1") {
-            return Err(Error::Connect(format!(
-                "the peer does not speak softrdma's exchange (got {:?})",
-                line.trim_end()
-            )));
+            return Err(ConnectError::NotSoftrdma(line.trim_end().to_string()).into());
         }
         let mut info = ConnInfo {
             gid: [0; 16],
@@ -134,12 +135,7 @@ pub fn exchange(stream: &mut TcpStream, local: &[ConnInfo]) -> Result<Vec<ConnIn
 fn read_infos(stream: &mut TcpStream) -> Result<Vec<ConnInfo>> {
     let mut line = String::new();
     read_line(stream, &mut line)?;
-    let bad = || {
-        Error::Connect(format!(
-            "unexpected greeting from the peer: {:?}",
-            line.trim_end()
-        ))
-    };
+    let bad = || Error::from(ConnectError::Greeting(line.trim_end().to_string()));
     let rest = line
         .trim_end()
         .strip_prefix("SOFTRDMA1 count=")
@@ -159,16 +155,16 @@ fn read_infos(stream: &mut TcpStream) -> Result<Vec<ConnInfo>> {
             stream
                 .read_exact(&mut buf)
                 .map_err(|e| Error::io("out-of-band exchange", e))?;
-            let text = String::from_utf8(buf)
-                .map_err(|_| Error::Connect("the peer sent non-UTF-8 text".into()))?;
+            let text = String::from_utf8(buf).map_err(|_| ConnectError::NotUtf8)?;
             for l in text.lines() {
                 out.push(ConnInfo::from_line(l)?);
             }
             if out.len() != count {
-                return Err(Error::Connect(format!(
-                    "the peer announced {count} QPs and sent {}",
-                    out.len()
-                )));
+                return Err(ConnectError::Miscounted {
+                    announced: count,
+                    sent: out.len(),
+                }
+                .into());
             }
         }
         Some(_) => return Err(bad()),
@@ -194,13 +190,13 @@ fn read_line(r: &mut impl Read, line: &mut String) -> Result<()> {
             .read(&mut b)
             .map_err(|e| Error::io("out-of-band exchange", e))?;
         if n == 0 {
-            return Err(Error::Connect("the peer closed the connection".into()));
+            return Err(ConnectError::PeerClosed.into());
         }
         if b[0] == b'\n' {
             break;
         }
         if bytes.len() >= 4096 {
-            return Err(Error::Connect("the peer sent an overlong line".into()));
+            return Err(ConnectError::Overlong.into());
         }
         bytes.push(b[0]);
     }
@@ -215,7 +211,7 @@ pub fn barrier(stream: &mut TcpStream) -> Result<()> {
     let mut b = [0u8; 1];
     stream.read_exact(&mut b).map_err(io)?;
     if b[0] != b'B' {
-        return Err(Error::Connect("lost step with the peer".into()));
+        return Err(ConnectError::LostStep.into());
     }
     Ok(())
 }
@@ -225,7 +221,10 @@ pub fn barrier(stream: &mut TcpStream) -> Result<()> {
 pub fn tcp_connect(addr: &str, wait: Duration) -> Result<TcpStream> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
-        .map_err(|e| Error::Connect(format!("cannot resolve {addr}: {e}")))?
+        .map_err(|source| ConnectError::Resolve {
+            addr: addr.to_string(),
+            source,
+        })?
         .collect();
     let deadline = std::time::Instant::now() + wait;
     loop {
@@ -240,8 +239,11 @@ pub fn tcp_connect(addr: &str, wait: Duration) -> Result<TcpStream> {
             }
         }
         if std::time::Instant::now() >= deadline {
-            let e = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
-            return Err(Error::Connect(format!("cannot reach {addr}: {e}")));
+            return Err(ConnectError::Unreachable {
+                addr: addr.to_string(),
+                last,
+            }
+            .into());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -362,7 +364,7 @@ fn setup(
     let local = local_info(&dev, &qp, psn, mr, opts.mtu);
     let remote = exchange(&mut stream, &[local])?
         .pop()
-        .ok_or_else(|| Error::Connect("the peer offered no QP".into()))?;
+        .ok_or(ConnectError::NoQp)?;
     let mut o = *opts;
     o.mtu = Mtu::from_bytes_floor(remote.mtu.min(opts.mtu.bytes())).unwrap_or(Mtu::M256);
     qp.connect(psn, &remote.endpoint(), &o)?;

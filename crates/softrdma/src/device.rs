@@ -1,5 +1,6 @@
 //! Opening a device: address selection, the socket, the progress thread.
 
+use crate::config::{interfaces, AddrSpec, ConfigError, DeviceSettings, Setting, MTU_RANGE};
 use crate::engine::{self, Shared};
 use crate::error::{Error, Result};
 use crate::event::CompletionChannel;
@@ -18,17 +19,25 @@ use std::time::Duration;
 /// The UDP port of RoCE v2.
 pub const ROCE_PORT: u16 = softrdma_wire::ROCE_V2_PORT;
 
-/// How to open a device.
+/// How to open a device. Every `None` takes the configuration's value
+/// ([`crate::config`]: `SOFTRDMA_*` variables, the config file, defaults).
 #[derive(Clone, Debug)]
 pub struct DeviceOptions {
-    /// Local address. `None`: `SOFTRDMA_ADDR` from the environment, else the
-    /// first free loopback address 127.0.0.1, 127.0.0.2, … (so several
-    /// processes on one host each get their own, with no setup).
+    /// Which configured device (a name in the config file) supplies the
+    /// address and MTU. `None`: the first one — `softrdma0` at
+    /// `SOFTRDMA_ADDR`, else the config file's first line, else
+    /// `softrdma0` on `auto`.
+    pub device: Option<String>,
+    /// Local address. `None`: the configured device's (`SOFTRDMA_ADDR` or
+    /// the config file), by default the first free loopback address
+    /// 127.0.0.1, 127.0.0.2, … (so several processes on one host each get
+    /// their own, with no setup).
     pub addr: Option<IpAddr>,
     /// UDP port (4791: RoCE v2 peers always send there).
     pub port: u16,
-    /// Active MTU of the port in bytes (256–4096).
-    pub mtu: u32,
+    /// Active MTU of the port in bytes (256–4096). `None`: the configured
+    /// device's (its `mtu=`, else `SOFTRDMA_MTU`, else 4096).
+    pub mtu: Option<u32>,
     /// Capture every packet to this pcap file (`SOFTRDMA_PCAP` when `None`);
     /// `{addr}` in the path is replaced by the device's address.
     pub pcap: Option<PathBuf>,
@@ -69,9 +78,10 @@ pub struct DeviceOptions {
 impl Default for DeviceOptions {
     fn default() -> Self {
         DeviceOptions {
+            device: None,
             addr: None,
             port: ROCE_PORT,
-            mtu: 4096,
+            mtu: None,
             pcap: None,
             spin: None,
             gso: true,
@@ -102,7 +112,7 @@ static OPEN: Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> = Mutex::new(Vec::n
 /// Highest loopback address tried by automatic selection.
 const LOOPBACK_TRIES: u32 = 4096;
 
-fn bind(opts: &DeviceOptions) -> Result<UdpSocket> {
+fn bind(opts: &DeviceOptions, addr: &Setting<AddrSpec>) -> Result<UdpSocket> {
     let mut cfg = SocketConfig::default();
     cfg.gso = opts.gso;
     cfg.gro = opts.gro;
@@ -112,11 +122,16 @@ fn bind(opts: &DeviceOptions) -> Result<UdpSocket> {
     // destination is that address, so asking the kernel costs a control
     // message per datagram for nothing.
     cfg.recv_dst_ip = false;
-    let explicit = opts.addr.or_else(|| {
-        std::env::var("SOFTRDMA_ADDR")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-    });
+    let explicit = match &addr.value {
+        AddrSpec::Ip(ip) => Some(*ip),
+        spec => spec
+            .resolve(&interfaces())
+            .map_err(|msg| ConfigError::Resolve {
+                from: addr.source.clone(),
+                spec: spec.clone(),
+                msg,
+            })?,
+    };
     if let Some(ip) = explicit {
         let a = SocketAddr::new(ip, opts.port);
         return UdpSocket::bind_with(a, &cfg).map_err(|e| {
@@ -151,6 +166,7 @@ pub(crate) struct DeviceInner {
     pub shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
     pub name: String,
+    settings: DeviceSettings,
 }
 
 impl Drop for DeviceInner {
@@ -198,13 +214,14 @@ pub struct PortAttr {
 impl Device {
     /// Opens a device (binds the socket, starts the progress thread).
     pub fn open(opts: DeviceOptions) -> Result<Device> {
-        if !(256..=4096).contains(&opts.mtu) {
+        let settings = DeviceSettings::new(&opts, crate::config::global()?)?;
+        let mtu = settings.mtu.value;
+        if !MTU_RANGE.contains(&mtu) {
             return Err(Error::InvalidArgument(format!(
-                "MTU {} outside 256..=4096",
-                opts.mtu
+                "MTU {mtu} outside 256..=4096"
             )));
         }
-        let socket = bind(&opts)?;
+        let socket = bind(&opts, &settings.addr)?;
         let local = socket.local_addr();
         // Memory keys, initial PSNs and the first QPN come from a generator
         // keyed by the operating system's randomness.
@@ -220,20 +237,19 @@ impl Device {
         }
         cfg.udp_src_port = local.port();
         cfg.udp_dst_port = local.port();
-        cfg.port_mtu = opts.mtu;
-        let core = softrdma_proto::Device::new(cfg);
+        cfg.port_mtu = mtu;
+        let mut core = softrdma_proto::Device::new(cfg);
+        // The core keeps notes (drops, NAKs, state changes) only when the
+        // log wants them: off, they cost nothing on the data path.
+        core.set_notes(crate::log::notes_wanted());
         // `{addr}` in the path becomes the device's address, so several
         // devices of one process can capture to separate files.
-        let pcap_path = opts
-            .pcap
-            .clone()
-            .or_else(|| std::env::var_os("SOFTRDMA_PCAP").map(PathBuf::from))
-            .map(|p| {
-                PathBuf::from(
-                    p.to_string_lossy()
-                        .replace("{addr}", &local.ip().to_string()),
-                )
-            });
+        let pcap_path = settings.pcap.value.as_ref().map(|p| {
+            PathBuf::from(
+                p.to_string_lossy()
+                    .replace("{addr}", &local.ip().to_string()),
+            )
+        });
         let pcap = match &pcap_path {
             Some(p) => Some(
                 crate::pcap::open_shared(p)
@@ -241,14 +257,6 @@ impl Device {
             ),
             None => None,
         };
-        let spin = opts.spin.unwrap_or_else(|| {
-            Duration::from_micros(
-                std::env::var("SOFTRDMA_SPIN_US")
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(20),
-            )
-        });
         let poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
         let waker = poller.waker();
         let shared = Arc::new(
@@ -258,14 +266,9 @@ impl Device {
                 waker,
                 pcap,
                 engine::Tuning {
-                    spin,
+                    spin: settings.spin.value,
                     gso: opts.gso,
-                    refuse_sends: opts.refuse_sends.unwrap_or_else(|| {
-                        std::env::var("SOFTRDMA_REFUSE_SENDS")
-                            .ok()
-                            .and_then(|s| s.trim().parse().ok())
-                            .unwrap_or(0.0)
-                    }),
+                    refuse_sends: settings.refuse_sends.value,
                 },
             )
             .map_err(|e| Error::io("creating the device", e))?,
@@ -282,6 +285,7 @@ impl Device {
                 shared,
                 thread: Mutex::new(Some(thread)),
                 name,
+                settings,
             }),
         };
         let mut open = OPEN.lock();
@@ -336,6 +340,11 @@ impl Device {
     /// Name, `softrdma<N>`.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// What the device was opened with, and where each value came from.
+    pub fn settings(&self) -> &DeviceSettings {
+        &self.inner.settings
     }
 
     /// The address and UDP port the device sends from and receives on.
@@ -442,7 +451,7 @@ impl Device {
 
     /// A file descriptor readable while an asynchronous event is pending.
     pub fn async_fd(&self) -> std::os::fd::RawFd {
-        self.shared().async_events.fd.raw()
+        std::os::fd::AsRawFd::as_raw_fd(&self.shared().async_events.fd)
     }
 
     /// Receives and processes whatever has arrived, in the calling thread.

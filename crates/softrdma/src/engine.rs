@@ -447,6 +447,9 @@ impl Shared {
                 Event::Async(a) => self.async_events.push(a),
             }
         }
+        while let Some(n) = core.poll_note() {
+            crate::log::note(self.local.ip(), n);
+        }
     }
 
     /// Pulls packets from the core and sends them, in order, until the

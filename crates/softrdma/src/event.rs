@@ -3,69 +3,13 @@
 
 use crate::error::{Error, Result};
 use crate::sync::Mutex;
+use softrdma_io::EventFd;
 use softrdma_proto::{AsyncEvent, CqId};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// A Linux eventfd: a counter that is readable while non-zero.
-#[derive(Debug)]
-pub(crate) struct EventFd(OwnedFd);
-
-impl EventFd {
-    pub fn new() -> io::Result<EventFd> {
-        // SAFETY: eventfd takes no pointers; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor we own.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    /// Adds one to the counter (wakes waiters).
-    pub fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64. EAGAIN (counter
-        // saturated) still leaves it readable, which is all we need.
-        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    /// Resets the counter; returns whether it was non-zero.
-    pub fn drain(&self) -> bool {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        n == 8 && v > 0
-    }
-
-    /// Waits until readable or `timeout` passes. Returns whether readable.
-    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        let mut p = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
-        loop {
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, ms) };
-            if r >= 0 {
-                return Ok(r > 0);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-
-    pub fn raw(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
 
 /// State shared between a channel handle and the device that signals it.
 #[derive(Debug)]
@@ -149,7 +93,7 @@ impl CompletionChannel {
 
 impl AsRawFd for CompletionChannel {
     fn as_raw_fd(&self) -> RawFd {
-        self.inner.fd.raw()
+        self.inner.fd.as_raw_fd()
     }
 }
 

@@ -37,10 +37,12 @@
 #![warn(missing_docs)]
 
 pub mod cm;
+pub mod config;
 mod device;
 mod engine;
 mod error;
 mod event;
+mod log;
 pub mod memory;
 pub mod pcap;
 pub mod rdma_cm;
@@ -50,8 +52,12 @@ mod sync;
 mod verbs;
 
 pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
-pub use error::{Error, Result};
+pub use error::{ConnectError, Error, Result};
 pub use event::CompletionChannel;
+/// An epoll descriptor mirroring another one's readability with an
+/// O_NONBLOCK flag of its own: what a C library hands a program for
+/// [`CompletionChannel`]'s or [`Device::async_fd`]'s descriptor.
+pub use softrdma_io::FdWatch;
 pub use softrdma_proto::device::{guid_of as node_guid_of, DeviceAttr};
 /// Limits of the device (queue depths, SGEs, inline data, message size).
 pub use softrdma_proto::limits;

@@ -10,7 +10,7 @@ use tokio::io::unix::AsyncFd;
 struct Fd(std::sync::Arc<crate::event::ChannelShared>);
 impl AsRawFd for Fd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.fd.raw()
+        self.0.fd.as_raw_fd()
     }
 }
 

@@ -70,7 +70,7 @@ fn capture_decodes_with_valid_icrc() {
     });
     let dev = Device::open(DeviceOptions {
         pcap: Some(pa.clone()),
-        mtu: 1024,
+        mtu: Some(1024),
         // The standard FIRST … LAST segmentation, whose opcodes are checked.
         chunk_loopback_writes: false,
         ..Default::default()

@@ -45,41 +45,30 @@ pub use opcode::{Headers, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{IbPacket, PacketRepr, ICRC_LEN};
 pub use types::{Gid, LKey, Msn, PKey, Psn, QKey, Qpn, RKey};
 
-use core::fmt;
-
 /// Why a buffer is not a valid packet or header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The buffer is shorter than the headers it must hold.
+    #[error("truncated packet")]
     Truncated,
     /// The BTH opcode is not one softrdma knows.
+    #[error("unknown opcode {0:#04x}")]
     UnknownOpcode(u8),
     /// A field holds a value the format forbids (wrong IP version, a length
     /// field that disagrees with the buffer, a UDP port that is not RoCE v2…).
+    #[error("malformed packet")]
     Malformed,
     /// The BTH transport version is not 0.
+    #[error("unsupported BTH transport version")]
     BadTver,
     /// A PadCnt that does not fit the payload.
+    #[error("pad count larger than payload")]
     BadPad,
     /// The Repr cannot be emitted: a header the opcode requires is missing,
     /// or one it forbids is present; or a value does not fit its field.
+    #[error("headers do not match the opcode")]
     BadRepr,
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Truncated => f.write_str("truncated packet"),
-            Error::UnknownOpcode(o) => write!(f, "unknown opcode {o:#04x}"),
-            Error::Malformed => f.write_str("malformed packet"),
-            Error::BadTver => f.write_str("unsupported BTH transport version"),
-            Error::BadPad => f.write_str("pad count larger than payload"),
-            Error::BadRepr => f.write_str("headers do not match the opcode"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Result type of this crate.
 pub type Result<T> = core::result::Result<T, Error>;

@@ -42,6 +42,17 @@ pub enum Position {
 }
 
 impl Position {
+    /// The position of a packet that does or does not start and end its
+    /// message.
+    #[inline]
+    pub const fn of(first: bool, last: bool) -> Position {
+        match (first, last) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, true) => Position::Last,
+            (false, false) => Position::Middle,
+        }
+    }
     /// True for First and Only: the packet starts a message.
     pub const fn starts(self) -> bool {
         matches!(self, Position::First | Position::Only)
@@ -278,7 +289,7 @@ const AETH_ACK: Headers = Headers::AETH.with(Headers::ATOMIC_ACK_ETH);
 const DETH: Headers = Headers::DETH;
 const DETH_IMM: Headers = Headers::DETH.with(Headers::IMM);
 
-static TABLE: [Option<OpcodeInfo>; 256] = {
+const TABLE_DATA: [Option<OpcodeInfo>; 256] = {
     let mut t: [Option<OpcodeInfo>; 256] = [None; 256];
     // Reliable connected (IBA table 38, prefix 000).
     t[0x00] = e("RC_SEND_FIRST", T::Rc, O::Send, P::First, N, true);
@@ -507,6 +518,39 @@ static TABLE: [Option<OpcodeInfo>; 256] = {
     t
 };
 
+static TABLE: [Option<OpcodeInfo>; 256] = TABLE_DATA;
+
+/// The slot of (transport, operation, position, immediate, invalidate) in
+/// [`FIND`].
+const fn find_slot(t: Transport, o: Operation, p: Position, imm: bool, inv: bool) -> usize {
+    ((((t as usize) * OPERATIONS + o as usize) * 4 + p as usize) * 2 + imm as usize) * 2
+        + inv as usize
+}
+const OPERATIONS: usize = Operation::Cnp as usize + 1;
+const FIND_LEN: usize = (Transport::Cnp as usize + 1) * OPERATIONS * 4 * 2 * 2;
+
+/// The table inverted (computed from it at compile time): what
+/// [`Opcode::find`] looks up, so a requester builds opcodes by name at the
+/// cost of one load.
+static FIND: [Option<Opcode>; FIND_LEN] = {
+    let mut f: [Option<Opcode>; FIND_LEN] = [None; FIND_LEN];
+    let mut v = 0;
+    while v < 256 {
+        if let Some(i) = &TABLE_DATA[v] {
+            let slot = find_slot(
+                i.transport,
+                i.operation,
+                i.position,
+                i.immediate(),
+                i.invalidate(),
+            );
+            f[slot] = Some(Opcode(v as u8));
+        }
+        v += 1;
+    }
+    f
+};
+
 impl Opcode {
     /// RC ACKNOWLEDGE.
     pub const RC_ACKNOWLEDGE: Opcode = Opcode(0x11);
@@ -527,7 +571,8 @@ impl Opcode {
     }
 
     /// Finds the opcode for a transport, operation, position and the optional
-    /// immediate / invalidate variants.
+    /// immediate / invalidate variants (one table load).
+    #[inline]
     pub fn find(
         transport: Transport,
         operation: Operation,
@@ -535,15 +580,7 @@ impl Opcode {
         immediate: bool,
         invalidate: bool,
     ) -> Option<Opcode> {
-        (0..=255u8).map(Opcode).find(|op| {
-            op.info().is_some_and(|i| {
-                i.transport == transport
-                    && i.operation == operation
-                    && i.position == position
-                    && i.immediate() == immediate
-                    && i.invalidate() == invalidate
-            })
-        })
+        FIND[find_slot(transport, operation, position, immediate, invalidate)]
     }
 
     /// Every opcode in the table.
@@ -637,6 +674,18 @@ mod tests {
         }
         // 23 RC, 12 UC, 2 UD, 1 CNP.
         assert_eq!(known, 38);
+        // Combinations with no opcode find none.
+        assert_eq!(
+            Opcode::find(
+                Transport::Ud,
+                Operation::RdmaWrite,
+                Position::Only,
+                false,
+                false
+            ),
+            None
+        );
+        assert_eq!(FIND.iter().filter(|o| o.is_some()).count(), 38);
     }
 
     #[test]

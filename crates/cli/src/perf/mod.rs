@@ -36,47 +36,33 @@ use softrdma::cm;
 use std::io::Write;
 
 /// Why a run failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Bad arguments (exit status 2, like clap's own errors).
+    #[error("{0}")]
     Usage(String),
     /// The peer went away or stopped answering.
+    #[error("{0}")]
     PeerGone(String),
     /// The data that arrived is wrong (every failure, one per line).
+    #[error("data verification failed ({} problem(s), listed above)", .0.len())]
     Verify(Vec<String>),
+    /// Writing the report failed (`softrdma perf … | head`: a closed pipe).
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
     /// Anything else.
+    #[error("{0}")]
     Failed(String),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Usage(m) | Error::PeerGone(m) | Error::Failed(m) => f.write_str(m),
-            Error::Verify(v) => write!(
-                f,
-                "data verification failed ({} problem(s), listed above)",
-                v.len()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 impl From<softrdma::Error> for Error {
     fn from(e: softrdma::Error) -> Self {
         match e {
-            softrdma::Error::Connect(m) if m.contains("closed") => {
-                Error::PeerGone(format!("connection setup: {m}"))
+            softrdma::Error::Connect(c @ softrdma::ConnectError::PeerClosed) => {
+                Error::PeerGone(format!("connection setup: {c}"))
             }
             e => Error::Failed(e.to_string()),
         }
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error::Failed(format!("writing output: {e}"))
     }
 }
 

@@ -39,7 +39,7 @@ pub struct DeviceChoice {
 /// Opens the device.
 pub fn open_device(c: &DeviceChoice) -> Result<Device, Error> {
     let base = DeviceOptions {
-        mtu: c.mtu,
+        mtu: Some(c.mtu),
         pcap: c.pcap.clone(),
         ..Default::default()
     };

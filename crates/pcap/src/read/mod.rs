@@ -16,7 +16,6 @@
 //! fault. Nothing here panics on any input.
 
 use crate::{NG_SHB, PCAP_HEADER_LEN, PCAP_MAGIC_NS, PCAP_MAGIC_US, PCAP_RECORD_HEADER_LEN};
-use std::fmt;
 use std::io::{self, Read};
 
 /// The longest record (pcap) or block (pcapng) the reader accepts, 64 MiB.
@@ -81,7 +80,8 @@ pub struct Interface {
 }
 
 /// What went wrong, and where.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("at byte offset {offset}: {kind}")]
 pub struct Error {
     /// Byte offset in the file of the record, block or field at fault.
     pub offset: u64,
@@ -90,15 +90,19 @@ pub struct Error {
 }
 
 /// The kinds of [`Error`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ErrorKind {
     /// Reading failed (message of the I/O error).
+    #[error("read error: {0}")]
     Io(String),
     /// The file is empty.
+    #[error("empty file")]
     Empty,
     /// The first four bytes are neither a pcap nor a pcapng magic.
+    #[error("not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})", .0[0], .0[1], .0[2], .0[3])]
     UnknownMagic([u8; 4]),
     /// The file ends inside a header or record.
+    #[error("file truncated in {what}: needs {needed} bytes, {available} left")]
     Truncated {
         /// What was being read.
         what: &'static str,
@@ -108,6 +112,7 @@ pub enum ErrorKind {
         available: u64,
     },
     /// A length field that cannot be right.
+    #[error("bad {what} {len}: {reason}")]
     BadLength {
         /// Which length.
         what: &'static str,
@@ -117,50 +122,12 @@ pub enum ErrorKind {
         reason: &'static str,
     },
     /// A version or feature this reader does not handle.
+    #[error("unsupported: {0}")]
     Unsupported(String),
     /// A packet block names an interface no IDB described.
+    #[error("packet block for interface {0}, which was never described")]
     UnknownInterface(u32),
 }
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ErrorKind::Io(e) => write!(f, "read error: {e}"),
-            ErrorKind::Empty => f.write_str("empty file"),
-            ErrorKind::UnknownMagic(m) => write!(
-                f,
-                "not a pcap or pcapng file (magic {:02x}{:02x}{:02x}{:02x})",
-                m[0], m[1], m[2], m[3]
-            ),
-            ErrorKind::Truncated {
-                what,
-                needed,
-                available,
-            } => write!(
-                f,
-                "file truncated in {what}: needs {needed} bytes, {available} left"
-            ),
-            ErrorKind::BadLength { what, len, reason } => {
-                write!(f, "bad {what} {len}: {reason}")
-            }
-            ErrorKind::Unsupported(s) => write!(f, "unsupported: {s}"),
-            ErrorKind::UnknownInterface(i) => {
-                write!(
-                    f,
-                    "packet block for interface {i}, which was never described"
-                )
-            }
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at byte offset {}: {}", self.offset, self.kind)
-    }
-}
-
-impl std::error::Error for Error {}
 
 type Result<T> = core::result::Result<T, Error>;
 

@@ -194,47 +194,30 @@ pub(crate) fn build_packet(
     Ok(Some(tx(None)))
 }
 
-/// BTH opcode of a request packet.
-fn request_opcode(qp_type: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
+/// BTH opcode of a request packet, from wire's opcode table; `None` for
+/// an operation the transport does not have (post checks refuse those).
+fn request_opcode(qp_type: QpType, op: WrOpcode, first: bool, last: bool) -> Option<Opcode> {
+    use softrdma_wire::opcode::{Operation as O, Position, Transport as T};
     use WrOpcode::*;
-    let base: u8 = match qp_type {
-        QpType::Rc => 0x00,
-        QpType::Uc => 0x20,
-        QpType::Ud => 0x60,
+    let transport = match qp_type {
+        QpType::Rc => T::Rc,
+        QpType::Uc => T::Uc,
+        QpType::Ud => T::Ud,
     };
-    let only = first && last;
-    let code = match op {
-        Send | SendWithImm | SendWithInv => {
-            let imm = op == SendWithImm;
-            let inv = op == SendWithInv;
-            match (only, first, last) {
-                (true, _, _) if inv => 0x17,
-                (true, _, _) if imm => 0x05,
-                (true, _, _) => 0x04,
-                (_, true, _) => 0x00,
-                (_, _, true) if inv => 0x16,
-                (_, _, true) if imm => 0x03,
-                (_, _, true) => 0x02,
-                _ => 0x01,
-            }
-        }
-        RdmaWrite | RdmaWriteWithImm => {
-            let imm = op == RdmaWriteWithImm;
-            match (only, first, last) {
-                (true, _, _) if imm => 0x0b,
-                (true, _, _) => 0x0a,
-                (_, true, _) => 0x06,
-                (_, _, true) if imm => 0x09,
-                (_, _, true) => 0x08,
-                _ => 0x07,
-            }
-        }
-        RdmaRead => 0x0c,
-        AtomicCmpAndSwp => 0x13,
-        AtomicFetchAndAdd => 0x14,
-        LocalInv => 0x04, // never sent
+    let (operation, imm, inv) = match op {
+        Send | LocalInv => (O::Send, false, false), // LOCAL_INV is never sent
+        SendWithImm => (O::Send, true, false),
+        SendWithInv => (O::Send, false, true),
+        RdmaWrite => (O::RdmaWrite, false, false),
+        RdmaWriteWithImm => (O::RdmaWrite, true, false),
+        RdmaRead => (O::ReadRequest, false, false),
+        AtomicCmpAndSwp => (O::CompareSwap, false, false),
+        AtomicFetchAndAdd => (O::FetchAdd, false, false),
     };
-    Opcode(base | code)
+    let position = Position::of(first, last);
+    // Immediate data and the invalidated R_Key ride on the last packet.
+    let end = position.ends();
+    Opcode::find(transport, operation, position, imm && end, inv && end)
 }
 
 impl Qp {
@@ -445,8 +428,12 @@ impl Qp {
         let offset = k as u64 * mtu as u64;
         // Each packet of a chunked WRITE is a WRITE ONLY of its own.
         let chunked = w.npkts > 1 && op == WrOpcode::RdmaWrite && self.chunk_writes(ctx);
+        let Some(opcode) = request_opcode(self.qp_type, op, first || chunked, last || chunked)
+        else {
+            return Ok(None);
+        };
         let mut bth = BthRepr {
-            opcode: request_opcode(self.qp_type, op, first || chunked, last || chunked),
+            opcode,
             solicited: last && w.wr.flags.contains(SendFlags::SOLICITED),
             mig_req: false,
             pad_count: 0,
@@ -601,7 +588,7 @@ mod tests {
             (QpType::Rc, AtomicFetchAndAdd, true, true, 0x14),
         ];
         for (t, op, f, l, want) in cases {
-            let o = request_opcode(t, op, f, l);
+            let o = request_opcode(t, op, f, l).unwrap();
             assert_eq!(o, Opcode(want), "{t:?} {op:?} {f} {l}");
             assert!(o.info().is_some_and(|i| i.is_request()));
         }

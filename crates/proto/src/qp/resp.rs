@@ -11,7 +11,7 @@ use crate::verbs::*;
 use softrdma_wire::ext::CREDITS_UNLIMITED;
 use softrdma_wire::{
     AethRepr, BthRepr, Msn, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr, Position, Psn,
-    Syndrome,
+    Syndrome, Transport,
 };
 use std::collections::VecDeque;
 
@@ -837,13 +837,9 @@ impl Qp {
                 let n = (j.len - j.offset).min(mtu);
                 let first = j.offset == 0;
                 let last = j.offset + n >= j.len;
-                let code = match (first, last) {
-                    (true, true) => 0x10,
-                    (true, false) => 0x0d,
-                    (false, true) => 0x0f,
-                    (false, false) => 0x0e,
-                };
-                let mut r = PacketRepr::new(bth(Opcode(code), j.psn), &[]);
+                let pos = Position::of(first, last);
+                let code = Opcode::find(Transport::Rc, Operation::ReadResponse, pos, false, false)?;
+                let mut r = PacketRepr::new(bth(code, j.psn), &[]);
                 if first || last {
                     r.aeth = Some(AethRepr {
                         syndrome: Syndrome::ACK,

@@ -104,13 +104,6 @@ impl DevState {
     }
 }
 
-/// `SOFTRDMA_CM_DEBUG=1`: every MAD in and out and every CM event on
-/// stderr.
-pub(crate) fn debug() -> bool {
-    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *D.get_or_init(|| std::env::var_os("SOFTRDMA_CM_DEBUG").is_some_and(|v| v != "0"))
-}
-
 /// The CM's clock: the engine's.
 pub(crate) fn now(shared: &Shared) -> Instant {
     Instant(shared.now().0)
@@ -151,14 +144,10 @@ pub(crate) fn on_gsi(shared: &Shared) {
     let t = now(shared);
     let ds = dev_state(&mut g, shared);
     for m in &mads {
-        if debug() {
-            eprintln!(
-                "softrdma cm {}: <- {} {}",
+        tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm {}: <- {} {}",
                 ds.ip,
                 m.src,
-                softrdma_wire::pretty::mad_line(&m.mad)
-            );
-        }
+                softrdma_wire::pretty::mad_line(&m.mad));
         ds.receive(t, m);
     }
     pump(&mut g, shared);
@@ -197,9 +186,7 @@ pub(crate) fn pump(g: &mut Guard, shared: &Shared) {
         let Some(ev) = ds.cm.poll_event() else {
             break;
         };
-        if debug() {
-            eprintln!("softrdma cm {}: event {ev:?}", ds.ip);
-        }
+        tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm {}: event {ev:?}", ds.ip);
         handle_event(g, shared, ev);
     }
     let Some(ds) = g.st().devs.get_mut(&serial) else {
@@ -207,14 +194,10 @@ pub(crate) fn pump(g: &mut Guard, shared: &Shared) {
     };
     let mut out = Vec::new();
     while let Some(t) = ds.cm.poll_transmit() {
-        if debug() {
-            eprintln!(
-                "softrdma cm {}: -> {} {}",
+        tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm {}: -> {} {}",
                 ds.ip,
                 t.dst,
-                softrdma_wire::pretty::mad_line(&t.mad)
-            );
-        }
+                softrdma_wire::pretty::mad_line(&t.mad));
         out.push((t.dst, t.dst_qpn, t.mad));
     }
     let deadline = ds.deadline().map(|t| softrdma_proto::Instant(t.0));

@@ -1041,12 +1041,8 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
         .ids
         .remove(&num)
         .ok_or_else(|| einval("no such rdma_cm id"))?;
-    if super::driver::debug() {
-        eprintln!(
-            "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
-            e.st, e.cm
-        );
-    }
+    tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
+            e.st, e.cm);
     release_port(g.st(), num, &e);
     if let (Some(c), Some(dev)) = (e.cm, e.dev.clone()) {
         let t = now(dev.shared());
@@ -1170,13 +1166,9 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         Some(u) => (CmId(u), Some(CmId(user))),
         None => (CmId(user), None),
     };
-    if super::driver::debug() {
-        eprintln!(
-            "softrdma cm: id {num} delivers {} status {}",
+    tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: id {num} delivers {} status {}",
             q.event.as_str(),
-            q.status
-        );
-    }
+            q.status);
     let ev = CmEvent {
         event: q.event,
         status: q.status,

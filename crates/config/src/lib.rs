@@ -1,0 +1,510 @@
+//! softrdma's configuration, read once per process and typed.
+//!
+//! Every setting has a value and a [`Source`]: an option the program (or
+//! a command-line flag) gave, an environment variable, a line of the
+//! config file, or the default. Where several apply, the more specific
+//! wins: **option > environment > config file > default**, except that a
+//! device's line in the config file (its `mtu=`) is more specific than the
+//! process-wide `SOFTRDMA_MTU`.
+//!
+//! A value that does not parse is an error naming the variable (or the
+//! file and line) and what it accepts; nothing is silently ignored. An
+//! empty variable counts as unset.
+//!
+//! | variable | accepts | default |
+//! | --- | --- | --- |
+//! | `SOFTRDMA_ADDR` | the one device `softrdma0`'s `ADDRESS` (see below); the config file is then not read | none |
+//! | `SOFTRDMA_CONFIG` | the config file | `/etc/softrdma.conf` if it exists |
+//! | `SOFTRDMA_MTU` | active MTU in bytes, 256–4096, of devices that do not name one | 4096 |
+//! | `SOFTRDMA_PCAP` | capture every packet to this file (`{addr}`: the device's address) | none |
+//! | `SOFTRDMA_SPIN_US` | progress thread's busy-poll window in µs, 0–1000000 | 20 |
+//! | `SOFTRDMA_REFUSE_SENDS` | fault injection: fraction 0–1 of send calls refused | 0 |
+//! | `SOFTRDMA_POLL_YIELD` | `1`/`yes`/`always`, `0`/`no`/`never`, `auto`: idle CQ polls yield the CPU | auto |
+//! | `SOFTRDMA_VENDOR_ID`, `SOFTRDMA_VENDOR_PART_ID` | the PCI identity the C library reports, decimal or 0x hex | 0 |
+//! | `SOFTRDMA_LOG` | log filter, tracing-subscriber's EnvFilter syntax (`debug`, `softrdma::engine=debug`; targets `softrdma::engine`, `softrdma::rdma_cm`) | off |
+//! | `SOFTRDMA_IBVERBS_DIR` | where `softrdma exec` finds libibverbs.so | beside the binary |
+//!
+//! The config file has one device per line, `NAME ADDRESS [mtu=BYTES]`;
+//! `#` starts a comment. `ADDRESS` is an IP address, `auto` (a free
+//! loopback address 127.0.0.x when the device opens), `if:NAME` (the
+//! address of interface NAME, IPv4 first) or `first` (the first
+//! non-loopback interface that is up). With neither `SOFTRDMA_ADDR` nor a
+//! config file there is one device, `softrdma0`, on `auto`.
+//!
+//! softrdma (the Rust API, and through it libibverbs.so.1 and the
+//! `softrdma` command) and libsoftrdma_preload.so read it here, so they
+//! agree.
+
+mod addr;
+
+pub use addr::{interfaces, AddrSpec, IfAddr, ADDR_WANT};
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The config file read when `SOFTRDMA_CONFIG` is not set, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/softrdma.conf";
+/// The device of `SOFTRDMA_ADDR` and of the loopback default.
+pub const DEFAULT_DEVICE: &str = "softrdma0";
+/// Default active MTU in bytes.
+pub const DEFAULT_MTU: u32 = 4096;
+/// Smallest and largest MTU in bytes.
+pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 256..=4096;
+/// What an MTU accepts (for error messages).
+pub const MTU_WANT: &str = "an MTU in bytes from 256 to 4096 (e.g. 1024 or 4096)";
+/// Default busy-poll window of the progress thread, µs.
+pub const DEFAULT_SPIN_US: u64 = 20;
+/// Longest device name (`IBV_SYSFS_NAME_MAX` less the NUL).
+pub const DEVICE_NAME_MAX: usize = 63;
+
+/// Where a value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Nothing set it.
+    Default,
+    /// This environment variable.
+    Env(&'static str),
+    /// This line of this config file.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The line (from 1).
+        line: usize,
+    },
+    /// The program's options (`DeviceOptions`, a command-line flag).
+    Option,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Env(v) => write!(f, "env {v}"),
+            Source::File { path, line } => write!(f, "{}:{line}", path.display()),
+            Source::Option => f.write_str("option"),
+        }
+    }
+}
+
+/// A value and where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setting<T> {
+    /// The value in force.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl<T> Setting<T> {
+    /// The default value.
+    pub fn default_value(value: T) -> Self {
+        Setting {
+            value,
+            source: Source::Default,
+        }
+    }
+
+    /// This setting, unless the program's option says otherwise.
+    pub fn or_option(self, option: Option<T>) -> Self {
+        match option {
+            Some(value) => Setting {
+                value,
+                source: Source::Option,
+            },
+            None => self,
+        }
+    }
+}
+
+/// A device as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceEntry {
+    /// Its name (`ibv_get_device_name`).
+    pub name: String,
+    /// Its address.
+    pub addr: Setting<AddrSpec>,
+    /// Its active MTU in bytes.
+    pub mtu: Setting<u32>,
+}
+
+/// Why the configuration is not usable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// An environment variable with a value it does not accept.
+    #[error("{var}={value:?}: want {want}")]
+    Var {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What it accepts.
+        want: String,
+    },
+    /// A line of the config file that does not parse.
+    #[error("{}:{line}: {msg}", .path.display())]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// The line (from 1).
+        line: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The config file named by `SOFTRDMA_CONFIG` (or the default one) cannot be read.
+    #[error("{} ({from}): {error}", .path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What named it.
+        from: Source,
+        /// The I/O error.
+        error: String,
+    },
+    /// An address that names an interface this host does not have.
+    #[error("{from} {spec}: {msg}")]
+    Resolve {
+        /// Where the address was given.
+        from: Source,
+        /// The address.
+        spec: AddrSpec,
+        /// Why it does not resolve.
+        msg: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The devices: `softrdma0` at `SOFTRDMA_ADDR`, else those of the
+    /// config file, else `softrdma0` on `auto`.
+    pub devices: Vec<DeviceEntry>,
+    /// The config file read, if any.
+    pub config_file: Setting<Option<PathBuf>>,
+    /// `SOFTRDMA_MTU`: the MTU of devices that do not name one.
+    pub mtu: Setting<u32>,
+    /// `SOFTRDMA_PCAP`: capture file.
+    pub pcap: Setting<Option<PathBuf>>,
+    /// `SOFTRDMA_SPIN_US`: busy-poll window, µs.
+    pub spin_us: Setting<u64>,
+    /// `SOFTRDMA_REFUSE_SENDS`: fraction of send calls refused.
+    pub refuse_sends: Setting<f64>,
+    /// `SOFTRDMA_POLL_YIELD`: `None` decides by the host (auto).
+    pub poll_yield: Setting<Option<bool>>,
+    /// `SOFTRDMA_VENDOR_ID`.
+    pub vendor_id: Setting<u32>,
+    /// `SOFTRDMA_VENDOR_PART_ID`.
+    pub vendor_part_id: Setting<u32>,
+    /// `SOFTRDMA_LOG`: the log filter (checked where the log is installed).
+    pub log: Setting<Option<String>>,
+    /// `SOFTRDMA_IBVERBS_DIR`.
+    pub ibverbs_dir: Setting<Option<PathBuf>>,
+}
+
+/// Reads the environment for [`Config::load_from`].
+pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+/// Reads a file for [`Config::load_from`].
+pub type ReadFn<'a> = &'a dyn Fn(&Path) -> io::Result<String>;
+
+/// One environment variable: its text if set and not empty.
+fn text(env: EnvFn<'_>, var: &'static str) -> Result<Option<String>, ConfigError> {
+    match env(var) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => v.into_string().map(Some).map_err(|v| ConfigError::Var {
+            var,
+            value: v.to_string_lossy().into_owned(),
+            want: "UTF-8 text".into(),
+        }),
+    }
+}
+
+/// A variable parsed by `parse`, or `default`.
+fn var<T>(
+    env: EnvFn<'_>,
+    var: &'static str,
+    default: T,
+    want: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Setting<T>, ConfigError> {
+    match text(env, var)? {
+        None => Ok(Setting::default_value(default)),
+        Some(v) => match parse(v.trim()) {
+            Some(value) => Ok(Setting {
+                value,
+                source: Source::Env(var),
+            }),
+            None => Err(ConfigError::Var {
+                var,
+                value: v,
+                want: want.into(),
+            }),
+        },
+    }
+}
+
+/// A path variable.
+fn path_var(env: EnvFn<'_>, var: &'static str) -> Setting<Option<PathBuf>> {
+    match env(var).filter(|v| !v.is_empty()) {
+        Some(v) => Setting {
+            value: Some(PathBuf::from(v)),
+            source: Source::Env(var),
+        },
+        None => Setting::default_value(None),
+    }
+}
+
+/// An MTU in bytes.
+pub fn parse_mtu(s: &str) -> Option<u32> {
+    s.trim().parse().ok().filter(|m| MTU_RANGE.contains(m))
+}
+
+/// A 32-bit number, decimal or `0x` hex.
+fn parse_u32(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+impl Config {
+    /// The configuration of this process: read once, on first use, from
+    /// the environment and the config file.
+    pub fn global() -> Result<&'static Config, ConfigError> {
+        static GLOBAL: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                Config::load_from(&|v| std::env::var_os(v), &|p| std::fs::read_to_string(p))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Reads the configuration from `env` and the config file through
+    /// `read` (tests pass their own). Addresses are checked for form
+    /// only; [`Config::resolve`] finds those given by interface.
+    pub fn load_from(env: EnvFn<'_>, read: ReadFn<'_>) -> Result<Config, ConfigError> {
+        let mtu = var(env, "SOFTRDMA_MTU", DEFAULT_MTU, MTU_WANT, parse_mtu)?;
+        let spin_us = var(
+            env,
+            "SOFTRDMA_SPIN_US",
+            DEFAULT_SPIN_US,
+            "microseconds from 0 to 1000000",
+            |s| s.parse().ok().filter(|&u| u <= 1_000_000),
+        )?;
+        let refuse_sends = var(
+            env,
+            "SOFTRDMA_REFUSE_SENDS",
+            0.0,
+            "a fraction from 0 to 1 (e.g. 0.3)",
+            |s| s.parse().ok().filter(|f: &f64| (0.0..=1.0).contains(f)),
+        )?;
+        let poll_yield = var(
+            env,
+            "SOFTRDMA_POLL_YIELD",
+            None,
+            "1, yes or always; 0, no or never; or auto",
+            |s| match s {
+                "1" | "yes" | "always" => Some(Some(true)),
+                "0" | "no" | "never" => Some(Some(false)),
+                "auto" => Some(None),
+                _ => None,
+            },
+        )?;
+        let id_want = "a number, decimal or 0x hex (e.g. 0x02c9)";
+        let vendor_id = var(env, "SOFTRDMA_VENDOR_ID", 0, id_want, parse_u32)?;
+        let vendor_part_id = var(env, "SOFTRDMA_VENDOR_PART_ID", 0, id_want, parse_u32)?;
+        let log = var(env, "SOFTRDMA_LOG", None, "", |s| Some(Some(s.to_string())))?;
+        let addr = var(env, "SOFTRDMA_ADDR", None, ADDR_WANT, |s| {
+            AddrSpec::parse(s).ok().map(Some)
+        })?;
+        let entry = |addr: Setting<AddrSpec>| DeviceEntry {
+            name: DEFAULT_DEVICE.into(),
+            addr,
+            mtu: mtu.clone(),
+        };
+        let mut config_file = Setting::default_value(None);
+        let devices = if let Some(spec) = addr.value {
+            vec![entry(Setting {
+                value: spec,
+                source: addr.source,
+            })]
+        } else {
+            let named = path_var(env, "SOFTRDMA_CONFIG");
+            let (path, source) = match named.value {
+                Some(p) => (p, named.source),
+                None => (PathBuf::from(DEFAULT_CONFIG_FILE), Source::Default),
+            };
+            match read(&path) {
+                Ok(text) => {
+                    let list = parse_file(&path, &text, &mtu)?;
+                    config_file = Setting {
+                        value: Some(path),
+                        source,
+                    };
+                    list
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound && source == Source::Default => {
+                    vec![entry(Setting::default_value(AddrSpec::Auto))]
+                }
+                Err(e) => {
+                    return Err(ConfigError::File {
+                        path,
+                        from: source,
+                        error: e.to_string(),
+                    })
+                }
+            }
+        };
+        Ok(Config {
+            devices,
+            config_file,
+            mtu,
+            pcap: path_var(env, "SOFTRDMA_PCAP"),
+            spin_us,
+            refuse_sends,
+            poll_yield,
+            vendor_id,
+            vendor_part_id,
+            log,
+            ibverbs_dir: path_var(env, "SOFTRDMA_IBVERBS_DIR"),
+        })
+    }
+
+    /// The configured device `name`.
+    pub fn device(&self, name: &str) -> Option<&DeviceEntry> {
+        self.devices.iter().find(|d| d.name == name)
+    }
+
+    /// Every process-wide setting as (name, value, source), for people.
+    pub fn describe(&self) -> Vec<(&'static str, String, &Source)> {
+        fn opt<T: fmt::Display>(v: &Option<T>, none: &str) -> String {
+            v.as_ref().map_or_else(|| none.to_string(), T::to_string)
+        }
+        fn path(v: &Option<PathBuf>, none: &str) -> String {
+            v.as_ref()
+                .map_or_else(|| none.to_string(), |p| p.display().to_string())
+        }
+        vec![
+            (
+                "config_file",
+                path(&self.config_file.value, "none"),
+                &self.config_file.source,
+            ),
+            ("mtu", self.mtu.value.to_string(), &self.mtu.source),
+            ("pcap", path(&self.pcap.value, "none"), &self.pcap.source),
+            (
+                "spin_us",
+                self.spin_us.value.to_string(),
+                &self.spin_us.source,
+            ),
+            (
+                "refuse_sends",
+                self.refuse_sends.value.to_string(),
+                &self.refuse_sends.source,
+            ),
+            (
+                "poll_yield",
+                match self.poll_yield.value {
+                    None => "auto".into(),
+                    Some(b) => (if b { "always" } else { "never" }).into(),
+                },
+                &self.poll_yield.source,
+            ),
+            (
+                "vendor_id",
+                format!("{:#x}", self.vendor_id.value),
+                &self.vendor_id.source,
+            ),
+            (
+                "vendor_part_id",
+                self.vendor_part_id.value.to_string(),
+                &self.vendor_part_id.source,
+            ),
+            ("log", opt(&self.log.value, "off"), &self.log.source),
+            (
+                "ibverbs_dir",
+                path(&self.ibverbs_dir.value, "beside the softrdma binary"),
+                &self.ibverbs_dir.source,
+            ),
+        ]
+    }
+}
+
+impl DeviceEntry {
+    /// The entry's address on this host: `None` for `auto`.
+    pub fn resolve(&self, ifs: &[IfAddr]) -> Result<Option<std::net::IpAddr>, ConfigError> {
+        self.addr
+            .value
+            .resolve(ifs)
+            .map_err(|msg| ConfigError::Resolve {
+                from: self.addr.source.clone(),
+                spec: self.addr.value.clone(),
+                msg,
+            })
+    }
+}
+
+/// The devices of a config file.
+fn parse_file(
+    path: &Path,
+    text: &str,
+    mtu: &Setting<u32>,
+) -> Result<Vec<DeviceEntry>, ConfigError> {
+    let mut out: Vec<DeviceEntry> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = Source::File {
+            path: path.to_path_buf(),
+            line: i + 1,
+        };
+        let bad = |msg: String| ConfigError::Line {
+            path: path.to_path_buf(),
+            line: i + 1,
+            msg,
+        };
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut it = line.split_whitespace();
+        let name = it.next().unwrap_or_default().to_string();
+        let addr = it
+            .next()
+            .ok_or_else(|| bad("missing address (NAME ADDRESS [mtu=BYTES])".into()))?;
+        let addr = AddrSpec::parse(addr)
+            .map_err(|want| bad(format!("bad address {addr:?}: want {want}")))?;
+        let mut dev_mtu = mtu.clone();
+        for opt in it {
+            match opt.split_once('=') {
+                Some(("mtu", v)) => {
+                    let m = parse_mtu(v)
+                        .ok_or_else(|| bad(format!("bad mtu {v:?}: want {MTU_WANT}")))?;
+                    dev_mtu = Setting {
+                        value: m,
+                        source: at.clone(),
+                    };
+                }
+                _ => return Err(bad(format!("unknown option {opt:?} (want mtu=BYTES)"))),
+            }
+        }
+        if name.len() > DEVICE_NAME_MAX {
+            return Err(bad(format!("bad device name {name:?}")));
+        }
+        if out.iter().any(|d| d.name == name) {
+            return Err(bad(format!("duplicate device {name}")));
+        }
+        out.push(DeviceEntry {
+            name,
+            addr: Setting {
+                value: addr,
+                source: at,
+            },
+            mtu: dev_mtu,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,106 @@
+//! The log: `tracing` events from the engine and the core (QP state
+//! changes, retransmissions, NAKs sent and received, every dropped packet
+//! with its reason and QP), written to stderr when `SOFTRDMA_LOG` holds a
+//! filter in tracing-subscriber's EnvFilter syntax (`SOFTRDMA_LOG=debug`,
+//! `SOFTRDMA_LOG=softrdma::engine=debug,info`).
+//!
+//! Installed once per process, by the first device opened or the C
+//! library's first device list. Without `SOFTRDMA_LOG` nothing is
+//! installed and every event costs one load and a branch. A program that
+//! installed its own subscriber keeps it (and receives softrdma's events).
+
+use softrdma_config::{Config, ConfigError};
+use std::sync::OnceLock;
+
+/// Installs the subscriber `cfg.log` asks for, once.
+pub(crate) fn install(cfg: &Config) -> Result<(), ConfigError> {
+    static DONE: OnceLock<Result<(), ConfigError>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let Some(directives) = &cfg.log.value else {
+            return Ok(());
+        };
+        let filter = tracing_subscriber::EnvFilter::builder()
+            .parse(directives)
+            .map_err(|e| ConfigError::Var {
+                var: "SOFTRDMA_LOG",
+                value: directives.clone(),
+                want: format!(
+                    "a log filter in tracing-subscriber's EnvFilter syntax, e.g. debug or \
+                     softrdma::engine=debug,info ({e})"
+                ),
+            })?;
+        // Fails only when the program installed a subscriber already.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_thread_names(true)
+            .try_init();
+        Ok(())
+    })
+    .clone()
+}
+
+/// The target of the engine's events (`SOFTRDMA_LOG=softrdma::engine=debug`).
+pub(crate) const ENGINE: &str = "softrdma::engine";
+
+/// Whether the core's notes are wanted: the engine's debug events pass the
+/// filter. Asked once per device; when not, the core keeps no notes.
+pub(crate) fn notes_wanted() -> bool {
+    tracing::enabled!(target: ENGINE, tracing::Level::DEBUG)
+}
+
+/// Logs one of the core's notes for the device at `dev`.
+pub(crate) fn note(dev: std::net::IpAddr, n: softrdma_proto::note::Note) {
+    use softrdma_proto::note::Note;
+    let psn = |p: Option<softrdma_wire::Psn>| {
+        p.map_or_else(|| "-".to_string(), |p| p.value().to_string())
+    };
+    match n {
+        Note::Dropped {
+            qpn,
+            psn: p,
+            from,
+            reason,
+        } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn.map_or_else(|| "-".to_string(), |q| q.to_string()),
+            psn = %psn(p),
+            from = %from,
+            "dropped packet: {reason}"
+        ),
+        Note::StateChanged { qpn, from, to } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            "QP state {from:?} -> {to:?}"
+        ),
+        Note::NakSent { qpn, psn: p, nak } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            psn = %psn(p),
+            "NAK sent: {nak}"
+        ),
+        Note::NakReceived { qpn, psn: p, nak } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            psn = %psn(p),
+            "NAK received: {nak}"
+        ),
+        Note::Retransmitted { qpn, packets } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            packets,
+            "retransmitted request packets"
+        ),
+        Note::Timeout { qpn } => tracing::debug!(
+            target: ENGINE,
+            dev = %dev,
+            qpn = %qpn,
+            "retransmission timer expired"
+        ),
+    }
+}
