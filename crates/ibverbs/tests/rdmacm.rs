@@ -644,3 +644,133 @@ fn netns_perftest_rdma_cm() {
     perftest_cm_at(&site, "ib_send_bw", &["-n", "200"]);
     perftest_cm_at(&site, "ib_read_lat", &["-n", "200"]);
 }
+
+// ----------------------------------------------------- bad endings --------
+
+/// A background program, killed when dropped (also when a test fails).
+struct Bg {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl Bg {
+    fn start(c: Command, tag: &str) -> Bg {
+        let mut c = c;
+        let (f, out) = out_file(tag);
+        c.stdout(f.try_clone().unwrap()).stderr(f);
+        Bg {
+            child: c.spawn().expect("spawn"),
+            out,
+        }
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Waits until the program's device socket at `ip` is bound.
+    fn wait_device(&mut self, ip: &str) {
+        let deadline = Instant::now() + LIMIT;
+        while !udp_bound(self.child.id(), ip.parse().unwrap(), 4791) {
+            assert!(
+                Instant::now() < deadline && self.child.try_wait().unwrap().is_none(),
+                "the server never got ready\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+/// rping to a device whose port 7174 has no listener (a ucmatose server
+/// holds the device, listening on 7471): the REQ gets REJ reason 8 and
+/// rping ends with RDMA_CM_EVENT_REJECTED at once — well inside 10 s,
+/// where an unanswered REQ would take 15 retries of 6 s.
+#[test]
+fn rping_to_a_port_nobody_listens_on_is_rejected() {
+    let _s = serial();
+    let site = Site::loopback();
+    let mut other = Bg::start(
+        cm_command("ucmatose", &["-b", SERVER], None, SERVER),
+        "cm-other",
+    );
+    other.wait_device(SERVER);
+    let t = Instant::now();
+    let c = run_command(
+        cm_command(
+            "rping",
+            &["-c", "-a", SERVER, "-C", "3", "-v"],
+            None,
+            &site.client,
+        ),
+        Duration::from_secs(10),
+    );
+    let took = t.elapsed();
+    println!(
+        "rping to a port without listener: exit {:?} after {took:?}",
+        c.status
+    );
+    assert!(
+        c.status.is_some(),
+        "rping still waiting after 10 s:\n{}",
+        c.out
+    );
+    assert!(!c.ok(), "{}", c.out);
+    assert!(
+        c.out.contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "{}",
+        c.out
+    );
+    assert!(!c.out.contains("ping data"), "{}", c.out);
+}
+
+/// A running rping client whose server is killed (SIGKILL, no DREQ) ends:
+/// its RC QP runs out of retries (7 × the 2.1 s ACK timeout of the
+/// path's packet lifetime), the pings fail and rping exits with an error
+/// rather than waiting forever.
+#[test]
+fn rping_client_ends_when_its_server_is_killed() {
+    let _s = serial();
+    let site = Site::loopback();
+    let mut server = Bg::start(
+        cm_command("rping", &["-s", "-a", SERVER, "-v"], None, SERVER),
+        "cm-victim",
+    );
+    server.wait_device(SERVER);
+    let mut client = Bg::start(
+        cm_command("rping", &["-c", "-a", SERVER, "-v"], None, &site.client),
+        "cm-survivor",
+    );
+    // Let it ping for a while, then kill the server.
+    let deadline = Instant::now() + LIMIT;
+    while client.text().matches("ping data").count() < 50 {
+        assert!(
+            Instant::now() < deadline && client.child.try_wait().unwrap().is_none(),
+            "the pings never got going\n{}\n{}",
+            client.text(),
+            server.text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let t = Instant::now();
+    let status = wait_until(&mut client.child, t + LIMIT);
+    let out = client.text();
+    println!(
+        "rping client after its server was killed: exit {status:?} after {:?}, {} pings",
+        t.elapsed(),
+        out.matches("ping data").count()
+    );
+    assert!(status.is_some(), "the client hung:\n{out}");
+    assert_ne!(status, Some(0), "{out}");
+    assert!(out.contains("rping client failed"), "{out}");
+}
