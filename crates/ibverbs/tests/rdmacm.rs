@@ -774,3 +774,42 @@ fn rping_client_ends_when_its_server_is_killed() {
     assert_ne!(status, Some(0), "{out}");
     assert!(out.contains("rping client failed"), "{out}");
 }
+
+/// libfabric's verbs provider finds softrdma's device through rdma_cm
+/// (`rdma_get_devices`, `rdma_getaddrinfo`, `rdma_bind_addr` on every
+/// non-loopback interface address) and offers an RC MSG endpoint on it.
+///
+/// `fi_pingpong -p verbs -e msg` itself cannot run: its server always
+/// calls `fi_getinfo(NULL, NULL, …)`, which the verbs provider turns into
+/// `rdma_bind_addr(127.0.0.1)` (prov/verbs/src/fi_verbs.c: `local_node`
+/// "localhost"), while it offers MSG endpoints only on devices with an
+/// address on a non-loopback interface (verbs_info.c skips IFF_LOOPBACK).
+/// No device is both, so the server fails with ENODATA — the kernel's
+/// rdma_cm refuses that bind too (no RDMA device on `lo`, ENODEV).
+#[test]
+fn netns_libfabric_verbs_offers_a_msg_endpoint() {
+    let _s = serial();
+    let hosts = Hosts::new();
+    let o = run_command(
+        cm_command(
+            "fi_info",
+            &["-p", "verbs", "-t", "FI_EP_MSG", "-s", &hosts.addr_a],
+            Some(&hosts.a),
+            &hosts.addr_a,
+        ),
+        LIMIT,
+    );
+    println!("{}", o.out);
+    assert!(
+        o.ok(),
+        "fi_info (apt-get install libfabric-bin):\n{}",
+        o.out
+    );
+    assert!(o.out.contains("domain: softrdma0\n"), "{}", o.out);
+    assert!(o.out.contains("type: FI_EP_MSG"), "{}", o.out);
+    assert!(
+        o.out.contains("protocol: FI_PROTO_RDMA_CM_IB_RC"),
+        "{}",
+        o.out
+    );
+}
