@@ -15,7 +15,7 @@
 # bandwidth at MTU 4096 (the VM's link at 4200) with 16 KiB messages.
 # rdma_cm programs (rping, ucmatose, udaddy: both directions; ib_send_bw
 # -R, ib_read_lat -R: softrdma as server) connect over the IB CM on QP 1,
-# IPv4, at MTU 1024.
+# IPv4, at MTU 1024; rping, ucmatose and udaddy also over IPv6.
 # Every exchange is captured by softrdma (SOFTRDMA_PCAP) and checked:
 # each packet softrdma sent has a valid ICRC and decodes in tshark
 # (`-d udp.port==4791,infiniband`) with no malformed-packet warning.
@@ -104,14 +104,16 @@ run_case() {
   shift 5
   wanted "$name" || return 0
   local pcap="$OUT/$name.pcap" hlog="$OUT/$name.host.log" glog="$name.guest.log" rc=0 why=""
-  local henv=(SOFTRDMA_ADDR=$HOST_IP SOFTRDMA_PCAP="$pcap" SOFTRDMA_MTU="${SOFTRDMA_MTU_PORT:-1024}" "$@")
+  # CASE_HOST_IP / CASE_GUEST_IP: other addresses (the IPv6 cases).
+  local hip=${CASE_HOST_IP:-$HOST_IP} gip=${CASE_GUEST_IP:-$GUEST_IP}
+  local henv=(SOFTRDMA_ADDR=$hip SOFTRDMA_PCAP="$pcap" SOFTRDMA_MTU="${SOFTRDMA_MTU_PORT:-1024}" "$@")
   local t0=$SECONDS
   rm -f "$PEER_DIR/$glog"
   if [ "$role" = host ]; then
     ip netns exec rigpeer env "${henv[@]}" timeout 150 "$SR" exec -- $hcmd >"$hlog" 2>&1 &
     local hp=$!
     sleep 1
-    guest "$gcmd $HOST_IP > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog" >/dev/null 2>&1
+    guest "$gcmd $hip > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog" >/dev/null 2>&1
     wait "$hp" || { rc=$?; why="softrdma server exited $rc"; }
     local out="$PEER_DIR/$glog"
     cp "$out" "$OUT/$glog" 2>/dev/null
@@ -120,7 +122,7 @@ run_case() {
   else
     guest "( timeout 150 $gcmd > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog ) &" >/dev/null 2>&1
     sleep 3 # the VM is slow to listen
-    ip netns exec rigpeer env "${henv[@]}" timeout 150 "$SR" exec -- $hcmd $GUEST_IP >"$hlog" 2>&1 || { rc=$?; why="softrdma client exited $rc"; }
+    ip netns exec rigpeer env "${henv[@]}" timeout 150 "$SR" exec -- $hcmd $gip >"$hlog" 2>&1 || { rc=$?; why="softrdma client exited $rc"; }
     local i
     for i in $(seq 1 60); do grep -q '^RC=' "$PEER_DIR/$glog" 2>/dev/null && break; sleep 1; done
     cp "$PEER_DIR/$glog" "$OUT/$glog" 2>/dev/null
@@ -213,6 +215,24 @@ run_case rdmacm_send_bw_srv-softrdma host "ib_send_bw -d rxe0 -x 1 -R -F -n 100 
 PORT=$((PORT + 3))
 run_case rdmacm_read_lat_srv-softrdma host "ib_read_lat -d rxe0 -x 1 -R -F -n 100 -p $PORT" \
   "ib_read_lat -d softrdma0 -x 0 -R -F -n 100 -p $PORT" "$LAT_ROW"
+
+say "rdma_cm over IPv6: host 2001:db8:1::1, guest 2001:db8:1::2"
+ip netns exec rigpeer sysctl -qw net.ipv6.conf.all.disable_ipv6=0 \
+  net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.rigtap0.disable_ipv6=0
+ip -n rigpeer addr del 2001:db8:1::1/64 dev rigtap0 2>/dev/null
+ip -n rigpeer addr add 2001:db8:1::1/64 dev rigtap0 nodad || fail "IPv6 on the host side"
+guest "sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 \
+  net.ipv6.conf.eth0.disable_ipv6=0 && ip -6 addr add 2001:db8:1::2/64 dev eth0 nodad && sleep 1" \
+  >/dev/null 2>&1 || fail "IPv6 in the VM"
+export CASE_HOST_IP=2001:db8:1::1 CASE_GUEST_IP=2001:db8:1::2
+cm_both rdmacm_v6_rping "rping -s -a $CASE_GUEST_IP -C 10 -V" "rping -c -C 10 -V -v -a" \
+  "rping -s -a $CASE_HOST_IP -C 10 -V" "rping -c -C 10 -V -v -a" 'rdma-ping-9: '
+cm_both rdmacm_v6_ucmatose "ucmatose -b $CASE_GUEST_IP" "ucmatose -s" \
+  "ucmatose -b $CASE_HOST_IP" "ucmatose -s" 'return status 0'
+cm_both rdmacm_v6_udaddy "udaddy -b $CASE_GUEST_IP" "udaddy -s" \
+  "udaddy -b $CASE_HOST_IP" "udaddy -s" 'return status 0'
+unset CASE_HOST_IP CASE_GUEST_IP
+ip -n rigpeer addr del 2001:db8:1::1/64 dev rigtap0 2>/dev/null
 
 say "loss: tc netem loss 3% on the VM's link"
 guest "tc qdisc replace dev eth0 root netem loss 3%" >/dev/null 2>&1 || fail "netem in the VM"
