@@ -10,6 +10,11 @@
 //! client is told to connect to. The client starts once the server's
 //! device socket exists.
 //!
+//! The `netns_*` tests run rping, ucmatose, udaddy, `ib_send_bw -R` and
+//! `ib_read_lat -R` across two network namespaces joined by a veth pair
+//! (server 10.78.0.1, client 10.78.0.2, MTU 1500); they need root and
+//! iproute2 (CI has them) and fail without them.
+//!
 //! Needs Debian's rdmacm-utils, perftest, qperf and fio (CI installs
 //! them); a missing tool fails the test rather than skipping it.
 
@@ -25,18 +30,57 @@ const LIMIT: Duration = Duration::from_secs(60);
 const SERVER: &str = "127.0.77.1";
 const CLIENT: &str = "127.0.77.2";
 
-fn server_env() -> Vec<(&'static str, &'static str)> {
-    vec![("SOFTRDMA_ADDR", SERVER)]
+/// Where a pair runs: each side's device address (`SOFTRDMA_ADDR`) and,
+/// across hosts, the network namespace it runs in.
+struct Site {
+    server: String,
+    client: String,
+    server_ns: Option<String>,
+    client_ns: Option<String>,
 }
 
-fn client_env() -> Vec<(&'static str, &'static str)> {
-    vec![("SOFTRDMA_ADDR", CLIENT)]
+impl Site {
+    /// Both on this host's loopback, 127.0.77.1 and 127.0.77.2.
+    fn loopback() -> Site {
+        Site {
+            server: SERVER.into(),
+            client: CLIENT.into(),
+            server_ns: None,
+            client_ns: None,
+        }
+    }
+
+    /// The server in `hosts.a`, the client in `hosts.b`.
+    fn across(hosts: &Hosts) -> Site {
+        Site {
+            server: hosts.addr_a.clone(),
+            client: hosts.addr_b.clone(),
+            server_ns: Some(hosts.a.clone()),
+            client_ns: Some(hosts.b.clone()),
+        }
+    }
 }
 
-/// Whether a UDP socket is bound to `ip:port` (the server's device).
-fn udp_bound(ip: Ipv4Addr, port: u16) -> bool {
+/// `prog args` with its device at `addr`, inside namespace `ns` if given
+/// (`ip netns exec` execs the program: the child's pid is the program's).
+fn cm_command(prog: &str, args: &[&str], ns: Option<&str>, addr: &str) -> Command {
+    let env = [("SOFTRDMA_ADDR", addr)];
+    match ns {
+        None => command(prog, args, &env),
+        Some(ns) => {
+            let exe = require_tool(prog);
+            let mut a = vec!["netns", "exec", ns, exe.to_str().expect("UTF-8 path")];
+            a.extend_from_slice(args);
+            command("ip", &a, &env)
+        }
+    }
+}
+
+/// Whether a process has a UDP socket bound to `ip:port` (the server's
+/// device), looked up in that process's own network namespace.
+fn udp_bound(pid: u32, ip: Ipv4Addr, port: u16) -> bool {
     let want = format!("{:08X}:{port:04X}", u32::from_le_bytes(ip.octets()));
-    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+    std::fs::read_to_string(format!("/proc/{pid}/net/udp")).is_ok_and(|t| {
         t.lines()
             .skip(1)
             .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
@@ -52,10 +96,21 @@ enum ServerEnds {
     Stopped,
 }
 
+/// A pair on loopback (see `cm_pair_at`).
+fn cm_pair(
+    server: (&str, &[&str]),
+    client: (&str, &[&str]),
+    ready: Ready,
+    ends: ServerEnds,
+) -> (String, String) {
+    cm_pair_at(&Site::loopback(), server, client, ready, ends)
+}
+
 /// Runs a server, waits until its device socket is bound (or, for
 /// `tcp_port`, its TCP port listens), runs the client, and checks both.
 /// Returns (server output, client output).
-fn cm_pair(
+fn cm_pair_at(
+    site: &Site,
     server: (&str, &[&str]),
     client: (&str, &[&str]),
     ready: Ready,
@@ -63,15 +118,15 @@ fn cm_pair(
 ) -> (String, String) {
     let deadline = Instant::now() + LIMIT;
     let (mut s, sp) = {
-        let mut c = command(server.0, server.1, &server_env());
+        let mut c = cm_command(server.0, server.1, site.server_ns.as_deref(), &site.server);
         let (f, p) = out_file("cm-server");
         c.stdout(f.try_clone().unwrap()).stderr(f);
         (c.spawn().expect("spawn server"), p)
     };
     loop {
         let up = match ready {
-            Ready::Device => udp_bound(SERVER.parse().unwrap(), 4791),
-            Ready::Tcp(p) => tcp_listening(p),
+            Ready::Device => udp_bound(s.id(), site.server.parse().unwrap(), 4791),
+            Ready::Tcp(p) => tcp_listening(s.id(), p),
         };
         if up {
             break;
@@ -88,7 +143,10 @@ fn cm_pair(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let c = run(client.0, client.1, &client_env(), LIMIT);
+    let c = run_command(
+        cm_command(client.0, client.1, site.client_ns.as_deref(), &site.client),
+        LIMIT,
+    );
     let status = match ends {
         ServerEnds::Exits => wait_until(&mut s, deadline),
         ServerEnds::Stopped => {
@@ -110,6 +168,18 @@ fn cm_pair(
         c.out
     );
     (so, c.out)
+}
+
+/// Runs a command to completion (killed after `limit`); output and the
+/// time it took.
+fn run_command(mut c: Command, limit: Duration) -> Output {
+    let (f, p) = out_file("cm-client");
+    c.stdout(f.try_clone().unwrap()).stderr(f);
+    let mut child = c.spawn().expect("spawn");
+    let status = wait_until(&mut child, Instant::now() + limit);
+    let out = std::fs::read_to_string(&p).unwrap_or_default();
+    let _ = std::fs::remove_file(&p);
+    Output { status, out }
 }
 
 #[derive(Clone, Copy)]
@@ -139,10 +209,11 @@ fn out_file(tag: &str) -> (std::fs::File, std::path::PathBuf) {
     (std::fs::File::create(&p).unwrap(), p)
 }
 
-fn tcp_listening(port: u16) -> bool {
+/// Whether TCP `port` listens in the network namespace of process `pid`.
+fn tcp_listening(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
             t.lines().skip(1).any(|l| {
                 let mut it = l.split_whitespace();
                 let local = it.nth(1).unwrap_or("");
@@ -224,27 +295,54 @@ fn programs_load_our_library_under_both_names() {
     assert_eq!(a, b);
 }
 
+/// rping with `-C 10 -V -v` (and `extra`): ten verified pings each way.
+fn rping_at(site: &Site, extra: &[&str]) {
+    let mut sa = vec!["-s", "-a", &site.server, "-C", "10", "-V", "-v"];
+    sa.extend_from_slice(extra);
+    let mut ca = vec!["-c", "-a", &site.server, "-C", "10", "-V", "-v"];
+    ca.extend_from_slice(extra);
+    let (so, co) = cm_pair_at(
+        site,
+        ("rping", &sa),
+        ("rping", &ca),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
+    assert_eq!(co.matches("ping data: rdma-ping-").count(), 10, "{co}");
+    assert_eq!(
+        so.matches("server ping data: rdma-ping-").count(),
+        10,
+        "{so}"
+    );
+    assert!(so.contains("DISCONNECT EVENT"), "{so}");
+}
+
 #[test]
 fn rping() {
     let _s = serial();
     for extra in [&[][..], &["-q"][..]] {
-        let mut sa = vec!["-s", "-a", SERVER, "-C", "10", "-V", "-v"];
-        sa.extend_from_slice(extra);
-        let mut ca = vec!["-c", "-a", SERVER, "-C", "10", "-V", "-v"];
-        ca.extend_from_slice(extra);
-        let (so, co) = cm_pair(
-            ("rping", &sa),
-            ("rping", &ca),
-            Ready::Device,
-            ServerEnds::Exits,
+        rping_at(&Site::loopback(), extra);
+    }
+}
+
+/// ucmatose (and `extra`): both sides complete with status 0.
+fn ucmatose_at(site: &Site, extra: &[&str]) {
+    let mut sa = vec!["-b", &site.server];
+    sa.extend_from_slice(extra);
+    let mut ca = vec!["-s", &site.server];
+    ca.extend_from_slice(extra);
+    let (so, co) = cm_pair_at(
+        site,
+        ("ucmatose", &sa),
+        ("ucmatose", &ca),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
+    for o in [&so, &co] {
+        assert!(
+            o.contains("test complete") && o.contains("return status 0"),
+            "{o}"
         );
-        assert_eq!(co.matches("ping data: rdma-ping-").count(), 10, "{co}");
-        assert_eq!(
-            so.matches("server ping data: rdma-ping-").count(),
-            10,
-            "{so}"
-        );
-        assert!(so.contains("DISCONNECT EVENT"), "{so}");
     }
 }
 
@@ -257,22 +355,7 @@ fn ucmatose() {
         &["-c", "4", "-P", "ib"][..],
         &["-c", "2", "-m"][..],
     ] {
-        let mut sa = vec!["-b", SERVER];
-        sa.extend_from_slice(extra);
-        let mut ca = vec!["-s", SERVER];
-        ca.extend_from_slice(extra);
-        let (so, co) = cm_pair(
-            ("ucmatose", &sa),
-            ("ucmatose", &ca),
-            Ready::Device,
-            ServerEnds::Exits,
-        );
-        for o in [&so, &co] {
-            assert!(
-                o.contains("test complete") && o.contains("return status 0"),
-                "{o}"
-            );
-        }
+        ucmatose_at(&Site::loopback(), extra);
     }
 }
 
@@ -290,26 +373,32 @@ fn ucmatose_tos_and_ack_timeout() {
     assert!(co.contains("return status 0"), "{co}");
 }
 
+/// udaddy (UD over SIDR, and `extra`): both sides complete with status 0.
+fn udaddy_at(site: &Site, extra: &[&str]) {
+    let mut sa = vec!["-b", &site.server];
+    sa.extend_from_slice(extra);
+    let mut ca = vec!["-s", &site.server];
+    ca.extend_from_slice(extra);
+    let (so, co) = cm_pair_at(
+        site,
+        ("udaddy", &sa),
+        ("udaddy", &ca),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
+    for o in [&so, &co] {
+        assert!(
+            o.contains("test complete") && o.contains("return status 0"),
+            "{o}"
+        );
+    }
+}
+
 #[test]
 fn udaddy() {
     let _s = serial();
     for extra in [&[][..], &["-c", "4"][..]] {
-        let mut sa = vec!["-b", SERVER];
-        sa.extend_from_slice(extra);
-        let mut ca = vec!["-s", SERVER];
-        ca.extend_from_slice(extra);
-        let (so, co) = cm_pair(
-            ("udaddy", &sa),
-            ("udaddy", &ca),
-            Ready::Device,
-            ServerEnds::Exits,
-        );
-        for o in [&so, &co] {
-            assert!(
-                o.contains("test complete") && o.contains("return status 0"),
-                "{o}"
-            );
-        }
+        udaddy_at(&Site::loopback(), extra);
     }
 }
 
@@ -347,13 +436,24 @@ fn cmtime() {
     println!("{co}");
 }
 
-/// A perftest pair with `-R` (rdma_cm), checked like the verbs ones.
+/// A perftest pair with `-R` (rdma_cm) on loopback.
 fn perftest_cm(tool: &str, args: &[&str]) {
+    perftest_cm_at(&Site::loopback(), tool, args);
+}
+
+/// A perftest pair with `-R` (rdma_cm), checked like the verbs ones.
+fn perftest_cm_at(site: &Site, tool: &str, args: &[&str]) {
     let mut sa = vec!["-R", "-x", "0"];
     sa.extend_from_slice(args);
     let mut ca = sa.clone();
-    ca.push(SERVER);
-    let (_, co) = cm_pair((tool, &sa), (tool, &ca), Ready::Device, ServerEnds::Exits);
+    ca.push(&site.server);
+    let (_, co) = cm_pair_at(
+        site,
+        (tool, &sa),
+        (tool, &ca),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
     assert!(co.contains("rdma_cm QPs\t : ON"), "{co}");
     let rows = perftest_rows(&co);
     assert!(!rows.is_empty(), "{tool} {args:?}: no result rows in\n{co}");
@@ -444,4 +544,279 @@ fn fio_rdma_engine() {
         assert!(co.contains("err= 0"), "{co}");
         assert!(co.contains("io=4096KiB"), "{co}");
     }
+}
+
+// ----------------------------------------------------- namespaces --------
+
+/// Two network namespaces ("hosts") joined by a veth pair (MTU 1500, so
+/// the path MTU is 1024), removed again when dropped, also when a test
+/// fails.
+struct Hosts {
+    a: String,
+    b: String,
+    addr_a: String,
+    addr_b: String,
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let o = Command::new(require_tool("ip"))
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        o.status.success(),
+        "ip {}: {} (these tests need root and iproute2; CI has them)",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl Hosts {
+    fn new() -> Hosts {
+        let id = std::process::id() % 100_000;
+        let h = Hosts {
+            a: format!("srcm{id}a"),
+            b: format!("srcm{id}b"),
+            addr_a: "10.78.0.1".into(),
+            addr_b: "10.78.0.2".into(),
+        };
+        let (va, vb) = (format!("srcm{id}va"), format!("srcm{id}vb"));
+        for ns in [&h.a, &h.b] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(std::process::Stdio::null())
+                .status();
+            ip(&["netns", "add", ns]);
+        }
+        ip(&[
+            "link", "add", &va, "netns", &h.a, "type", "veth", "peer", "name", &vb, "netns", &h.b,
+        ]);
+        for (ns, dev, addr) in [(&h.a, &va, &h.addr_a), (&h.b, &vb, &h.addr_b)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        h
+    }
+}
+
+#[test]
+fn netns_rping() {
+    let _s = serial();
+    let hosts = Hosts::new();
+    for extra in [&[][..], &["-q"][..]] {
+        rping_at(&Site::across(&hosts), extra);
+    }
+}
+
+#[test]
+fn netns_ucmatose() {
+    let _s = serial();
+    let hosts = Hosts::new();
+    for extra in [&[][..], &["-c", "4"][..]] {
+        ucmatose_at(&Site::across(&hosts), extra);
+    }
+}
+
+#[test]
+fn netns_udaddy() {
+    let _s = serial();
+    let hosts = Hosts::new();
+    udaddy_at(&Site::across(&hosts), &[]);
+}
+
+#[test]
+fn netns_perftest_rdma_cm() {
+    let _s = serial();
+    let hosts = Hosts::new();
+    let site = Site::across(&hosts);
+    perftest_cm_at(&site, "ib_send_bw", &["-n", "200"]);
+    perftest_cm_at(&site, "ib_read_lat", &["-n", "200"]);
+}
+
+// ----------------------------------------------------- bad endings --------
+
+/// A background program, killed when dropped (also when a test fails).
+struct Bg {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl Bg {
+    fn start(c: Command, tag: &str) -> Bg {
+        let mut c = c;
+        let (f, out) = out_file(tag);
+        c.stdout(f.try_clone().unwrap()).stderr(f);
+        Bg {
+            child: c.spawn().expect("spawn"),
+            out,
+        }
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Waits until the program's device socket at `ip` is bound.
+    fn wait_device(&mut self, ip: &str) {
+        let deadline = Instant::now() + LIMIT;
+        while !udp_bound(self.child.id(), ip.parse().unwrap(), 4791) {
+            assert!(
+                Instant::now() < deadline && self.child.try_wait().unwrap().is_none(),
+                "the server never got ready\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+/// rping to a device whose port 7174 has no listener (a ucmatose server
+/// holds the device, listening on 7471): the REQ gets REJ reason 8 and
+/// rping ends with RDMA_CM_EVENT_REJECTED at once — well inside 10 s,
+/// where an unanswered REQ would take 15 retries of 6 s.
+#[test]
+fn rping_to_a_port_nobody_listens_on_is_rejected() {
+    let _s = serial();
+    let site = Site::loopback();
+    let mut other = Bg::start(
+        cm_command("ucmatose", &["-b", SERVER], None, SERVER),
+        "cm-other",
+    );
+    other.wait_device(SERVER);
+    let t = Instant::now();
+    let c = run_command(
+        cm_command(
+            "rping",
+            &["-c", "-a", SERVER, "-C", "3", "-v"],
+            None,
+            &site.client,
+        ),
+        Duration::from_secs(10),
+    );
+    let took = t.elapsed();
+    println!(
+        "rping to a port without listener: exit {:?} after {took:?}",
+        c.status
+    );
+    assert!(
+        c.status.is_some(),
+        "rping still waiting after 10 s:\n{}",
+        c.out
+    );
+    assert!(!c.ok(), "{}", c.out);
+    assert!(
+        c.out.contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "{}",
+        c.out
+    );
+    assert!(!c.out.contains("ping data"), "{}", c.out);
+}
+
+/// A running client whose server is killed (SIGKILL, so no DREQ) ends:
+/// `ib_write_bw -R` always has WRITEs outstanding, its RC QP runs out of
+/// retries (7 × the 2.1 s ACK timeout of the path's packet lifetime) and
+/// the client exits with a retry-exceeded completion instead of waiting
+/// forever (its `-D 100` would end it only after 100 s).
+///
+/// A client that is only waiting for its peer (rping between two pings)
+/// has nothing outstanding and waits on: the kernel sends a DREQ for a
+/// process that dies, but nobody is left to send one for a softrdma
+/// process that is killed.
+#[test]
+fn a_client_whose_server_is_killed_ends() {
+    let _s = serial();
+    let site = Site::loopback();
+    let args = ["-R", "-x", "0", "-D", "100"];
+    let mut server = Bg::start(cm_command("ib_write_bw", &args, None, SERVER), "cm-victim");
+    server.wait_device(SERVER);
+    // Line-buffered, to see the run start (perftest's stdout is a file).
+    let mut ca = vec!["-oL", "ib_write_bw"];
+    ca.extend_from_slice(&args);
+    ca.push(SERVER);
+    require_tool("ib_write_bw");
+    let mut client = Bg::start(cm_command("stdbuf", &ca, None, &site.client), "cm-survivor");
+    // Let the WRITEs run for a second, then kill the server.
+    let deadline = Instant::now() + LIMIT;
+    while !client.text().contains("#bytes") {
+        assert!(
+            Instant::now() < deadline && client.child.try_wait().unwrap().is_none(),
+            "the test never got going\n{}\n{}",
+            client.text(),
+            server.text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let t = Instant::now();
+    let status = wait_until(&mut client.child, t + Duration::from_secs(60));
+    let out = client.text();
+    println!(
+        "ib_write_bw -R client after its server was killed: exit {status:?} after {:?}",
+        t.elapsed()
+    );
+    assert!(status.is_some(), "the client hung:\n{out}");
+    assert_ne!(status, Some(0), "{out}");
+    // IBV_WC_RETRY_EXC_ERR.
+    assert!(out.contains("Failed status 12"), "{out}");
+}
+
+/// libfabric's verbs provider finds softrdma's device through rdma_cm
+/// (`rdma_get_devices`, `rdma_getaddrinfo`, `rdma_bind_addr` on every
+/// non-loopback interface address) and offers an RC MSG endpoint on it.
+///
+/// `fi_pingpong -p verbs -e msg` itself cannot run: its server always
+/// calls `fi_getinfo(NULL, NULL, …)`, which the verbs provider turns into
+/// `rdma_bind_addr(127.0.0.1)` (prov/verbs/src/fi_verbs.c: `local_node`
+/// "localhost"), while it offers MSG endpoints only on devices with an
+/// address on a non-loopback interface (verbs_info.c skips IFF_LOOPBACK).
+/// No device is both, so the server fails with ENODATA — the kernel's
+/// rdma_cm refuses that bind too (no RDMA device on `lo`, ENODEV).
+#[test]
+fn netns_libfabric_verbs_offers_a_msg_endpoint() {
+    let _s = serial();
+    let hosts = Hosts::new();
+    let o = run_command(
+        cm_command(
+            "fi_info",
+            &["-p", "verbs", "-t", "FI_EP_MSG", "-s", &hosts.addr_a],
+            Some(&hosts.a),
+            &hosts.addr_a,
+        ),
+        LIMIT,
+    );
+    println!("{}", o.out);
+    assert!(
+        o.ok(),
+        "fi_info (apt-get install libfabric-bin):\n{}",
+        o.out
+    );
+    assert!(o.out.contains("domain: softrdma0\n"), "{}", o.out);
+    assert!(o.out.contains("type: FI_EP_MSG"), "{}", o.out);
+    assert!(
+        o.out.contains("protocol: FI_PROTO_RDMA_CM_IB_RC"),
+        "{}",
+        o.out
+    );
 }

@@ -122,3 +122,202 @@ fn reject_with_private_data() {
     id.destroy().unwrap();
     lid.destroy().unwrap();
 }
+
+// ------------------------------------------- REQs rdma_cm must refuse ----
+
+mod raw {
+    //! A hand-made peer: REQ MADs in RoCE v2 packets from a UDP socket of
+    //! its own, and the MADs that come back.
+    use softrdma_wire::cm::{CmMadRepr, CmMsg, CmPathRepr, PortSpace, ReqRepr, ServiceId};
+    use softrdma_wire::mad::GSI_QKEY;
+    use softrdma_wire::{
+        BthRepr, DatagramRepr, DethRepr, Gid, IbPacket, IpRepr, Opcode, PKey, PacketRepr, Psn,
+        QKey, Qpn, RoceDatagram,
+    };
+    use std::net::{IpAddr, SocketAddr, UdpSocket};
+    use std::time::Duration;
+
+    /// A UDP socket on a free loopback address, port 4791.
+    pub fn peer() -> UdpSocket {
+        for last in 200..=250u8 {
+            let ip = IpAddr::from([127, 0, 78, last]);
+            if let Ok(s) = UdpSocket::bind(SocketAddr::new(ip, 4791)) {
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                return s;
+            }
+        }
+        panic!("no free loopback address in 127.0.78.200-250");
+    }
+
+    /// A REQ for `port` (TCP port space) from `src` to `dst` with this
+    /// private data (the rdma_cm header first), as rping would send it.
+    pub fn req(comm_id: u32, port: u16, src: IpAddr, dst: IpAddr, private: &[u8]) -> [u8; 256] {
+        let req = ReqRepr {
+            local_comm_id: comm_id,
+            vendor_id: 0,
+            service_id: ServiceId::rdma_cm(PortSpace::Tcp, port),
+            local_ca_guid: 0x0250_56ff_fe00_0001,
+            local_qkey: QKey(0),
+            local_qpn: Qpn::new(0x77),
+            responder_resources: 1,
+            local_eecn: 0,
+            initiator_depth: 1,
+            remote_eecn: 0,
+            remote_cm_response_timeout: 20,
+            transport_service_type: 0,
+            flow_control: false,
+            starting_psn: Psn::new(0x1234),
+            local_cm_response_timeout: 20,
+            retry_count: 7,
+            pkey: PKey::DEFAULT,
+            path_mtu: 3,
+            rdc_exists: false,
+            rnr_retry_count: 7,
+            max_cm_retries: 15,
+            srq: false,
+            extended_transport_type: 0,
+            primary: CmPathRepr {
+                local_lid: 0xffff,
+                remote_lid: 0xffff,
+                local_gid: Gid::from(src),
+                remote_gid: Gid::from(dst),
+                flow_label: 0,
+                packet_rate: 0x0e,
+                traffic_class: 0,
+                hop_limit: 64,
+                sl: 0,
+                subnet_local: false,
+                local_ack_timeout: 19,
+            },
+            alternate: CmPathRepr::default(),
+            sap_supported: false,
+            private_data: private,
+        };
+        CmMadRepr::new(u64::from(comm_id), 0, CmMsg::Req(req))
+            .to_bytes()
+            .unwrap()
+    }
+
+    /// `mad` to QP 1 of the device at `dst`, from the socket's address.
+    pub fn send(s: &UdpSocket, dst: IpAddr, mad: &[u8]) {
+        let src = s.local_addr().unwrap().ip();
+        let bth = BthRepr {
+            opcode: Opcode(0x64),
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: PKey::DEFAULT,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::GSI,
+            ack_req: true,
+            psn: Psn::new(0),
+        };
+        let mut r = PacketRepr::new(bth, mad);
+        r.deth = Some(DethRepr {
+            qkey: QKey(GSI_QKEY),
+            src_qp: Qpn::GSI,
+        });
+        let d = DatagramRepr {
+            ip: IpRepr::between(src, dst, 0).unwrap(),
+            udp: softrdma_wire::ip::UdpRepr {
+                src_port: 4791,
+                dst_port: 4791,
+                checksum: 0,
+            },
+        };
+        let mut buf = vec![0u8; 2048];
+        let n = d.emit(&r, &mut buf).unwrap();
+        let dg = RoceDatagram::new_checked(&buf[..n]).unwrap();
+        s.send_to(dg.ib().into_inner(), SocketAddr::new(dst, 4791))
+            .unwrap();
+    }
+
+    /// The next MAD that arrives (None after the 5 s read timeout).
+    pub fn recv(s: &UdpSocket) -> Option<Vec<u8>> {
+        let mut buf = [0u8; 4096];
+        let (n, _) = s.recv_from(&mut buf).ok()?;
+        let p = IbPacket::new_checked(&buf[..n]).ok()?;
+        Some(PacketRepr::parse(&p).ok()?.payload.to_vec())
+    }
+}
+
+/// REQs that reach a listening port but that rdma_cm cannot take — no
+/// valid rdma_cm header, a header for another destination address, a UC
+/// connection for an RC listener — are rejected as
+/// Linux's rdma_cm does (the handler fails, `cm_destroy_id` sends REJ
+/// reason 28), reach no application, and take no place in the backlog:
+/// with a backlog of 1, a real connect afterwards still gets through.
+#[test]
+fn reqs_rdma_cm_cannot_take_get_rej_28_and_leave_the_backlog_alone() {
+    use softrdma_wire::cm::{CmMadRepr, CmMsg, CmaHdrRepr, RejReason};
+    let (a, _b) = two_devices();
+    let ip = a.local_addr().ip();
+    let lch = EventChannel::new().unwrap();
+    let lid = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    lid.bind_addr(SocketAddr::new(ip, 0)).unwrap();
+    lid.listen(1).unwrap();
+    let port = lid.addr_info().unwrap().src.unwrap().port();
+    let s = raw::peer();
+    let me = s.local_addr().unwrap().ip();
+    let hdr = |dst| {
+        CmaHdrRepr {
+            src_port: 40000,
+            src: me,
+            dst,
+        }
+        .to_bytes()
+        .unwrap()
+    };
+    let mut bad_version = hdr(ip);
+    bad_version[0] = 7;
+    let elsewhere = hdr("127.0.99.99".parse().unwrap());
+    let cases: [(&str, Vec<u8>, bool); 4] = [
+        ("no rdma_cm header", vec![], false),
+        ("header version 7", bad_version.to_vec(), false),
+        ("header for another address", elsewhere.to_vec(), false),
+        ("UC transport on an RC listener", hdr(ip).to_vec(), true),
+    ];
+    for (k, (what, private, uc)) in cases.iter().enumerate() {
+        let comm = 0x5000 + k as u32;
+        let mut mad = raw::req(comm, port, me, ip, private);
+        if *uc {
+            // Transport Service Type UC: bits 2-1 of REQ byte 43.
+            mad[24 + 43] = (mad[24 + 43] & !0x06) | (1 << 1);
+        }
+        raw::send(&s, ip, &mad);
+        let back = raw::recv(&s).unwrap_or_else(|| panic!("{what}: no answer"));
+        let m = CmMadRepr::parse(&back).unwrap();
+        let CmMsg::Rej(rej) = m.msg else {
+            panic!("{what}: {:?} instead of a REJ", m.msg.name())
+        };
+        assert_eq!(rej.reason, RejReason::CONSUMER_DEFINED, "{what}");
+        assert_eq!(rej.remote_comm_id, comm, "{what}");
+        // The same REQ again (a retry): refused again, no second id.
+        raw::send(&s, ip, &mad);
+        let back = raw::recv(&s).unwrap_or_else(|| panic!("{what}: retry: no answer"));
+        let m = CmMadRepr::parse(&back).unwrap();
+        let CmMsg::Rej(rej) = m.msg else {
+            panic!("{what}: retry: {:?} instead of a REJ", m.msg.name())
+        };
+        println!("{what}: REJ 28, the retry REJ {}", rej.reason.0);
+        assert_eq!(rej.remote_comm_id, comm, "{what}");
+        assert!(
+            lch.get_event_timeout(Duration::from_millis(100))
+                .unwrap()
+                .is_none(),
+            "{what}: reached the application"
+        );
+    }
+    // The backlog of 1 is free: a real connect is accepted.
+    let addr = SocketAddr::new(ip, port);
+    let client = std::thread::spawn(move || rdma_cm::connect(addr, &Default::default()));
+    let req = events(&lch);
+    assert_eq!(req.event, EventType::ConnectRequest);
+    req.id.reject(b"").unwrap();
+    let child = req.id.clone();
+    drop(req);
+    assert!(client.join().unwrap().is_err());
+    child.destroy().unwrap();
+    lid.destroy().unwrap();
+}
