@@ -325,23 +325,25 @@ fn rping() {
     }
 }
 
-/// ucmatose (and `extra`): both sides complete with status 0.
-fn ucmatose_at(site: &Site, extra: &[&str]) {
+/// ucmatose or udaddy (UD over SIDR), with `extra`: rdma_cm's two test
+/// programs share their options and their verdict, both sides complete
+/// with status 0.
+fn cmatose_at(tool: &str, site: &Site, extra: &[&str]) {
     let mut sa = vec!["-b", &site.server];
     sa.extend_from_slice(extra);
     let mut ca = vec!["-s", &site.server];
     ca.extend_from_slice(extra);
     let (so, co) = cm_pair_at(
         site,
-        ("ucmatose", &sa),
-        ("ucmatose", &ca),
+        (tool, &sa),
+        (tool, &ca),
         Ready::Device,
         ServerEnds::Exits,
     );
     for o in [&so, &co] {
         assert!(
             o.contains("test complete") && o.contains("return status 0"),
-            "{o}"
+            "{tool} {extra:?}: {o}"
         );
     }
 }
@@ -355,50 +357,21 @@ fn ucmatose() {
         &["-c", "4", "-P", "ib"][..],
         &["-c", "2", "-m"][..],
     ] {
-        ucmatose_at(&Site::loopback(), extra);
+        cmatose_at("ucmatose", &Site::loopback(), extra);
     }
 }
 
 #[test]
 fn ucmatose_tos_and_ack_timeout() {
     let _s = serial();
-    let sa = ["-b", SERVER, "-t", "32", "-a", "16"];
-    let ca = ["-s", SERVER, "-t", "32", "-a", "16"];
-    let (_, co) = cm_pair(
-        ("ucmatose", &sa),
-        ("ucmatose", &ca),
-        Ready::Device,
-        ServerEnds::Exits,
-    );
-    assert!(co.contains("return status 0"), "{co}");
-}
-
-/// udaddy (UD over SIDR, and `extra`): both sides complete with status 0.
-fn udaddy_at(site: &Site, extra: &[&str]) {
-    let mut sa = vec!["-b", &site.server];
-    sa.extend_from_slice(extra);
-    let mut ca = vec!["-s", &site.server];
-    ca.extend_from_slice(extra);
-    let (so, co) = cm_pair_at(
-        site,
-        ("udaddy", &sa),
-        ("udaddy", &ca),
-        Ready::Device,
-        ServerEnds::Exits,
-    );
-    for o in [&so, &co] {
-        assert!(
-            o.contains("test complete") && o.contains("return status 0"),
-            "{o}"
-        );
-    }
+    cmatose_at("ucmatose", &Site::loopback(), &["-t", "32", "-a", "16"]);
 }
 
 #[test]
 fn udaddy() {
     let _s = serial();
     for extra in [&[][..], &["-c", "4"][..]] {
-        udaddy_at(&Site::loopback(), extra);
+        cmatose_at("udaddy", &Site::loopback(), extra);
     }
 }
 
@@ -634,7 +607,7 @@ fn netns_ucmatose() {
     let _s = serial();
     let hosts = Hosts::new();
     for extra in [&[][..], &["-c", "4"][..]] {
-        ucmatose_at(&Site::across(&hosts), extra);
+        cmatose_at("ucmatose", &Site::across(&hosts), extra);
     }
 }
 
@@ -642,7 +615,7 @@ fn netns_ucmatose() {
 fn netns_udaddy() {
     let _s = serial();
     let hosts = Hosts::new();
-    udaddy_at(&Site::across(&hosts), &[]);
+    cmatose_at("udaddy", &Site::across(&hosts), &[]);
 }
 
 #[test]
