@@ -166,6 +166,7 @@ compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO,
 
 mod fd;
 mod poll;
+mod process;
 mod recv;
 mod send;
 mod socket;
@@ -173,6 +174,7 @@ mod sys;
 
 pub use fd::{EventFd, FdWatch};
 pub use poll::{Poller, Readiness, Waker};
+pub use process::with_signals_blocked;
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{

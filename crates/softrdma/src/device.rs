@@ -276,10 +276,14 @@ impl Device {
         let s2 = shared.clone();
         let serial = shared.serial;
         let name = format!("softrdma{}", device_index(local.ip()));
-        let thread = std::thread::Builder::new()
-            .name(format!("{name}-progress"))
-            .spawn(move || engine::run(s2, poller))
-            .map_err(|e| Error::io("starting the progress thread", e))?;
+        // Every signal blocked from its first instruction: the program's
+        // signals are the program's (DESIGN promise 7).
+        let thread = softrdma_io::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name(format!("{name}-progress"))
+                .spawn(move || engine::run(s2, poller))
+        })
+        .map_err(|e| Error::io("starting the progress thread", e))?;
         let dev = Device {
             inner: Arc::new(DeviceInner {
                 shared,
