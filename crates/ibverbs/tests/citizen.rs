@@ -53,3 +53,80 @@ fn c_signals_the_program_blocks_never_reach_softrdma_threads() {
     );
     assert_eq!(o.status, Some(0), "{}", o.out);
 }
+
+/// The NAKs (opcode, syndrome) a capture holds from `from` (tshark with
+/// Wireshark's InfiniBand dissector on UDP 4791).
+fn naks_in_capture(pcap: &std::path::Path, from: &str) -> Vec<(u32, u32)> {
+    let tshark = require_tool("tshark");
+    let out = std::process::Command::new(tshark)
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-d",
+            "udp.port==4791,infiniband",
+        ])
+        .args(["-Y", &format!("ip.src=={from} && infiniband.aeth")])
+        .args(["-T", "fields", "-e", "infiniband.bth.opcode"])
+        .args(["-e", "infiniband.aeth.syndrome"])
+        .output()
+        .expect("tshark");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .filter(|&(_, syn)| syn & 0x60 == 0x60)
+        .collect()
+}
+
+/// Issue 21: remote operations the QP does not allow are answered at once
+/// with NAK "invalid request" (0x61) on the wire, as rxe does, and the
+/// requester completes with IBV_WC_REM_INV_REQ_ERR — not with retries
+/// exceeded. The target is an unmodified `ibv_rc_pingpong` server (its QP
+/// grants no remote access); it spins on its CQ (or sleeps on its channel
+/// with `-e`), sees its receives flushed and exits at once.
+#[test]
+fn c_forbidden_remote_operations_are_naked_on_the_wire() {
+    let exe = build_c("nak");
+    let _s = serial();
+    let dir = profile_dir().join(format!("softrdma-citizen-nak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut port = 23611;
+    let mut failures = Vec::new();
+    for extra in [&[][..], &["-e"][..]] {
+        for op in ["write", "read", "fadd"] {
+            port += 1;
+            let p = port.to_string();
+            let mut args = vec!["-g", "0", "-p", &p];
+            args.extend_from_slice(extra);
+            let server = start("ibv_rc_pingpong", &args, &[("SOFTRDMA_ADDR", "127.61.5.1")]);
+            let pcap = dir.join(format!("{op}{}.pcap", extra.len()));
+            let o = run(
+                &exe,
+                &[op, "127.0.0.1", &p],
+                &[
+                    ("SOFTRDMA_ADDR", "127.61.5.2"),
+                    ("SOFTRDMA_PCAP", pcap.to_str().unwrap()),
+                ],
+                Duration::from_secs(60),
+            );
+            let s = finish(server, Duration::from_secs(10));
+            println!("{op} {extra:?}: {}", o.out.trim_end());
+            no_sanitizer_report(&o);
+            let naks = naks_in_capture(&pcap, "127.61.5.1");
+            println!("  NAKs from the server in the capture (opcode, syndrome): {naks:?}");
+            if o.status != Some(0) || !o.out.contains("remote invalid request error") {
+                failures.push(format!("{op} {extra:?}: client {:?}: {}", o.status, o.out));
+            }
+            if !naks.contains(&(17, 0x61)) {
+                failures.push(format!(
+                    "{op} {extra:?}: no NAK 0x61 from the server on the wire ({naks:?}); server: {}",
+                    s.out
+                ));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -174,7 +174,7 @@ mod sys;
 
 pub use fd::{EventFd, FdWatch};
 pub use poll::{Poller, Readiness, Waker};
-pub use process::with_signals_blocked;
+pub use process::{at_exit, with_signals_blocked};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{

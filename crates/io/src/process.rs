@@ -8,8 +8,20 @@
 //!   never lands in one of ours, where its default action would kill the
 //!   process. A new thread inherits the mask of the thread that creates
 //!   it, so the mask holds from the new thread's first instruction.
+//! - Exit: [`at_exit`] runs softrdma's last duties when the program exits
+//!   normally (sending what is still queued, disconnecting), as the kernel
+//!   does for rdma-core's objects when the process goes.
 
 use std::mem::MaybeUninit;
+
+/// Registers `f` to run at normal process exit (`atexit`: when `main`
+/// returns or the program calls `exit`), after the handlers registered
+/// later. `f` must not unwind. Returns false when the C library has no
+/// room for another handler.
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: registers a plain function pointer with no arguments.
+    unsafe { libc::atexit(f) == 0 }
+}
 
 /// Runs `spawn` (which starts threads) with every signal blocked in the
 /// calling thread, then restores the caller's mask: the threads `spawn`

@@ -296,6 +296,10 @@ impl Device {
         open.retain(|(_, w)| w.strong_count() > 0);
         open.push((serial, Arc::downgrade(&dev.inner)));
         drop(open);
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| {
+            softrdma_io::at_exit(flush_all_at_exit);
+        });
         Ok(dev)
     }
 
@@ -465,6 +469,32 @@ impl Device {
     pub fn progress(&self) -> usize {
         self.shared().progress_inline()
     }
+}
+
+/// At normal process exit, every open device sends what it still holds
+/// (see `Shared::flush_at_exit`): a program that exits right after a poll
+/// that received a request must not take the answer — an ACK, a READ
+/// response, the NAK that moved its QP to the error state — with it.
+extern "C" fn flush_all_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        // Another thread may hold the list (it never blocks while holding
+        // it): a few tries.
+        for _ in 0..50 {
+            if let Some(open) = OPEN.try_lock() {
+                let devs: Vec<Arc<DeviceInner>> =
+                    open.iter().filter_map(|(_, w)| w.upgrade()).collect();
+                drop(open);
+                for d in &devs {
+                    d.shared.flush_at_exit();
+                }
+                // Dropping the last handle here would close the device from
+                // an exit handler: leave them to the process's end.
+                std::mem::forget(devs);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
 /// A small number derived from the address, for the device name.

@@ -669,8 +669,7 @@ impl QueuePair {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        let q = self.qpn;
-        Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
+        Ok(self.pd.inner.dev.shared().modify_qp(self.qpn, attr, mask)?)
     }
 
     /// `ibv_query_qp`.

@@ -219,7 +219,7 @@ pub(crate) fn to_verbs(a: &QpAttrs, dest_port: u16) -> (crate::QpAttr, crate::At
 fn modify(dev: &Device, qpn: Qpn, a: &QpAttrs) -> Result<()> {
     let (attr, mask) = to_verbs(a, dev.local_addr().port());
     dev.shared()
-        .with_core(|c, now| c.modify_qp(now, qpn, &attr, mask))
+        .modify_qp(qpn, &attr, mask)
         .map_err(Error::from)
 }
 
@@ -228,9 +228,9 @@ fn modify_err(dev: &Device, qpn: Qpn) {
         qp_state: crate::QpState::Err,
         ..Default::default()
     };
-    let _ = dev
-        .shared()
-        .with_core(|c, now| c.modify_qp(now, qpn, &a, crate::AttrMask::STATE));
+    // What the QP can send now leaves first (`Shared::modify_qp`): the
+    // peer gets a SEND posted right before `rdma_disconnect`.
+    let _ = dev.shared().modify_qp(qpn, &a, crate::AttrMask::STATE);
 }
 
 /// The device's limit of RDMA READ/atomics in flight (librdmacm's
