@@ -130,3 +130,28 @@ fn c_forbidden_remote_operations_are_naked_on_the_wire() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Progress never waits for the program, through libibverbs.so.1: a target
+/// whose last poll received a peer's READ/WRITE/FETCH_ADD and who then
+/// sleeps in poll() on its completion channel has it answered within
+/// 100 ms (it used to wait for its device's progress thread: ~1 s).
+#[test]
+fn c_answers_leave_while_the_target_sleeps_in_poll() {
+    let exe = build_c("sleeper");
+    let conf = config("sleeper", 8, 2);
+    let _s = serial();
+    let o = run(
+        &exe,
+        &["60"],
+        &[("SOFTRDMA_CONFIG", conf.to_str().unwrap())],
+        Duration::from_secs(300),
+    );
+    println!("{}", o.out.trim_end());
+    no_sanitizer_report(&o);
+    assert!(
+        o.out.contains("0 of 60 answers slower than 100 ms"),
+        "{}",
+        o.out
+    );
+    assert_eq!(o.status, Some(0), "{}", o.out);
+}

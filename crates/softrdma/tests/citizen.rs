@@ -87,8 +87,20 @@ fn wait_for(cq: &CompletionQueue, wr_id: u64, limit: Duration) -> Wc {
     }
 }
 
-/// The thread ids of this process whose name starts with `prefix`.
+/// The thread ids of this process whose name starts with `prefix` (a new
+/// thread names itself once it runs: waits up to a second for one).
 fn threads_named(prefix: &str) -> Vec<i32> {
+    for _ in 0..1000 {
+        let v = threads_named_now(prefix);
+        if !v.is_empty() {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Vec::new()
+}
+
+fn threads_named_now(prefix: &str) -> Vec<i32> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .flatten()

@@ -47,6 +47,9 @@ static inline void pair_to(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		die("ibv_modify_qp");
 }
 
+/* The transport timer exponent pair_connect gives (4.096 us x 2^n). */
+static int pair_timeout = 14;
+
 static inline void pair_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid, int access)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
@@ -64,7 +67,7 @@ static inline void pair_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid 
 	pair_to(qp, &a,
 		IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .sq_psn = 0, .timeout = 14,
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .sq_psn = 0, .timeout = pair_timeout,
 				  .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 4 };
 	pair_to(qp, &a,
 		IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
