@@ -174,7 +174,9 @@ mod sys;
 
 pub use fd::{EventFd, FdWatch};
 pub use poll::{Poller, Readiness, Waker};
-pub use process::{at_exit, with_signals_blocked};
+pub use process::{
+    at_exit, read_blocking, sys_read, sys_write, wait_readable, with_signals_blocked, NoCancel,
+};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{

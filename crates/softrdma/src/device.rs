@@ -448,13 +448,27 @@ impl Device {
                 },
                 None => None,
             };
-            self.shared().app_idle();
-            self.shared()
-                .async_events
-                .fd
-                .wait(left)
-                .map_err(|e| Error::io("waiting for an async event", e))?;
+            self.about_to_block();
+            self.wait_async_event(left)?;
         }
+    }
+
+    /// Tells the device a program thread is about to block (on one of its
+    /// descriptors): the progress thread takes over at once.
+    pub fn about_to_block(&self) {
+        self.shared().app_idle();
+    }
+
+    /// Waits up to `timeout` (forever with `None`) until an asynchronous
+    /// event is pending, without taking it; returns whether one is. Holds
+    /// no lock while it waits and is a cancellation point, as libibverbs'
+    /// `ibv_get_async_event` (see [`CompletionChannel::wait`]).
+    pub fn wait_async_event(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.shared()
+            .async_events
+            .fd
+            .wait(timeout)
+            .map_err(|e| Error::io("waiting for an async event", e))
     }
 
     /// A file descriptor readable while an asynchronous event is pending.

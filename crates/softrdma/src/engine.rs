@@ -744,6 +744,10 @@ impl Shared {
         }
         drop(rx_guard);
         if gsi {
+            // The CM may write to event channels and read files: inside a
+            // program's CQ poll, no cancellation point (see
+            // `softrdma_io::NoCancel`).
+            let _nc = softrdma_io::NoCancel::new();
             crate::rdma_cm::driver::on_gsi(self);
         }
         count

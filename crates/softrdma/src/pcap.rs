@@ -138,6 +138,9 @@ impl PcapWriter {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        // The buffered writer may write to the file: not a cancellation
+        // point inside a program's verb (see `softrdma_io::NoCancel`).
+        let _nc = softrdma_io::NoCancel::new();
         self.out.packet(ts, &self.buf)?;
         self.records += 1;
         Ok(())
@@ -152,6 +155,7 @@ impl PcapWriter {
     /// every batch it sends or receives, so the file is complete even when
     /// the program exits without closing its device.
     pub fn flush(&mut self) -> io::Result<()> {
+        let _nc = softrdma_io::NoCancel::new();
         self.out.get_mut().flush()
     }
 }

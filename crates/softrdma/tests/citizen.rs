@@ -132,9 +132,19 @@ fn pin(tid: i32, cpu: usize) {
 /// Gives thread `tid` the SCHED_IDLE policy: it runs only when nothing
 /// else wants its CPU (any user may lower their own threads so).
 fn idle_policy(tid: i32) {
-    let p = libc::sched_param { sched_priority: 0 };
+    policy(tid, libc::SCHED_IDLE);
+}
+
+/// Gives thread `tid` back the normal policy (allowed: SCHED_IDLE threads
+/// may return to SCHED_OTHER within their nice limit).
+fn normal_policy(tid: i32) {
+    policy(tid, libc::SCHED_OTHER);
+}
+
+fn policy(tid: i32, p: libc::c_int) {
+    let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: a live sched_param.
-    let r = unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &p) };
+    let r = unsafe { libc::sched_setscheduler(tid, p, &param) };
     assert_eq!(
         r,
         0,
@@ -166,17 +176,20 @@ fn answers_leave_while_the_target_sleeps_on_its_channel() {
     let remote_va = t.mr.addr();
     let rkey = t.mr.rkey();
     // The interleaving that loses answers, made certain: the target's
-    // device's progress thread shares the target's CPU and runs only when
-    // the target sleeps (SCHED_IDLE), so the target's own polls receive
-    // every request while it is awake — on a loaded machine the scheduler
-    // may do the same to any program. The peer and its device run on the
+    // device's progress thread shares the target's CPU and, while the
+    // target is awake, runs only when nothing else wants that CPU
+    // (SCHED_IDLE), so the target's own polls receive every request — on
+    // a loaded machine the scheduler may do the same to any program.
+    // Before the target sleeps its progress thread is given the normal
+    // policy back (on a busy machine a SCHED_IDLE thread may wait long
+    // even while the target sleeps). The peer and its device run on the
     // other CPU.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(cpus >= 2, "this test needs two CPUs");
     let tprog = threads_named(tdev.name());
     assert_eq!(tprog.len(), 1, "the target device's progress thread");
-    pin(tprog[0], 0);
-    idle_policy(tprog[0]);
+    let tprog = tprog[0];
+    pin(tprog, 0);
     for tid in threads_named(pdev.name()) {
         pin(tid, 1);
     }
@@ -224,6 +237,7 @@ fn answers_leave_while_the_target_sleeps_on_its_channel() {
                 return t;
             }
             rounds += 1;
+            idle_policy(tprog);
             t.cq.req_notify(false).unwrap();
             // Until this round's message (its device may have received it
             // before the target woke up).
@@ -235,6 +249,7 @@ fn answers_leave_while_the_target_sleeps_on_its_channel() {
                 }
             }
             while ch.try_get_event().is_some() {}
+            normal_policy(tprog);
         }
     });
 

@@ -8,8 +8,8 @@
  * Two devices in one process (the first two of the device list): a target
  * thread and the peer (main thread). The interleaving that loses answers is
  * made certain: the target device's progress thread shares the target's
- * CPU with the SCHED_IDLE policy, so while the target runs, its own polls
- * receive everything. A round: the peer wakes the target through a pipe;
+ * CPU and has the SCHED_IDLE policy while the target runs, so the target's
+ * own polls receive everything. A round: the peer wakes the target through a pipe;
  * the target arms its CQ and spins on it until the round's SEND arrives;
  * the peer posts the RDMA request and the SEND in one call (one GSO run:
  * the target's poll receives both at once); the target takes the
@@ -35,6 +35,18 @@ static struct ibv_qp *tqp;
 static struct ibv_mr *tmr;
 static uint8_t *tbuf;
 static int go[2];
+static int tprog; /* the target device's progress thread */
+
+/* The thread's scheduling policy: SCHED_IDLE while the target runs (its
+ * progress thread then waits: the target's polls receive everything), the
+ * normal one before the target sleeps (on a busy machine a SCHED_IDLE
+ * thread may wait long even while the target sleeps). */
+static void policy(int tid, int p)
+{
+	struct sched_param sp = { 0 };
+	if (sched_setscheduler(tid, p, &sp))
+		die("sched_setscheduler");
+}
 
 /* Thread ids named softrdma* (the library's), into `out`. */
 static int softrdma_threads(int *out, int max)
@@ -102,6 +114,7 @@ static void *target(void *arg)
 		if (read(go[0], &c, 1) != 1 || c == 'q')
 			return NULL;
 		started++;
+		policy(tprog, SCHED_IDLE);
 		if (ibv_req_notify_cq(tcq, 0))
 			die("ibv_req_notify_cq");
 		while (messages < started) {
@@ -122,6 +135,7 @@ static void *target(void *arg)
 		if (ibv_get_cq_event(ch, &ecq, &ectx))
 			die("ibv_get_cq_event");
 		ibv_ack_cq_events(ecq, 1);
+		policy(tprog, SCHED_OTHER);
 	}
 }
 
@@ -147,7 +161,7 @@ int main(int argc, char **argv)
 	struct ibv_context *tctx = ibv_open_device(list[0]);
 	if (!tctx)
 		die("ibv_open_device (target)");
-	int tprog = new_thread(before, nb);
+	tprog = new_thread(before, nb);
 	nb = softrdma_threads(before, 64);
 	struct ibv_context *pctx = ibv_open_device(list[1]);
 	if (!pctx)
@@ -155,9 +169,6 @@ int main(int argc, char **argv)
 	int pprog = new_thread(before, nb);
 	ibv_free_device_list(list);
 	pin(tprog, 0);
-	struct sched_param sp = { 0 };
-	if (sched_setscheduler(tprog, SCHED_IDLE, &sp))
-		die("sched_setscheduler");
 	pin(pprog, 1);
 	pin(0, 1);
 
