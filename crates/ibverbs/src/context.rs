@@ -68,7 +68,11 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        self.entry.release();
+        // A forked child's copy of a parent's context counts for nothing:
+        // the entry may hold a device of the child's own by now.
+        if !self.dev.forked_away() {
+            self.entry.release();
+        }
     }
 }
 

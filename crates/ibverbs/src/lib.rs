@@ -51,6 +51,7 @@ mod cqex;
 mod device;
 #[allow(missing_docs)]
 mod exports;
+mod fork;
 #[allow(missing_docs)]
 mod handle;
 #[allow(missing_docs, clippy::missing_safety_doc)]

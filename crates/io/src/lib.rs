@@ -175,7 +175,8 @@ mod sys;
 pub use fd::{EventFd, FdWatch};
 pub use poll::{Poller, Readiness, Waker};
 pub use process::{
-    at_exit, read_blocking, sys_read, sys_write, wait_readable, with_signals_blocked, NoCancel,
+    at_exit, at_fork, fork_generation, read_blocking, sys_read, sys_write, wait_readable,
+    watch_forks, with_signals_blocked, NoCancel,
 };
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};

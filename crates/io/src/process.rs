@@ -21,6 +21,14 @@
 //!   `recvmmsg`), and the rest runs under [`NoCancel`]. A forced unwind
 //!   must never meet `catch_unwind` (Rust aborts: "FATAL: exception not
 //!   rethrown").
+//! - Fork: as with rdma-core, a child process cannot use its parent's
+//!   devices (their sockets, threads and state are the parent's; the
+//!   threads do not exist in the child). [`fork_generation`] tells a
+//!   device made before a `fork` in the child from one made after; softrdma
+//!   refuses the first kind and leaves their state alone (a destroy or an
+//!   exit handler in the child never sends anything for the parent), and
+//!   [`at_fork`] handlers hold the process-wide locks across `fork`, so
+//!   that the child finds them free and consistent.
 //! - Exit: [`at_exit`] runs softrdma's last duties when the program exits
 //!   normally (sending what is still queued, disconnecting), as the kernel
 //!   does for rdma-core's objects when the process goes.
@@ -158,6 +166,49 @@ impl Drop for NoCancel {
         // old-state pointer is allowed.
         unsafe { pthread_setcancelstate(self.old, std::ptr::null_mut()) };
     }
+}
+
+/// Forks this process descends through since softrdma first watched
+/// (bumped in the child by the handler [`watch_forks`] registers).
+static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Starts counting forks (once per process; before any other fork
+/// handler softrdma registers, so the child's count is right when they
+/// run).
+pub fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a function pointer for the child; no
+        // prepare/parent handlers.
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
+}
+
+/// How many `fork`s separate this process from the one that first called
+/// [`watch_forks`]: an object made when it was different belongs to an
+/// ancestor process.
+pub fn fork_generation() -> u64 {
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Registers `fork` handlers (`pthread_atfork`): `prepare` runs in the
+/// forking thread before the fork (handlers registered later run first),
+/// `parent` and `child` after it in the parent and in the child (in
+/// registration order, after the fork counter's). They must not unwind.
+/// Returns false when the C library refused.
+pub fn at_fork(
+    prepare: Option<extern "C" fn()>,
+    parent: Option<extern "C" fn()>,
+    child: Option<extern "C" fn()>,
+) -> bool {
+    watch_forks();
+    let f = |h: Option<extern "C" fn()>| h.map(|f| f as unsafe extern "C" fn());
+    // SAFETY: registers plain function pointers.
+    unsafe { libc::pthread_atfork(f(prepare), f(parent), f(child)) == 0 }
 }
 
 /// Registers `f` to run at normal process exit (`atexit`: when `main`

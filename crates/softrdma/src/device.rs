@@ -106,8 +106,17 @@ impl DeviceOptions {
 }
 
 /// The devices opened in this process (weak: a device closes with its last
-/// handle), for rdma_cm's address resolution.
-static OPEN: Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> = Mutex::new(Vec::new());
+/// handle), for rdma_cm's address resolution. A std lock: held across
+/// `fork` (see `crate::fork`), it is released in the child by an atomic
+/// store (parking_lot's may reach its global parking table).
+static OPEN: std::sync::Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The list of open devices, locked.
+pub(crate) fn open_list() -> std::sync::MutexGuard<'static, Vec<(u64, std::sync::Weak<DeviceInner>)>>
+{
+    OPEN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Highest loopback address tried by automatic selection.
 const LOOPBACK_TRIES: u32 = 4096;
@@ -171,6 +180,16 @@ pub(crate) struct DeviceInner {
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
+        if self.shared.forked_away() {
+            // The parent's device in a forked child: its thread does not
+            // exist here (a join would wait forever), its locks may be
+            // held by threads that do not either, and what it would send
+            // is the parent's to send. Leave it all.
+            if let Some(t) = self.thread.lock().take() {
+                std::mem::forget(t);
+            }
+            return;
+        }
         self.shared.flush_now();
         self.shared.stop();
         if let Some(t) = self.thread.lock().take() {
@@ -221,6 +240,7 @@ impl Device {
                 "MTU {mtu} outside 256..=4096"
             )));
         }
+        crate::fork::watch();
         let socket = bind(&opts, &settings.addr)?;
         let local = socket.local_addr();
         // Memory keys, initial PSNs and the first QPN come from a generator
@@ -292,7 +312,7 @@ impl Device {
                 settings,
             }),
         };
-        let mut open = OPEN.lock();
+        let mut open = open_list();
         open.retain(|(_, w)| w.strong_count() > 0);
         open.push((serial, Arc::downgrade(&dev.inner)));
         drop(open);
@@ -306,7 +326,7 @@ impl Device {
     /// The devices of this process that are open now, in the order they
     /// were opened.
     pub fn open_devices() -> Vec<Device> {
-        let open = OPEN.lock();
+        let open = open_list();
         let v: Vec<Device> = open
             .iter()
             .filter_map(|(_, w)| w.upgrade().map(|inner| Device { inner }))
@@ -317,7 +337,7 @@ impl Device {
 
     /// The open device with this serial number.
     pub(crate) fn by_serial(serial: u64) -> Option<Device> {
-        let open = OPEN.lock();
+        let open = open_list();
         let d = open
             .iter()
             .find(|(s, _)| *s == serial)
@@ -341,8 +361,23 @@ impl Device {
         Device::open(DeviceOptions::default())
     }
 
+    /// The engine. In a forked child, the parent's device cannot be used:
+    /// this panics (the C library turns the panic into EIO), before any
+    /// lock of it is taken.
     pub(crate) fn shared(&self) -> &Shared {
-        &self.inner.shared
+        let s = &self.inner.shared;
+        if s.forked_away() {
+            parent_device_in_child(&self.inner.name);
+        }
+        s
+    }
+
+    /// Whether the device belongs to the parent of this (forked) process:
+    /// then nothing of it may be used (rdma-core's rule for a child:
+    /// resources created before `fork` are the parent's). A child opens
+    /// devices of its own.
+    pub fn forked_away(&self) -> bool {
+        self.inner.shared.forked_away()
     }
 
     /// Name, `softrdma<N>`.
@@ -485,6 +520,25 @@ impl Device {
     }
 }
 
+/// Unwinds out of a call on a parent's device in a forked child (the C
+/// library's guard turns it into EIO), after one line on stderr. Not a
+/// `panic!`: the panic hook (a backtrace takes the dynamic loader's lock)
+/// has no place in a child that may hold a copy of a lock taken by a
+/// thread of its parent.
+#[cold]
+#[inline(never)]
+fn parent_device_in_child(name: &str) -> ! {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let line = format!(
+            "softrdma: {name} belongs to the parent of this forked process and cannot be used \
+             here (open a device of the child's own)\n"
+        );
+        let _ = softrdma_io::sys_write(2, line.as_bytes());
+    }
+    std::panic::resume_unwind(Box::new("a device of the parent process"))
+}
+
 /// At normal process exit, every open device sends what it still holds
 /// (see `Shared::flush_at_exit`): a program that exits right after a poll
 /// that received a request must not take the answer — an ACK, a READ
@@ -494,16 +548,19 @@ extern "C" fn flush_all_at_exit() {
         // Another thread may hold the list (it never blocks while holding
         // it): a few tries.
         for _ in 0..50 {
-            if let Some(open) = OPEN.try_lock() {
+            if let Ok(open) = OPEN.try_lock() {
                 let devs: Vec<Arc<DeviceInner>> =
                     open.iter().filter_map(|(_, w)| w.upgrade()).collect();
                 drop(open);
                 for d in &devs {
+                    // (Not a forked child's copy of its parent's.)
                     d.shared.flush_at_exit();
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.
-                std::mem::forget(devs);
+                for d in devs {
+                    std::mem::forget(d);
+                }
                 return;
             }
             std::thread::sleep(Duration::from_millis(1));

@@ -225,6 +225,9 @@ pub(crate) struct Shared {
     cm_deadline: AtomicU64,
     /// rdma_cm keeps state for this device (told when the device goes).
     pub cm_used: AtomicBool,
+    /// The process's fork generation when the device opened: in a forked
+    /// child the device is the parent's (`forked_away`).
+    generation: u64,
 }
 
 /// Serial numbers of devices.
@@ -317,7 +320,16 @@ impl Shared {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
+            generation: softrdma_io::fork_generation(),
         })
+    }
+
+    /// Whether this process is a forked child of the one that opened the
+    /// device: its progress thread does not exist here, its locks may be
+    /// held forever by threads that do not either, and its socket is the
+    /// parent's. Nothing of it may be used, locked or sent.
+    pub fn forked_away(&self) -> bool {
+        softrdma_io::fork_generation() != self.generation
     }
 
     /// The core's clock.
@@ -866,6 +878,9 @@ impl Shared {
     /// that stays full, ends it.
     pub fn flush_at_exit(&self) {
         const TRIES: usize = 50;
+        if self.forked_away() {
+            return;
+        }
         for _ in 0..TRIES {
             if let Some(core) = self.core.try_lock() {
                 let now = self.now();

@@ -79,7 +79,9 @@ impl CompletionChannel {
     /// polls left for its next call leaves now).
     pub fn about_to_block(&self) {
         if let Some(dev) = self.inner.dev.upgrade() {
-            dev.app_idle();
+            if !dev.forked_away() {
+                dev.app_idle();
+            }
         }
     }
 

@@ -41,8 +41,17 @@ pub struct PcapWriter {
 /// the same path.
 pub type SharedWriter = Arc<Mutex<PcapWriter>>;
 
-/// The capture files open in this process, by absolute path.
-static OPEN: Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> = Mutex::new(Vec::new());
+/// The capture files open in this process, by absolute path. A std lock,
+/// held across `fork` (see `crate::fork`).
+static OPEN: std::sync::Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+type OpenList = Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>;
+
+/// The list of open capture files, locked.
+pub(crate) fn open_list() -> std::sync::MutexGuard<'static, OpenList> {
+    OPEN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Opens `path` for a device: the writer another device of this process
 /// already has on that file, or a new file (created, truncated). Two
@@ -50,7 +59,7 @@ static OPEN: Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> = Mutex::new(Vec::ne
 /// truncating and overwriting each other's.
 pub fn open_shared(path: &Path) -> io::Result<SharedWriter> {
     let key = absolute(path);
-    let mut open = OPEN.lock();
+    let mut open = open_list();
     open.retain(|(_, w)| w.strong_count() > 0);
     if let Some(w) = open
         .iter()

@@ -20,6 +20,9 @@ struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.dealloc_pd(id));
     }
@@ -193,6 +196,9 @@ impl std::fmt::Debug for MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         // When this returns, softrdma never touches the bytes again (see
         // the memory module's rules).
         let _ = self.pd.inner.dev.shared().dereg_mr(self.key);
@@ -275,6 +281,9 @@ struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.destroy_cq(id));
         if self.channel.is_some() {
@@ -404,6 +413,9 @@ struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -467,6 +479,9 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -628,6 +643,9 @@ impl std::fmt::Debug for QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let q = self.qpn;
         let sh = self.pd.inner.dev.shared();
         // ACKs and responses a polling thread received but left for its next

@@ -60,6 +60,11 @@ impl Castable for Id {
 /// softrdma id number → published C id.
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
+/// The id map, locked (for `crate::fork`'s handlers).
+pub(crate) fn ids_for_fork() -> std::sync::MutexGuard<'static, Option<HashMap<u64, usize>>> {
+    IDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn ids_insert(num: u64, p: *mut rdma_cm_id) {
     IDS.lock()
         .unwrap_or_else(|e| e.into_inner())
