@@ -7,6 +7,18 @@
 //!   its threads `kill(getpid(), SIGUSR2)` (tgtd's pattern); it must never
 //!   die of it, and every `softrdma*` thread's blocked mask holds every
 //!   signal.
+//! - `cancel.c`: the calls that block are cancellation points, as
+//!   rdma-core's; nothing else is.
+//! - `fork.c`: a forked child never hangs on, uses or tears down its
+//!   parent's devices, and may open its own.
+//! - `sleeper.c`: what a program's poll received is answered while the
+//!   program sleeps in poll() on its channel.
+//! - `disconnect.c`: a SEND posted right before `rdma_disconnect` arrives.
+//! - `nak.c`: a hostile client of an unmodified `ibv_rc_pingpong` server
+//!   gets NAK "invalid request" on the wire for WRITE/READ/FETCH_ADD.
+//!
+//! Each failed before its fix (see the test's comment). The whole file
+//! takes about 15 s.
 
 mod common;
 
@@ -229,6 +241,33 @@ fn c_fork_children_never_hang_nor_touch_the_parent() {
     no_sanitizer_report(&o);
     assert!(
         o.out.contains("\n0 failures"),
+        "exit {:?}: {}",
+        o.status,
+        o.out
+    );
+    assert_eq!(o.status, Some(0), "{}", o.out);
+}
+
+/// A SEND posted (unsignaled) right before `rdma_disconnect` reaches the
+/// peer before the DREQ (librpma's example 08), 100 times, while the
+/// initiator had been polling its CQ (the engine then leaves posts for the
+/// next poll: the disconnect used to flush the SEND unsent).
+#[test]
+fn c_a_send_posted_before_rdma_disconnect_arrives() {
+    let exe = build_c_libs("disconnect", &["-lrdmacm"]);
+    let conf = config("disconnect", 11, 2);
+    let _s = serial();
+    let o = run(
+        &exe,
+        &["100"],
+        &[("SOFTRDMA_CONFIG", conf.to_str().unwrap())],
+        Duration::from_secs(300),
+    );
+    println!("{}", o.out.trim_end());
+    no_sanitizer_report(&o);
+    assert!(
+        o.out
+            .contains("100 of 100 messages posted right before rdma_disconnect arrived"),
         "exit {:?}: {}",
         o.status,
         o.out
