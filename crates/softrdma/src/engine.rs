@@ -14,6 +14,17 @@
 //! for `spin` (busy-poll, configurable), then sleeps in epoll until a
 //! datagram, a timer deadline or a wake-up.
 //!
+//! Nothing waits for the program's next call (DESIGN promise 7). While a
+//! program thread polls, what its polls and posts produce is left in the
+//! core for its next call, batched with it (`leave_for_next_call`); the
+//! progress thread, which watches the program's polls (`app_polls`), sends
+//! it when the program has not come back within `APP_ACTIVE_NS` — woken
+//! for it if it sleeps in epoll (`output_left`). Output of a step that
+//! raised an asynchronous event (a NAK moving a QP to ERR) is sent at
+//! once; a QP moved to ERR or RESET or destroyed first sends what the
+//! core holds (`modify_qp`); at normal exit every device sends what it
+//! still holds (`flush_at_exit`).
+//!
 //! Locks: `core` (the state machine) is always taken before `tx` (the send
 //! queue). Packets are pulled from the core and queued under both, then sent
 //! under `tx` alone, so concurrent senders can never reorder them.
