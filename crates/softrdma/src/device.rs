@@ -195,6 +195,9 @@ impl Drop for DeviceInner {
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
+        // A backlog of a full socket leaves too (bounded), not with the
+        // device's memory.
+        self.shared.drain();
         self.shared.materialize_queued();
     }
 }
@@ -540,7 +543,7 @@ fn parent_device_in_child(name: &str) -> ! {
 }
 
 /// At normal process exit, every open device sends what it still holds
-/// (see `Shared::flush_at_exit`): a program that exits right after a poll
+/// (see `Shared::drain`): a program that exits right after a poll
 /// that received a request must not take the answer — an ACK, a READ
 /// response, the NAK that moved its QP to the error state — with it.
 extern "C" fn flush_all_at_exit() {
@@ -554,7 +557,7 @@ extern "C" fn flush_all_at_exit() {
                 drop(open);
                 for d in &devs {
                     // (Not a forked child's copy of its parent's.)
-                    d.shared.flush_at_exit();
+                    d.shared.drain();
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.

@@ -23,7 +23,7 @@
 //! raised an asynchronous event (a NAK moving a QP to ERR) is sent at
 //! once; a QP moved to ERR or RESET or destroyed first sends what the
 //! core holds (`modify_qp`); at normal exit every device sends what it
-//! still holds (`flush_at_exit`).
+//! still holds (`drain`).
 //!
 //! Locks: `core` (the state machine) is always taken before `tx` (the send
 //! queue). Packets are pulled from the core and queued under both, then sent
@@ -882,12 +882,12 @@ impl Shared {
         self.after(core, now);
     }
 
-    /// At process exit: sends what the core and the send queue still hold
-    /// — output a program thread left for a call that will not come, a
-    /// backlog of a full socket — as a NIC's queues drain after the
-    /// process is gone. Bounded: a lock another thread keeps, or a socket
-    /// that stays full, ends it.
-    pub fn flush_at_exit(&self) {
+    /// At process exit and device close: sends what the core and the send
+    /// queue still hold — output a program thread left for a call that
+    /// will not come, a backlog of a full socket — as a NIC's queues drain
+    /// after the process is gone. Bounded: a lock another thread keeps, or
+    /// a socket that stays full, ends it.
+    pub fn drain(&self) {
         const TRIES: usize = 50;
         if self.forked_away() {
             return;

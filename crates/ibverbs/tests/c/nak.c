@@ -34,6 +34,7 @@ static int tcp_connect(const char *ip, int port)
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 4) {
 		fprintf(stderr, "usage: nak write|read|fadd SERVER_IP PORT\n");
 		return 2;

@@ -99,6 +99,7 @@ static int check_masks(void)
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 3) {
 		fprintf(stderr, "usage: signals KILLERS SIGNALS_EACH\n");
 		return 2;
