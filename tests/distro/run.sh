@@ -149,7 +149,7 @@ stage_install() { # SUITE
       softrdma exec -- ibv_devinfo | grep -q PORT_ACTIVE'
     check ibv_rc_pingpong 'pair rc_pingpong "tcp_listening 18515" \
       "softrdma exec -- ibv_rc_pingpong -g 0 -n 1000" \
-      "softrdma exec -- ibv_rc_pingpong -g 0 -n 1000 localhost" &&
+      "softrdma exec -- ibv_rc_pingpong -g 0 -n 1000 127.0.0.1" &&
       grep -q "1000 iters" /ci/log/rc_pingpong-client.log'
   else
     FAILS+=("$STAGE/ibverbs-utils")
@@ -166,7 +166,7 @@ stage_programs() {
   check ibv_devinfo 'softrdma exec -- ibv_devinfo -v | tee /dev/stderr | grep -q "hca_id:	softrdma0"'
   check ibv_rc_pingpong 'pair rc_pingpong "tcp_listening 18515" \
     "softrdma exec -- ibv_rc_pingpong -g 0 -n 1000" \
-    "softrdma exec -- ibv_rc_pingpong -g 0 -n 1000 localhost"'
+    "softrdma exec -- ibv_rc_pingpong -g 0 -n 1000 127.0.0.1"'
   # perftest 25.01: both ends, verbs connection setup over TCP.
   local t
   for t in "ib_write_bw" "ib_read_lat" "ib_send_bw -c UD" "ib_atomic_bw"; do
