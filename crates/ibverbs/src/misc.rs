@@ -273,6 +273,8 @@ const WR_OPCODE_STR: [&CStr; 16] = [
     c"atomic-write",
 ];
 
+/// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 since rdma-core 50): a static
+/// string, never NULL.
 pub unsafe extern "C" fn wr_opcode_str(op: ibv_wr_opcode) -> *const c_char {
     usize::try_from(op)
         .ok()
