@@ -29,7 +29,10 @@
 //! loopback address 127.0.0.x when the device opens), `if:NAME` (the
 //! address of interface NAME, IPv4 first) or `first` (the first
 //! non-loopback interface that is up). With neither `SOFTRDMA_ADDR` nor a
-//! config file there is one device, `softrdma0`, on `auto`.
+//! config file there is one device, `softrdma0`, on `auto`; so it is with
+//! a `/etc/softrdma.conf` that has no device line (the package's, all
+//! comments), while a file named by `SOFTRDMA_CONFIG` with none gives no
+//! device.
 //!
 //! softrdma (the Rust API, and through it libibverbs.so.1 and the
 //! `softrdma` command) and libsoftrdma_preload.so read it here, so they
@@ -337,14 +340,20 @@ impl Config {
                 None => (PathBuf::from(DEFAULT_CONFIG_FILE), Source::Default),
             };
             match read(&path) {
-                Ok(text) => {
-                    let list = parse_file(&path, &text, &mtu)?;
-                    config_file = Setting {
-                        value: Some(path),
-                        source,
-                    };
-                    list
-                }
+                // The default file with no device line (as the Debian
+                // package installs it: comments only) counts as absent.
+                Ok(text) => match parse_file(&path, &text, &mtu)? {
+                    list if list.is_empty() && source == Source::Default => {
+                        vec![entry(Setting::default_value(AddrSpec::Auto))]
+                    }
+                    list => {
+                        config_file = Setting {
+                            value: Some(path),
+                            source,
+                        };
+                        list
+                    }
+                },
                 Err(e) if e.kind() == io::ErrorKind::NotFound && source == Source::Default => {
                     vec![entry(Setting::default_value(AddrSpec::Auto))]
                 }

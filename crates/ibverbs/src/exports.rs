@@ -1,5 +1,9 @@
-//! Every function of rdma-core 44's libibverbs.so.1, bound to its symbol
-//! version (libibverbs.map) through a `.symver` alias of a small jump.
+//! Every symbol of rdma-core's libibverbs.so.1 and librdmacm.so.1 in the
+//! releases `abi/rdma-core.txt` lists (44, 50, 56: Debian 12, Ubuntu
+//! 24.04, Debian 13), bound to its symbol version (libibverbs.map) through
+//! a `.symver` alias of a small jump (functions) or of a variable
+//! (`export_data!`, the one data object: `verbs_allow_disassociate_destroy`).
+//! build.rs checks this file and the map against that list.
 //!
 //! The Rust functions keep Rust-side names; each export is a global label
 //! `__softrdma_<name>_<version>` that jumps to it, renamed by `.symver` to
@@ -27,6 +31,47 @@ macro_rules! export {
             concat!(".size __softrdma_", stringify!($name), "_", $ver, ", .-__softrdma_", stringify!($name), "_", $ver),
             concat!(".symver __softrdma_", stringify!($name), "_", $ver, ", ", stringify!($name), $at, $ver),
             f = sym $f,
+        );
+    };
+}
+
+/// A variable of `$size` zero bytes exported as `name@@VERSION` (an ELF
+/// `OBJECT`, as rdma-core defines it: providers read it as data).
+macro_rules! export_data {
+    ($name:ident $at:literal $ver:literal, $size:literal) => {
+        #[cfg(not(test))]
+        std::arch::global_asm!(
+            ".pushsection .bss",
+            ".p2align 3",
+            concat!(".globl __softrdma_", stringify!($name), "_", $ver),
+            concat!(
+                ".type __softrdma_",
+                stringify!($name),
+                "_",
+                $ver,
+                ",@object"
+            ),
+            concat!(
+                ".size __softrdma_",
+                stringify!($name),
+                "_",
+                $ver,
+                ", ",
+                $size
+            ),
+            concat!("__softrdma_", stringify!($name), "_", $ver, ":"),
+            concat!(".zero ", $size),
+            concat!(
+                ".symver __softrdma_",
+                stringify!($name),
+                "_",
+                $ver,
+                ", ",
+                stringify!($name),
+                $at,
+                $ver
+            ),
+            ".popsection",
         );
     };
 }
@@ -154,6 +199,8 @@ export!(ibv_cmd_create_ah "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_counters "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_cq_ex "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+// rdma-core 53+ (Debian 13's libmlx5 imports it).
+export!(ibv_cmd_create_cq_ex2 "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_flow "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_flow_action_esp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
@@ -205,7 +252,10 @@ export!(ibv_cmd_rereg_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_resize_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_query_gid_type "@@" "IBVERBS_PRIVATE_34" => query::query_gid_type);
 export!(ibv_read_ibdev_sysfs_file "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_neg);
-export!(verbs_allow_disassociate_destroy "@@" "IBVERBS_PRIVATE_34" => misc::zero);
+// A `bool` variable in rdma-core (false unless RDMAV_ALLOW_DISASSOC_DESTROY).
+export_data!(verbs_allow_disassociate_destroy "@@" "IBVERBS_PRIVATE_34", 1);
+// Public since rdma-core 49 (verbs.h), under the private version.
+export!(ibv_wr_opcode_str "@@" "IBVERBS_PRIVATE_34" => misc::wr_opcode_str);
 export!(verbs_init_cq "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_open_device "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
 export!(verbs_register_driver_34 "@@" "IBVERBS_PRIVATE_34" => misc::nothing);

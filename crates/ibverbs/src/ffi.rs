@@ -380,6 +380,9 @@ pub struct ibv_port_attr {
     pub link_layer: u8,
     pub flags: u8,
     pub port_cap_flags2: u16,
+    /// rdma-core 49+ (abi/rdma-core.txt): the speed when it does not fit
+    /// `active_speed`; 0 means "see active_speed".
+    pub active_speed_ex: u32,
 }
 
 /// `ibv_async_event.element` (a union of pointers and an int).
@@ -736,6 +739,8 @@ pub type WrSetSgeFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
 pub type WrSetSgeListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge);
 pub type WrCompleteFn = unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int;
 pub type WrAtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
+/// `wr_flush(qp, rkey, remote_addr, len, type, level)` (rdma-core 45+).
+pub type WrFlushFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
 
 /// `struct ibv_qp_ex`: the new post-send API (`ibv_wr_*` call these).
 #[repr(C)]
@@ -765,6 +770,8 @@ pub struct ibv_qp_ex {
     pub wr_complete: Option<WrCompleteFn>,
     pub wr_abort: Option<WrSendFn>,
     pub wr_atomic_write: Option<WrAtomicWriteFn>,
+    /// rdma-core 45+ (abi/rdma-core.txt).
+    pub wr_flush: Option<WrFlushFn>,
 }
 
 #[repr(C)]
@@ -1090,7 +1097,7 @@ layout_checks! {
         state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
         qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
         init_type_reply, active_width, active_speed, phys_state, link_layer, flags,
-        port_cap_flags2
+        port_cap_flags2, active_speed_ex
     }
     struct ibv_async_event { element, event_type }
     struct ibv_wc {
@@ -1143,7 +1150,7 @@ layout_checks! {
         wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
         wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
         wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
-        wr_complete, wr_abort, wr_atomic_write
+        wr_complete, wr_abort, wr_atomic_write, wr_flush
     }
     struct ibv_ece { vendor_id, options, comp_mask }
     struct ibv_comp_channel { context, fd, refcnt }

@@ -40,6 +40,7 @@ pub fn fill_ops(c: &mut ibv_qp_ex) {
     c.wr_complete = Some(wr_complete);
     c.wr_abort = Some(wr_abort);
     c.wr_atomic_write = Some(wr_atomic_write);
+    c.wr_flush = Some(wr_flush);
 }
 
 /// Runs `f` on the QP's batch (nothing for a pointer that is not ours).
@@ -323,6 +324,20 @@ unsafe extern "C" fn wr_atomic_write(
     _rkey: u32,
     _addr: u64,
     _data: *const c_void,
+) {
+    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+}
+
+/// FLUSH (rdma-core 45+): not offered (`IBV_QP_EX_WITH_FLUSH` is refused
+/// at QP creation); a program that calls it anyway gets EOPNOTSUPP from
+/// `wr_complete`.
+unsafe extern "C" fn wr_flush(
+    q: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _len: usize,
+    _type: u8,
+    _level: u8,
 ) {
     with(q, |_, b| fail(b, libc::EOPNOTSUPP))
 }

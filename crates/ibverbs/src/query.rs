@@ -167,6 +167,9 @@ pub fn port_attr(c: &Context) -> ibv_port_attr {
     a.link_layer = IBV_LINK_LAYER_ETHERNET;
     a.flags = 0;
     a.port_cap_flags2 = 0;
+    // rdma-core 49+ callers: what the kernel reports for rxe (its
+    // active_speed again).
+    a.active_speed_ex = u32::from(a.active_speed);
     a
 }
 
@@ -379,8 +382,9 @@ pub unsafe extern "C" fn query_port_ex(
             return libc::EINVAL;
         }
         let a = port_attr(&c);
-        // SAFETY: the caller states `attr` holds `len` bytes.
-        unsafe { util::write_prefix(attr, &a, len) };
+        // SAFETY: the caller states `attr` holds `len` bytes: ours, and
+        // zeros for members of a newer rdma-core than ours.
+        unsafe { util::write_prefix_zero_rest(attr, &a, len) };
         0
     })
 }
