@@ -16,6 +16,7 @@
 //! - `context`: `ibv_open_device`/`ibv_close_device`, asynchronous events;
 //!   `query`: device, port, GID and P_Key queries.
 //! - one module per object: `pd`, `mr`, `channel`, `cq`, `srq`, `ah`, `qp`;
+//!   `domain`: thread and parent domains; `import`: `ibv_import_*`;
 //!   `post`: the data path (`ibv_post_send`/`recv`; `ibv_poll_cq` is in
 //!   `cq` and, like softrdma's `CompletionQueue::poll`, drives progress
 //!   inline, so a spinning poller makes progress itself).
@@ -49,10 +50,14 @@ mod cq;
 mod cqex;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod device;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod domain;
 #[allow(missing_docs)]
 mod exports;
 #[allow(missing_docs)]
 mod handle;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod import;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod misc;
 #[allow(missing_docs, clippy::missing_safety_doc)]

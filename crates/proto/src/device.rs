@@ -487,6 +487,18 @@ impl Device {
         Ok(c.poll(out))
     }
 
+    /// [`Device::poll_cq`] with the time each completion was generated at
+    /// (`at` as long as `out`).
+    pub fn poll_cq_stamped(
+        &mut self,
+        cq: CqId,
+        out: &mut [Wc],
+        at: &mut [Instant],
+    ) -> VerbsResult<usize> {
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        Ok(c.poll_stamped(out, at))
+    }
+
     /// `ibv_req_notify_cq`.
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbsResult<()> {
         let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;

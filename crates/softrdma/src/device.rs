@@ -198,6 +198,13 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// Entries of a port's GID table. Index 0 holds the device's one GID (its
+/// address, RoCE v2); the others are empty, as the unused entries of a
+/// kernel device's table are (`ibv_query_gid` gives zeros, `ibv_query_gid_ex`
+/// ENODATA). A table longer than its populated part is what programs meet
+/// on every RoCE device (rxe: 1024 entries, mlx5: 255).
+pub const GID_TABLE_LEN: u32 = 16;
+
 /// Port attributes (`ibv_port_attr`, the parts that mean something here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortAttr {
@@ -205,7 +212,8 @@ pub struct PortAttr {
     pub active_mtu: u32,
     /// Largest MTU in bytes.
     pub max_mtu: u32,
-    /// Entries of the GID table (one).
+    /// Entries of the GID table ([`GID_TABLE_LEN`]; only index 0, the
+    /// device's address, is populated).
     pub gid_tbl_len: u32,
     /// Entries of the P_Key table (one: 0xffff).
     pub pkey_tbl_len: u16,
@@ -368,9 +376,18 @@ impl Device {
         PortAttr {
             active_mtu: mtu,
             max_mtu: 4096,
-            gid_tbl_len: 1,
+            gid_tbl_len: GID_TABLE_LEN,
             pkey_tbl_len: 1,
         }
+    }
+
+    /// The device's clock: nanoseconds since it was opened, the time base
+    /// of completion timestamps ([`CompletionQueue::poll_stamped`]); a
+    /// 64-bit counter that never wraps in practice.
+    ///
+    /// [`CompletionQueue::poll_stamped`]: crate::CompletionQueue::poll_stamped
+    pub fn clock_ns(&self) -> u64 {
+        self.shared().now().0
     }
 
     /// Counters of the device (every QP's included).
