@@ -67,6 +67,14 @@ pub const DEFAULT_SPIN_US: u64 = 20;
 pub const DEFAULT_VENDOR_ID: u32 = 0x00ff_ffff;
 /// The vendor part ID softrdma reports by default: 0, as rxe.
 pub const DEFAULT_VENDOR_PART_ID: u32 = 0;
+/// Entries of a device port's GID table. Index 0 holds the device's one
+/// GID (its address, RoCE v2); the others are empty, as the unused entries
+/// of a kernel device's table are (`ibv_query_gid` gives zeros,
+/// `ibv_query_gid_ex` ENODATA). A table longer than its populated part is
+/// what programs meet on every RoCE device (rxe: 1024 entries, mlx5: 255).
+/// Here because the C library and the sysfs view of the preload library
+/// must agree on it.
+pub const GID_TABLE_LEN: u32 = 16;
 /// Longest device name (`IBV_SYSFS_NAME_MAX` less the NUL).
 pub const DEVICE_NAME_MAX: usize = 63;
 

@@ -11,7 +11,9 @@
 //! rustc's own export list of the cdylib never names these labels, so its
 //! version script and ours do not collide.
 
-use crate::{ah, channel, context, cq, device, import, misc, mr, pd, qp, query, rdmacm, srq};
+use crate::{
+    ah, channel, context, cq, device, import, misc, mr, pd, qp, query, rdmacm, srq, sysfs,
+};
 
 macro_rules! export {
     ($name:ident $at:literal $ver:literal => $f:path) => {
@@ -211,6 +213,11 @@ export!(verbs_open_device "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
 export!(verbs_register_driver_34 "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_set_ops "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_uninit_context "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+
+// -------------------------------------------------------------- softrdma ----
+// softrdma's own: the sysfs view for libsoftrdma_preload.so (src/sysfs.rs).
+
+export!(softrdma_sysfs_root "@@" "SOFTRDMA_PRIVATE_1" => sysfs::sysfs_root);
 
 // ------------------------------------------------------------ librdmacm ----
 // rdma-core 44's librdmacm.so.1: 68 functions under RDMACM_1.0 … 1.3, all

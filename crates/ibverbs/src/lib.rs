@@ -23,6 +23,8 @@
 //! - `qpex`, `cqex`: the `ibv_wr_*` post-send API and extended CQ polling.
 //! - `rdmacm`: librdmacm (rdma_cm) in the same library, exported under
 //!   RDMACM_1.x; `librdmacm.so.1` is a symlink to this file.
+//! - `sysfs`: the view of the devices the preload library shows in sysfs
+//!   (`softrdma_sysfs_root`, softrdma's own export).
 //! - `misc`, `exports`: everything else exported, and the symbol versions.
 //!
 //! Every exported function stops panics at the boundary (`util::guard`)
@@ -77,5 +79,7 @@ mod rdmacm;
 mod reach;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod srq;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod sysfs;
 #[allow(missing_docs)]
 mod util;

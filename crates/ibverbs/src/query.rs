@@ -22,15 +22,15 @@ pub fn vendor_ids() -> (u32, u32) {
     })
 }
 
+/// `fw_ver` (also sysfs's).
+pub const FW_VER: &str = concat!("softrdma ", env!("CARGO_PKG_VERSION"));
+
 fn device_attr(c: &Context) -> ibv_device_attr {
     let a = c.dev.query_device();
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     // SAFETY: plain data; all-zero is valid.
     let mut d: ibv_device_attr = unsafe { std::mem::zeroed() };
-    copy_cstr(
-        &mut d.fw_ver,
-        concat!("softrdma ", env!("CARGO_PKG_VERSION")),
-    );
+    copy_cstr(&mut d.fw_ver, FW_VER);
     d.node_guid = a.node_guid.to_be();
     d.sys_image_guid = a.node_guid.to_be();
     d.max_mr_size = a.max_mr_size;
@@ -169,7 +169,12 @@ pub unsafe extern "C" fn query_rt_values(
 
 /// Port attributes of port 1.
 pub fn port_attr(c: &Context) -> ibv_port_attr {
-    let p = c.dev.query_port();
+    port_attr_of(&c.dev)
+}
+
+/// Port attributes of port 1 of `dev` (also what sysfs shows of it).
+pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
+    let p = dev.query_port();
     let mtu_enum = |b: u32| softrdma::Mtu::from_bytes_floor(b).map_or(5, |m| m as c_int);
     // SAFETY: plain data; all-zero is valid.
     let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };

@@ -198,12 +198,8 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// Entries of a port's GID table. Index 0 holds the device's one GID (its
-/// address, RoCE v2); the others are empty, as the unused entries of a
-/// kernel device's table are (`ibv_query_gid` gives zeros, `ibv_query_gid_ex`
-/// ENODATA). A table longer than its populated part is what programs meet
-/// on every RoCE device (rxe: 1024 entries, mlx5: 255).
-pub const GID_TABLE_LEN: u32 = 16;
+/// Entries of a port's GID table (see [`softrdma_config::GID_TABLE_LEN`]).
+pub const GID_TABLE_LEN: u32 = softrdma_config::GID_TABLE_LEN;
 
 /// Port attributes (`ibv_port_attr`, the parts that mean something here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
