@@ -37,19 +37,36 @@ static DEVICES: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
 /// usable is printed once to stderr and fails the list with `EINVAL`.
 pub fn device_list() -> Result<&'static [&'static DevEntry], i32> {
     DEVICES
-        .get_or_init(|| match configured_devices() {
-            Ok(list) => Ok(list
-                .into_iter()
-                .enumerate()
-                .map(|(i, c)| leak_entry(i, c))
-                .collect()),
-            Err(e) => {
-                eprintln!("softrdma: {e}");
-                Err(libc::EINVAL)
-            }
+        .get_or_init(|| {
+            BUILDING.with(|b| b.set(true));
+            let r = match configured_devices() {
+                Ok(list) => Ok(list
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| leak_entry(i, c))
+                    .collect()),
+                Err(e) => {
+                    eprintln!("softrdma: {e}");
+                    Err(libc::EINVAL)
+                }
+            };
+            BUILDING.with(|b| b.set(false));
+            r
         })
         .as_deref()
         .map_err(|e| *e)
+}
+
+thread_local! {
+    /// Set while this thread builds the device list (reading the
+    /// configuration, whose file a preload library may see opened).
+    static BUILDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is building the device list: a call that needs
+/// the list must not wait for it then (it would wait for itself).
+pub fn building_list() -> bool {
+    BUILDING.with(|b| b.get())
 }
 
 /// The device list (empty when the configuration is not usable).

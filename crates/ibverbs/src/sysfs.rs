@@ -72,6 +72,11 @@ fn views(open: &[Option<Device>]) -> Vec<DeviceView> {
 
 /// The directory of the current view, NUL-terminated.
 fn root() -> Result<Vec<u8>, i32> {
+    if crate::device::building_list() {
+        // Asked while this thread reads the configuration (its file's
+        // path is one a preload library looks at): not now.
+        return Err(libc::EBUSY);
+    }
     let mut g = LAST.lock().unwrap_or_else(|e| e.into_inner());
     let mut open = Vec::new();
     for e in devices() {
@@ -95,9 +100,11 @@ fn root() -> Result<Vec<u8>, i32> {
         }
     }
     let dir = softrdma_sysfs::materialize(&views(&open)).map_err(|e| {
-        let errno = e.raw_os_error().unwrap_or(libc::EIO);
-        eprintln!("softrdma: the sysfs view of the devices cannot be made: {e}");
-        errno
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("softrdma: {e}; programs see no softrdma device in sysfs");
+        }
+        e.raw_os_error().unwrap_or(libc::EIO)
     })?;
     let mut r = dir.into_os_string().into_encoded_bytes();
     r.push(0);

@@ -202,7 +202,9 @@ unsafe fn on_path(
 /// Whether `flags` of an open change the file.
 fn open_writes(flags: c_int) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY
-        || flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE) != 0
+        || flags & (libc::O_CREAT | libc::O_TRUNC) != 0
+        // O_TMPFILE includes O_DIRECTORY's bit: all of it, not any.
+        || flags & libc::O_TMPFILE == libc::O_TMPFILE
 }
 
 /// `dirfd`-relative calls: only absolute paths (or the working
@@ -817,18 +819,16 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
         return fail(libc::ENOSYS);
     };
     // SAFETY: forwarded contract.
-    match unsafe { route(path, true) } {
+    let (r, in_view) = match unsafe { route(path, true) } {
         // SAFETY: libc's function with the program's argument.
-        Route::Libc => unsafe { f(path) },
-        Route::At { os, in_view, .. } => {
-            // SAFETY: libc's function on the route's path.
-            let r = unsafe { f(os.as_ptr()) };
-            if r == 0 && in_view {
-                CWD_IN_VIEW.store(true, Ordering::Relaxed);
-            }
-            r
-        }
+        Route::Libc => (unsafe { f(path) }, false),
+        // SAFETY: libc's function on the route's path.
+        Route::At { os, in_view, .. } => (unsafe { f(os.as_ptr()) }, in_view),
+    };
+    if r == 0 {
+        CWD_IN_VIEW.store(in_view, Ordering::Relaxed);
     }
+    r
 }
 
 type GetcwdFn = unsafe extern "C" fn(*mut c_char, usize) -> *mut c_char;

@@ -247,6 +247,24 @@ static void shown(const char *dev, int index, const char *netdev, const char *gi
 	snprintf(p, sizeof p, "%s/new", devdir);
 	CHECK(open(p, O_WRONLY | O_CREAT, 0600) == -1 && errno == EACCES);
 
+	/* Folders opened as find and fts open them. */
+	fd = open(devdir, O_RDONLY | O_NONBLOCK | O_DIRECTORY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	close(fd);
+	errno = 0;
+	CHECK(open(devdir, O_RDONLY | O_NOFOLLOW | O_DIRECTORY) == -1 &&
+	      (errno == ENOTDIR || errno == ELOOP));
+	snprintf(p, sizeof p, "%s/ports", devdir);
+	fd = openat(AT_FDCWD, p, O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	close(fd);
+	snprintf(p, sizeof p, "find %s/ -name ndevs > /tmp/softrdma-view-find.%d", devdir, getpid());
+	CHECK(system(p) == 0);
+	snprintf(p, sizeof p, "/tmp/softrdma-view-find.%d", getpid());
+	snprintf(want, sizeof want, "%s/ports/1/gid_attrs/ndevs\n", devdir);
+	CHECK(strstr(slurp(p) ? slurp(p) : "", want) != NULL);
+	unlink(p);
+
 	/* Absent inside the view. */
 	absent("/sys/class/infiniband/mlx5_0");
 	snprintf(p, sizeof p, "%s/ports/1/gids/16", devdir);
