@@ -117,12 +117,13 @@ fn libibverbs() -> Lib {
     };
     // SAFETY: the callback only reads the loader's entries.
     unsafe { libc::dl_iterate_phdr(Some(each_object), &mut found as *mut Found as *mut c_void) };
-    let mut g = SCAN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((counts, lib)) = *g {
+    if let Some((counts, lib)) = *SCAN.lock().unwrap_or_else(|e| e.into_inner()) {
         if counts == found.counts {
             return lib;
         }
     }
+    // Not under the lock: `dlopen` waits for the loader, which may be
+    // running a constructor that opens a path on another thread.
     let mut lib = Lib::None;
     for n in &found.names {
         let base = n.rsplit(|&b| b == b'/').next().unwrap_or(n);
@@ -141,7 +142,7 @@ fn libibverbs() -> Lib {
             None => {}
         }
     }
-    *g = Some((found.counts, lib));
+    *SCAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((found.counts, lib));
     lib
 }
 
