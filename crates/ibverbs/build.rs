@@ -177,7 +177,8 @@ const STUBS: [&str; 7] = [
 
 /// Exports that no installed header declares (rdma-core keeps them in its
 /// private driver.h): nothing to check them against.
-const NO_PUBLIC_PROTOTYPE: [&str; 5] = [
+const NO_PUBLIC_PROTOTYPE: [&str; 6] = [
+    "softrdma_sysfs_root",
     "ibv_get_sysfs_path",
     "ibv_read_sysfs_file",
     "ibv_dofork_range",

@@ -17,6 +17,7 @@ pub mod dump;
 pub mod exec;
 pub mod json;
 pub mod perf;
+pub mod rdma;
 pub mod traffic;
 
 #[cfg(test)]

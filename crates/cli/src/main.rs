@@ -3,11 +3,22 @@
 
 use clap::Parser;
 use softrdma_cli::cli::{Cli, Command};
-use softrdma_cli::{devinfo, dump, exec, perf};
+use softrdma_cli::{devinfo, dump, exec, perf, rdma};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Run as `rdma` (the link `softrdma exec` puts first on PATH):
+    // iproute2's RDMA tool for softrdma's devices.
+    let mut argv = std::env::args_os();
+    if argv
+        .next()
+        .is_some_and(|a0| rdma::invoked_as_rdma(std::path::Path::new(&a0)))
+    {
+        let args: Vec<_> = argv.collect();
+        let code = rdma::main(&args, &mut io::stdout().lock());
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Exec(args) => match exec::run(&args, &mut io::stdout()) {

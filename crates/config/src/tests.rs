@@ -36,6 +36,9 @@ fn defaults() {
     assert_eq!(c.refuse_sends.value, 0.0);
     assert_eq!(c.poll_yield.value, None);
     assert_eq!(c.log.value, None);
+    // rxe's identity: a vendor, but no real one.
+    assert_eq!(c.vendor_id.value, 0xff_ffff);
+    assert_eq!(c.vendor_part_id.value, 0);
     assert!(c.describe().iter().all(|(_, _, s)| **s == Source::Default));
 }
 

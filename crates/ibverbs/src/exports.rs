@@ -15,7 +15,9 @@
 //! rustc's own export list of the cdylib never names these labels, so its
 //! version script and ours do not collide.
 
-use crate::{ah, channel, context, cq, device, misc, mr, pd, qp, query, rdmacm, srq};
+use crate::{
+    ah, channel, context, cq, device, import, misc, mr, pd, qp, query, rdmacm, srq, sysfs,
+};
 
 macro_rules! export {
     ($name:ident $at:literal $ver:literal => $f:path) => {
@@ -166,13 +168,13 @@ export!(ibv_resize_cq "@@" "IBVERBS_1.1" => cq::resize_cq);
 export!(ibv_resolve_eth_l2_from_gid "@@" "IBVERBS_1.1" => misc::unsupported_neg);
 export!(ibv_wc_status_str "@@" "IBVERBS_1.1" => misc::wc_status_str);
 export!(mbps_to_ibv_rate "@@" "IBVERBS_1.1" => misc::mbps_to_rate);
-export!(ibv_import_device "@@" "IBVERBS_1.10" => misc::unsupported_null);
-export!(ibv_import_mr "@@" "IBVERBS_1.10" => misc::unsupported_null);
-export!(ibv_import_pd "@@" "IBVERBS_1.10" => misc::unsupported_null);
+export!(ibv_import_device "@@" "IBVERBS_1.10" => import::import_device);
+export!(ibv_import_mr "@@" "IBVERBS_1.10" => import::import_mr);
+export!(ibv_import_pd "@@" "IBVERBS_1.10" => import::import_pd);
 export!(ibv_query_ece "@@" "IBVERBS_1.10" => misc::unsupported_errno);
 export!(ibv_set_ece "@@" "IBVERBS_1.10" => misc::unsupported_errno);
-export!(ibv_unimport_mr "@@" "IBVERBS_1.10" => misc::nothing);
-export!(ibv_unimport_pd "@@" "IBVERBS_1.10" => misc::nothing);
+export!(ibv_unimport_mr "@@" "IBVERBS_1.10" => import::unimport_mr);
+export!(ibv_unimport_pd "@@" "IBVERBS_1.10" => import::unimport_pd);
 export!(_ibv_query_gid_ex "@@" "IBVERBS_1.11" => query::query_gid_ex);
 export!(_ibv_query_gid_table "@@" "IBVERBS_1.11" => query::query_gid_table);
 export!(ibv_reg_dmabuf_mr "@@" "IBVERBS_1.12" => misc::unsupported_null);
@@ -261,6 +263,11 @@ export!(verbs_open_device "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
 export!(verbs_register_driver_34 "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_set_ops "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_uninit_context "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+
+// -------------------------------------------------------------- softrdma ----
+// softrdma's own: the sysfs view for libsoftrdma_preload.so (src/sysfs.rs).
+
+export!(softrdma_sysfs_root "@@" "SOFTRDMA_PRIVATE_1" => sysfs::sysfs_root);
 
 // ------------------------------------------------------------ librdmacm ----
 // rdma-core 44's librdmacm.so.1: 68 functions under RDMACM_1.0 … 1.3, all

@@ -167,6 +167,16 @@ pub type CreateSrqExFn =
 pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut ibv_modify_cq_attr) -> c_int;
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+pub type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+/// A parent domain's allocator: `(pd, pd_context, size, alignment,
+/// resource_type)`.
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// A parent domain's free: `(pd, pd_context, ptr, resource_type)`.
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
 
 /// `struct verbs_context`: the extended context, laid out *before* the
 /// `ibv_context` a program sees. verbs.h's `verbs_get_ctx_op` finds an
@@ -189,9 +199,9 @@ pub struct verbs_context {
     pub destroy_flow_action: *mut c_void,
     pub create_flow_action_esp: *mut c_void,
     pub modify_qp_rate_limit: *mut c_void,
-    pub alloc_parent_domain: *mut c_void,
-    pub dealloc_td: *mut c_void,
-    pub alloc_td: *mut c_void,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<DeallocTdFn>,
+    pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: Option<ModifyCqFn>,
     pub post_srq_ops: *mut c_void,
     pub destroy_rwq_ind_table: *mut c_void,
@@ -1013,6 +1023,33 @@ pub const IBV_ACCESS_OPTIONAL_RANGE: c_int = 0x3ff0_0000;
 
 pub const IBV_FORK_UNNEEDED: c_int = 2;
 
+// ------------------------------------ thread and parent domains (verbs.h) ----
+
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1 << 0;
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+/// `IBV_ALLOCATOR_USE_DEFAULT`: an allocator's "use your own".
+pub const IBV_ALLOCATOR_USE_DEFAULT: usize = usize::MAX;
+
 // --------------------------------------------------------- layout table ----
 
 /// One member (or, with an empty `member`, a whole type) as Rust lays it
@@ -1064,7 +1101,7 @@ layout_checks! {
     }
     struct ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
     struct verbs_context {
-        query_port, advise_mr, modify_cq, query_rt_values, create_cq_ex, query_device_ex,
+        query_port, advise_mr, alloc_parent_domain, dealloc_td, alloc_td, modify_cq, query_rt_values, create_cq_ex, query_device_ex,
         ibv_destroy_flow, ibv_create_flow, open_qp, create_qp_ex, get_srq_num,
         create_srq_ex, open_xrcd, close_xrcd, _ABI_placeholder3, sz, context
     }
@@ -1174,4 +1211,7 @@ layout_checks! {
     }
     struct ibv_values_ex { comp_mask, raw_clock }
     struct ibv_alloc_dm_attr { length, log_align_req, comp_mask }
+    struct ibv_td_init_attr { comp_mask }
+    struct ibv_td { context }
+    struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
 }

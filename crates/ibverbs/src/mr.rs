@@ -20,6 +20,14 @@ pub struct Mr {
     _pd: Use<Pd>,
 }
 
+impl Mr {
+    /// Deregisters the region now, leaving the object to its handle
+    /// (`ibv_dereg_mr` through an imported handle, see `import`).
+    pub fn deregister(&self) {
+        drop(self.mr.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+}
+
 impl Castable for Mr {
     type Repr = ibv_mr;
     type Api = ibv_mr;
@@ -113,6 +121,9 @@ pub unsafe extern "C" fn reg_mr_iova2(
 }
 
 pub unsafe extern "C" fn dereg_mr(m: *mut ibv_mr) -> c_int {
+    if let Some(r) = crate::import::dereg_imported(m) {
+        return r;
+    }
     guard_errno(|| match Obj::<Mr>::take(m) {
         Ok(o) => {
             drop(o.mr.lock().unwrap_or_else(|e| e.into_inner()).take());

@@ -94,19 +94,7 @@ pub enum WriteChunking {
 
 /// EUI-64-style node GUID derived from the address (stable per address, so
 /// it is known before a device is opened).
-pub fn guid_of(ip: IpAddr) -> u64 {
-    let b = match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            [0x02, 0x50, 0x56, 0xff, 0xfe, o[1], o[2], o[3]]
-        }
-        IpAddr::V6(a) => {
-            let o = a.octets();
-            [o[8] ^ 2, o[9], o[10], o[11], o[12], o[13], o[14], o[15]]
-        }
-    };
-    u64::from_be_bytes(b)
-}
+pub use softrdma_wire::grh::node_guid_of as guid_of;
 
 /// Where a received datagram came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -485,6 +473,18 @@ impl Device {
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> VerbsResult<usize> {
         let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
         Ok(c.poll(out))
+    }
+
+    /// [`Device::poll_cq`] with the time each completion was generated at
+    /// (`at` as long as `out`).
+    pub fn poll_cq_stamped(
+        &mut self,
+        cq: CqId,
+        out: &mut [Wc],
+        at: &mut [Instant],
+    ) -> VerbsResult<usize> {
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        Ok(c.poll_stamped(out, at))
     }
 
     /// `ibv_req_notify_cq`.

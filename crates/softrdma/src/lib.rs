@@ -51,7 +51,7 @@ mod stream;
 mod sync;
 mod verbs;
 
-pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
+pub use device::{Device, DeviceOptions, PortAttr, GID_TABLE_LEN, ROCE_PORT};
 pub use error::{ConnectError, Error, Result};
 pub use event::CompletionChannel;
 /// An epoll descriptor mirroring another one's readability with an

@@ -340,6 +340,26 @@ impl CompletionQueue {
         Ok(0)
     }
 
+    /// [`CompletionQueue::poll`], with the device time each completion was
+    /// generated at ([`Device::clock_ns`]) in `at` (as long as `out`).
+    pub fn poll_stamped(&self, out: &mut [Wc], at: &mut [u64]) -> Result<usize> {
+        let sh = self.inner.dev.shared();
+        let id = self.id;
+        sh.note_app_poll();
+        let mut stamps = [Instant(0); 16];
+        let want = out.len().min(at.len()).min(stamps.len());
+        let mut n =
+            sh.peek_core_mut(|c| c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want]))?;
+        if n == 0 && sh.progress_inline() > 0 {
+            n =
+                sh.peek_core_mut(|c| c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want]))?;
+        }
+        for (t, s) in at.iter_mut().zip(&stamps[..n]) {
+            *t = s.0;
+        }
+        Ok(n)
+    }
+
     /// Polls until `n` completions arrived or `timeout` passed; returns them.
     pub fn wait(&self, n: usize, timeout: std::time::Duration) -> Result<Vec<Wc>> {
         let deadline = std::time::Instant::now() + timeout;

@@ -346,13 +346,20 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_destroy_ah(h) == 0, "ibv_destroy_ah");
 
 	/* Queries. */
-	union ibv_gid g;
-	CHECK(ibv_query_gid(ctx, 1, 1, &g) == -1, "GID index 1 of 1 -> -1");
+	union ibv_gid g, zero = { 0 };
+	struct ibv_port_attr pa0;
+	CHECK(ibv_query_port(ctx, 1, &pa0) == 0 && pa0.gid_tbl_len > 1, "GID table of several entries");
+	CHECK(ibv_query_gid(ctx, 1, 1, &g) == 0 && memcmp(&g, &zero, 16) == 0,
+	      "empty GID index 1 -> zeros");
+	CHECK(ibv_query_gid(ctx, 1, pa0.gid_tbl_len, &g) == -1, "GID index past the table -> -1");
 	CHECK(ibv_query_gid(ctx, 2, 0, &g) == -1, "GID on port 2 -> -1");
 	struct ibv_gid_entry e;
 	CHECK(ibv_query_gid_ex(ctx, 1, 0, &e, 0) == 0 && e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
 		      memcmp(&e.gid, gid, 16) == 0,
 	      "ibv_query_gid_ex: RoCE v2, the port's GID");
+	CHECK(ibv_query_gid_ex(ctx, 1, 1, &e, 0) == ENODATA, "ibv_query_gid_ex(empty index) -> ENODATA");
+	CHECK(ibv_query_gid_ex(ctx, 1, pa0.gid_tbl_len, &e, 0) == EINVAL,
+	      "ibv_query_gid_ex(past the table) -> EINVAL");
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL, "ibv_query_port(port 2) -> EINVAL");
 	struct ibv_device_attr_ex dx;
@@ -370,10 +377,10 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	errno = 0;
 	CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP,
 	      "ibv_open_xrcd -> EOPNOTSUPP");
-	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_CVLAN };
 	errno = 0;
 	CHECK(ibv_create_cq_ex(ctx, &cx) == NULL && errno == EOPNOTSUPP,
-	      "CQ with completion timestamps -> EOPNOTSUPP");
+	      "CQ with VLAN in its completions -> EOPNOTSUPP");
 
 	ibv_destroy_qp(qp);
 	ibv_destroy_cq(cq);

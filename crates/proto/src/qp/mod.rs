@@ -137,7 +137,7 @@ impl Ctx<'_> {
         if after > released {
             *self.gated += 1;
         }
-        match c.push_gated(wc, after, released) {
+        match c.push_gated(wc, after, released, self.now) {
             Pushed::Ok => true,
             Pushed::Notified => {
                 self.events.push_back(crate::device::Event::Completion(cq));
