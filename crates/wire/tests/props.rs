@@ -21,8 +21,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use softrdma_wire::ip::{Ipv4Repr, Ipv6Repr, UdpRepr};
 use softrdma_wire::opcode::Headers;
 use softrdma_wire::{
-    pretty, AethRepr, AtomicEthRepr, BthRepr, DatagramRepr, DethRepr, Icrc, IpRepr, Msn, Opcode,
-    PKey, PacketRepr, Psn, QKey, Qpn, RKey, RethRepr, RoceDatagram, Syndrome,
+    pretty, AethRepr, AtomicEthRepr, BthRepr, DatagramRepr, DethRepr, FethRepr, Icrc, IpRepr, Msn,
+    Opcode, PKey, PacketRepr, Psn, QKey, Qpn, RKey, RethRepr, RoceDatagram, Syndrome,
 };
 use std::cell::Cell;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -97,6 +97,13 @@ fn build<'a>(
             va: f.reth.0,
             rkey: RKey(f.reth.1),
             dma_len: f.reth.2,
+        });
+    }
+    if h.contains(Headers::FETH) {
+        // The FETH's two fields (4 + 2 bits) come from the misc word.
+        p.feth = Some(FethRepr {
+            placement_type: (f.misc.1 & 0xf) as u8,
+            selectivity_level: (f.misc.1 >> 4 & 3) as u8,
         });
     }
     if h.contains(Headers::ATOMIC_ETH) {
@@ -257,9 +264,10 @@ fn emit_then_parse_is_identity_for_every_opcode_pad_and_ip_version() {
             }
         }
     }
-    // 32 opcodes with payload x 4 pads + 6 without (READ request, ACK, atomic
-    // ACK, the two atomics, CNP) x 1, times 2 IP versions.
-    assert_eq!(combos, (32 * 4 + 6) * 2);
+    // 33 opcodes with payload (ATOMIC WRITE among them) x 4 pads + 7
+    // without (READ request, ACK, atomic ACK, the two atomics, FLUSH, CNP)
+    // x 1, times 2 IP versions.
+    assert_eq!(combos, (33 * 4 + 7) * 2);
 }
 
 #[test]
@@ -353,6 +361,12 @@ fn canonical(x: &[u8]) -> bool {
     }
     if let Some(o) = info.headers.offset_of(Headers::CNP_PAD) {
         if x[ext + o..ext + o + 16].iter().any(|&b| b != 0) {
+            return false;
+        }
+    }
+    // FETH bits 31:6 are reserved.
+    if let Some(o) = info.headers.offset_of(Headers::FETH) {
+        if x[ext + o..ext + o + 3] != [0, 0, 0] || x[ext + o + 3] & 0xc0 != 0 {
             return false;
         }
     }

@@ -168,7 +168,7 @@ pub(super) fn recv_off(p: &Pair, n: usize) -> usize {
 /// `len` bytes of a region at `off`.
 pub(super) fn bytes(mem: &VecMemory, off: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0; len];
-    mem.read(off, &mut v);
+    mem.read(off, &mut v).expect("vector memory never faults");
     v
 }
 
