@@ -335,8 +335,8 @@ impl<'a> PacketRepr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext::Syndrome;
     use crate::ext::FethRepr;
+    use crate::ext::Syndrome;
     use crate::opcode::Opcode;
     use crate::types::{Msn, PKey, Psn, Qpn};
 
