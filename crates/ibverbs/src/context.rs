@@ -128,6 +128,7 @@ pub fn open_at(
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex);
     vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
     vctx.query_rt_values = Some(crate::query::query_rt_values);
+    vctx.advise_mr = Some(crate::mr::advise_mr);
     vctx.sz = std::mem::size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &entry.c as *const ibv_device as *mut ibv_device;
@@ -137,6 +138,9 @@ pub fn open_at(
     c.ops.post_srq_recv = Some(crate::post::post_srq_recv);
     c.ops.post_send = Some(crate::post::post_send);
     c.ops.post_recv = Some(crate::post::post_recv);
+    c.ops.alloc_mw = Some(crate::mw::alloc_mw);
+    c.ops.bind_mw = Some(crate::mw::bind_mw);
+    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     c.cmd_fd = -1;
     c.async_fd = async_ep.as_raw_fd();
     c.num_comp_vectors = 1;
@@ -243,8 +247,10 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
             }
             _ => {
                 if let Some(q) = Obj::<Qp>::get(ev.element.cast()) {
-                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed)) }
-                        .fetch_add(1, Ordering::SeqCst);
+                    unsafe {
+                        q.counter(|r| std::ptr::addr_of_mut!((*r).ex.qp_base.events_completed))
+                    }
+                    .fetch_add(1, Ordering::SeqCst);
                 }
             }
         }

@@ -41,6 +41,7 @@ pub enum Kind {
     Context,
     Pd,
     Mr,
+    Mw,
     Channel,
     Cq,
     Srq,

@@ -36,7 +36,7 @@ pub struct Qp {
 }
 
 impl Castable for Qp {
-    type Repr = ibv_qp_ex;
+    type Repr = ibv_qp_ex_flush;
     type Api = ibv_qp;
     const KIND: Kind = Kind::Qp;
     const MAGIC: u64 = 0x5352_5150_0000_0008;
@@ -64,7 +64,10 @@ const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_FLUSH
+    | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 #[allow(clippy::too_many_arguments)]
 fn new_qp(
@@ -125,17 +128,17 @@ fn new_qp(
         max_recv_sge: if s.is_some() { 0 } else { got.max_recv_sge },
         max_inline_data: got.max_inline_data,
     };
-    let mut c: ibv_qp_ex = zeroed();
-    c.qp_base.context = ctx.api();
-    c.qp_base.qp_context = qp_context;
-    c.qp_base.pd = x.api();
-    c.qp_base.send_cq = send_cq;
-    c.qp_base.recv_cq = recv_cq;
-    c.qp_base.srq = srq;
-    c.qp_base.handle = qp.qpn().value();
-    c.qp_base.qp_num = qp.qpn().value();
-    c.qp_base.state = 0;
-    c.qp_base.qp_type = qp_type;
+    let mut c: ibv_qp_ex_flush = zeroed();
+    c.ex.qp_base.context = ctx.api();
+    c.ex.qp_base.qp_context = qp_context;
+    c.ex.qp_base.pd = x.api();
+    c.ex.qp_base.send_cq = send_cq;
+    c.ex.qp_base.recv_cq = recv_cq;
+    c.ex.qp_base.srq = srq;
+    c.ex.qp_base.handle = qp.qpn().value();
+    c.ex.qp_base.qp_num = qp.qpn().value();
+    c.ex.qp_base.state = 0;
+    c.ex.qp_base.qp_type = qp_type;
     crate::qpex::fill_ops(&mut c);
     let qpn = qp.qpn().value();
     let o = Obj::new(
@@ -226,7 +229,11 @@ pub unsafe extern "C" fn create_qp_ex(
 }
 
 pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
-    guard_ptr(|| Obj::<Qp>::get(q).map(|x| x.repr()).ok_or(libc::EINVAL))
+    guard_ptr(|| {
+        Obj::<Qp>::get(q)
+            .map(|x| x.repr().cast::<ibv_qp_ex>())
+            .ok_or(libc::EINVAL)
+    })
 }
 
 pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {

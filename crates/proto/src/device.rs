@@ -586,6 +586,12 @@ impl Device {
         self.mrs.dealloc_mw(mw)
     }
 
+    /// Unbinds the windows bound to the region `key` (for a deregistration
+    /// that cannot be refused, as a handle's drop in Rust).
+    pub fn unbind_region(&mut self, key: u32) {
+        self.mrs.unbind_region(key)
+    }
+
     /// A window's current R_Key, type and protection domain.
     pub fn mw(&self, mw: MwId) -> Option<(softrdma_wire::RKey, MwType, PdId)> {
         self.mrs.mw_info(mw)

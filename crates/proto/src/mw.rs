@@ -166,6 +166,20 @@ impl MrTable {
         }
     }
 
+    /// Unbinds every window bound to the region with key `mr_key` (a
+    /// deregistration that cannot be refused: a Rust drop).
+    pub(crate) fn unbind_region(&mut self, mr_key: u32) {
+        let bound: Vec<u32> = self
+            .mws
+            .iter()
+            .filter(|(_, w)| w.binding.as_ref().is_some_and(|b| b.mr_key == mr_key))
+            .map(|(&i, _)| i)
+            .collect();
+        for i in bound {
+            self.unbind(MwId(i));
+        }
+    }
+
     /// Frees every type 2 window bound to a QP that goes away.
     pub(crate) fn unbind_qp(&mut self, qpn: Qpn) {
         let bound: Vec<u32> = self
