@@ -167,10 +167,15 @@ impl Access {
     /// Bits softrdma accepts in `reg_mr`.
     pub const SUPPORTED: u32 =
         1 | 2 | 4 | 8 | 16 | 32 | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 20);
-    /// Bits a QP's `qp_access_flags` may hold: the remote rights, the
-    /// FLUSH rights and MW_BIND (rdma-core 56's tests set them all on
-    /// every extended QP).
+    /// Bits of a QP's `qp_access_flags` that mean something: the remote
+    /// rights, MW_BIND and the FLUSH rights (rdma-core 56's tests set them
+    /// all on every extended QP).
     pub const QP_SUPPORTED: u32 = 1 | 2 | 4 | 8 | 16 | (1 << 8) | (1 << 9);
+    /// Bits `modify_qp` accepts in `qp_access_flags`: every access bit a
+    /// region knows (rdma-core's ODP tests pass a region's flags,
+    /// IBV_ACCESS_ON_DEMAND included; the kernel and rxe ignore the bits
+    /// that do not concern a QP, and so does softrdma).
+    pub const QP_ACCEPTED: u32 = Self::SUPPORTED;
     /// Bits a memory window bind may grant (rxe's `RXE_ACCESS_SUPPORTED_MW`
     /// plus the FLUSH rights): local write is accepted and means nothing
     /// for a window.

@@ -378,7 +378,7 @@ impl Qp {
             return Err(VerbsError::InvalidArgument("max_dest_rd_atomic too large"));
         }
         if mask.contains(AttrMask::ACCESS_FLAGS)
-            && attr.qp_access_flags.0 & !Access::QP_SUPPORTED != 0
+            && attr.qp_access_flags.0 & !Access::QP_ACCEPTED != 0
         {
             return Err(VerbsError::InvalidArgument("unsupported access flag"));
         }
@@ -444,7 +444,7 @@ impl Qp {
         self.attr.qp_state = to;
         self.attr.cur_qp_state = to;
         match to {
-            QpState::Reset => self.reset(),
+            QpState::Reset => self.reset(ctx),
             QpState::Err if cur != QpState::Err => self.enter_error(ctx),
             QpState::Sqd => {
                 self.sqd_notify = self.attr.en_sqd_async_notify;
@@ -456,8 +456,16 @@ impl Qp {
         Ok(())
     }
 
-    /// Back to RESET: everything is forgotten, no completion is generated.
-    fn reset(&mut self) {
+    /// Back to RESET: everything is forgotten, no completion is generated,
+    /// and the completions of this QP still in its CQs are removed (as
+    /// mlx5 does: a program that resets a QP after an error and polls on
+    /// does not meet the flushes of its previous life).
+    fn reset(&mut self, ctx: &mut Ctx) {
+        for cq in [self.send_cq, self.recv_cq] {
+            if let Some(c) = ctx.cqs.get_mut(cq.0) {
+                *ctx.gated -= c.remove_qp(self.qpn);
+            }
+        }
         self.state = QpState::Reset;
         self.sq.clear();
         self.rq.clear();
