@@ -1019,7 +1019,8 @@ impl QueuePair {
             qp_state: QpState::Init,
             port_num: 1,
             pkey_index: 0,
-            qp_access_flags: o.access.remote(),
+            // The remote rights, MW_BIND and the FLUSH rights.
+            qp_access_flags: Access(o.access.0 & Access::QP_SUPPORTED),
             qkey: o.qkey,
             ..Default::default()
         };
