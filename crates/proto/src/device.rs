@@ -1135,30 +1135,28 @@ impl Device {
             return false;
         };
         let covered = pkt.icrc_covered();
-        let computed = d.icrc(covered);
         let stored = pkt.icrc();
-        if computed == stored {
+        // One form per opcode, two for FLUSH: rxe's and the annex's
+        // (softrdma_wire::icrc).
+        if d.icrc_forms(covered).any(|(c, _)| c == stored) {
             return true;
         }
         if !self.cfg.infer_ipv4_ident || meta.src.ip().is_loopback() {
             return false;
         }
-        if let IpRepr::V4(v4) = d.ip {
-            // Bytes after the identification: IPv4 bytes 6..20, UDP, transport.
-            let after = 14 + 8 + covered.len();
+        if let IpRepr::V4(_) = d.ip {
             for df in [true, false] {
-                let base = if df == v4.dont_frag {
-                    computed
-                } else {
-                    let mut d2 = d;
-                    if let IpRepr::V4(r) = &mut d2.ip {
-                        r.dont_frag = df;
+                let mut d2 = d;
+                if let IpRepr::V4(r) = &mut d2.ip {
+                    r.dont_frag = df;
+                }
+                // `after`: bytes after the identification (IPv4 bytes
+                // 6..20, UDP, transport, for rxe's FLUSH form twice).
+                for (base, after) in d2.icrc_forms(covered) {
+                    if solve_ipv4_id(base, stored, after).is_some() {
+                        self.counters.icrc_ip_id_inferred += 1;
+                        return true;
                     }
-                    d2.icrc(covered)
-                };
-                if solve_ipv4_id(base, stored, after).is_some() {
-                    self.counters.icrc_ip_id_inferred += 1;
-                    return true;
                 }
             }
         }

@@ -7,6 +7,7 @@ mod support;
 
 use softrdma_proto::*;
 use softrdma_wire::ext::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT, FLUSH_RANGE};
+use softrdma_wire::ip::UdpRepr;
 use softrdma_wire::*;
 use std::sync::Arc;
 use support::*;
@@ -428,4 +429,84 @@ fn flush_and_atomic_write_rights_are_accepted_by_reg_mr_and_modify_qp() {
             AttrMask::STATE.with(AttrMask::ACCESS_FLAGS)
         )
         .is_err());
+}
+
+/// `p` from the peer with the ICRC `form` computes (identification
+/// `ident`): "rxe" (BTH through RETH fed twice, what rxe and softrdma send)
+/// or "iba" (the annex's).
+fn flush_bytes(p: &PacketRepr<'_>, ident: u16, form: &str) -> Vec<u8> {
+    let mut buf = vec![0u8; p.buffer_len()];
+    let n = p.emit(&mut buf).unwrap();
+    let mut ip = IpRepr::between(ip(PEER_IP), ip(DEV_IP), 0).unwrap();
+    if let IpRepr::V4(v) = &mut ip {
+        v.ident = ident;
+    }
+    let d = DatagramRepr {
+        ip,
+        udp: UdpRepr {
+            src_port: 4791,
+            dst_port: 4791,
+            checksum: 0,
+        },
+    };
+    let c = if form == "rxe" {
+        d.icrc(&buf[..n - 4])
+    } else {
+        d.icrc_iba(&buf[..n - 4])
+    };
+    buf[n - 4..].copy_from_slice(&c.to_le_bytes());
+    buf
+}
+
+#[test]
+fn flush_icrc_is_rxe_s_form_and_either_form_is_accepted() {
+    // Sent: rxe's form (Linux 6.12 drops a FLUSH with the annex's ICRC).
+    let mut r = Rig::new(Setup::default());
+    qp_access(&mut r, rw().remote().with(Access::FLUSH));
+    r.post_send(flush_wr(
+        1,
+        0x7000_0000,
+        0x1234,
+        64,
+        FLUSH_GLOBAL,
+        FLUSH_RANGE,
+    ));
+    let mut buf = vec![0u8; 8192];
+    let tx = r.dev.poll_transmit(r.now, &mut buf).unwrap();
+    let pkt = IbPacket::new_checked(&buf[..tx.len]).unwrap();
+    let d = DatagramRepr {
+        ip: IpRepr::between(ip(DEV_IP), ip(PEER_IP), 0).unwrap(),
+        udp: UdpRepr {
+            src_port: 4791,
+            dst_port: 4791,
+            checksum: 0,
+        },
+    };
+    assert_eq!(pkt.bth().opcode(), Opcode(0x1c));
+    assert_eq!(pkt.icrc(), d.icrc(pkt.icrc_covered()));
+    assert_ne!(pkt.icrc(), d.icrc_iba(pkt.icrc_covered()));
+
+    // Received: either form, with identification 0 or another (solved).
+    let (mut r, key) = flush_rig(rw().with(Access::FLUSH_GLOBAL));
+    let mut msn = 0;
+    for (ident, form) in [(0, "rxe"), (0, "iba"), (0xbf85, "rxe"), (0x0102, "iba")] {
+        let psn = r.take_psn(1);
+        let p = flush_packet(&r, psn, 0x90_0100, key, 64, FLUSH_GLOBAL, FLUSH_RANGE);
+        r.deliver_raw(&flush_bytes(&p, ident, form), ip(PEER_IP));
+        msn += 1;
+        let out = r.sent();
+        assert_eq!(out.len(), 1, "ident {ident:#x} form {form}");
+        assert_eq!(
+            (out[0].opcode, out[0].aeth),
+            (0x10, Some((Syndrome::ACK, msn)))
+        );
+    }
+    assert_eq!(r.dev.counters().icrc_ip_id_inferred, 2);
+    // A corrupted FLUSH is dropped: no answer.
+    let psn = r.take_psn(1);
+    let p = flush_packet(&r, psn, 0x90_0100, key, 64, FLUSH_GLOBAL, FLUSH_RANGE);
+    let mut b = flush_bytes(&p, 0, "rxe");
+    b[20] ^= 0x40;
+    r.deliver_raw(&b, ip(PEER_IP));
+    assert!(r.sent().is_empty());
 }

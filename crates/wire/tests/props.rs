@@ -204,6 +204,12 @@ fn icrc_at_layout(b: &[u8], v6: bool) -> u32 {
     };
     c.udp_header(b[ip_len..ip_len + 8].try_into().unwrap());
     c.transport(&b[ip_len + 8..b.len() - 4]);
+    // Linux rxe's FLUSH (opcode 0x1C): the transport bytes once more,
+    // unmasked (its opcode table gives FLUSH no payload offset; see the
+    // crate's icrc module).
+    if b[ip_len + 8] == 0x1c {
+        c.update(&b[ip_len + 8..b.len() - 4]);
+    }
     c.finish()
 }
 
@@ -290,7 +296,13 @@ fn any_single_bit_flip_outside_the_masked_fields_breaks_the_icrc() {
                     .run(&strat, |(f, payload)| {
                         let (d, p) = build(op, pad, &payload, &f, v6);
                         let bytes = emit(&d, &p);
-                        let masked = masked_bits(v6);
+                        let mut masked = masked_bits(v6);
+                        if op == Opcode(0x1c) {
+                            // rxe's FLUSH form covers the BTH a second
+                            // time, byte 4 unmasked.
+                            let bth4 = if v6 { 40 } else { 20 } + 8 + 4;
+                            masked.retain(|&(o, _)| o != bth4);
+                        }
                         let n = bytes.len();
                         for bit in 0..n * 8 {
                             let (at, m) = (bit / 8, 1u8 << (bit % 8));
