@@ -200,8 +200,16 @@ fn c_name(rust: &str) -> String {
         "usize" => "size_t".into(),
         "isize" => "ssize_t".into(),
         "ibv_gid" => "union ibv_gid".into(),
-        "ibv_rate" | "ibv_event_type" | "ibv_node_type" | "ibv_port_state" | "ibv_wc_status"
-        | "ibv_fork_status" | "ibv_wr_opcode" | "ibv_wc_opcode" | "ibv_mw_type" => {
+        "ibv_rate"
+        | "ibv_event_type"
+        | "ibv_node_type"
+        | "ibv_port_state"
+        | "ibv_wc_status"
+        | "ibv_fork_status"
+        | "ibv_wr_opcode"
+        | "ibv_wc_opcode"
+        | "ibv_mw_type"
+        | "ibv_advise_mr_advice" => {
             format!("enum {rust}")
         }
         "__be64" => "__be64".into(),

@@ -196,6 +196,7 @@ pub fn new_context(
     vctx.alloc_td = Some(crate::domain::alloc_td);
     vctx.dealloc_td = Some(crate::domain::dealloc_td);
     vctx.alloc_parent_domain = Some(crate::domain::alloc_parent_domain);
+    vctx.advise_mr = Some(crate::mr::advise_mr);
     vctx.sz = std::mem::size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &entry.c as *const ibv_device as *mut ibv_device;
@@ -206,6 +207,9 @@ pub fn new_context(
     c.ops.post_send = Some(crate::post::post_send);
     c.ops.post_recv = Some(crate::post::post_recv);
     c.cmd_fd = cmd.as_raw_fd();
+    c.ops.alloc_mw = Some(crate::mw::alloc_mw);
+    c.ops.bind_mw = Some(crate::mw::bind_mw);
+    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     c.async_fd = async_ep.as_raw_fd();
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
@@ -315,8 +319,10 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
             }
             _ => {
                 if let Some(q) = Obj::<Qp>::get(ev.element.cast()) {
-                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed)) }
-                        .fetch_add(1, Ordering::SeqCst);
+                    unsafe {
+                        q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed))
+                    }
+                    .fetch_add(1, Ordering::SeqCst);
                 }
             }
         }

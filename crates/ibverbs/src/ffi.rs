@@ -78,6 +78,8 @@ pub type ibv_wr_opcode = c_int;
 pub type ibv_wc_opcode = c_int;
 /// See [`ibv_rate`].
 pub type ibv_mw_type = c_int;
+/// See [`ibv_rate`].
+pub type ibv_advise_mr_advice = c_int;
 /// A big-endian 64-bit value (`__be64`).
 pub type __be64 = u64;
 /// The pre-`port_cap_flags2` `ibv_port_attr` that `ibv_query_port` fills
@@ -177,6 +179,8 @@ pub type PdAllocFn =
     unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
 /// A parent domain's free: `(pd, pd_context, ptr, resource_type)`.
 pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+pub type AdviseMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, ibv_advise_mr_advice, u32, *mut ibv_sge, u32) -> c_int;
 
 /// `struct verbs_context`: the extended context, laid out *before* the
 /// `ibv_context` a program sees. verbs.h's `verbs_get_ctx_op` finds an
@@ -186,7 +190,7 @@ pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, 
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPortFn>,
-    pub advise_mr: *mut c_void,
+    pub advise_mr: Option<AdviseMrFn>,
     pub alloc_null_mr: *mut c_void,
     pub read_counters: *mut c_void,
     pub attach_counters_point_flow: *mut c_void,
@@ -749,7 +753,8 @@ pub type WrSetSgeFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
 pub type WrSetSgeListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge);
 pub type WrCompleteFn = unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int;
 pub type WrAtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
-/// `wr_flush(qp, rkey, remote_addr, len, type, level)` (rdma-core 45+).
+/// rdma-core 45+'s `wr_flush` (Debian 12's header has none; build.rs
+/// checks it against newer headers when it has them).
 pub type WrFlushFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
 
 /// `struct ibv_qp_ex`: the new post-send API (`ibv_wr_*` call these).
@@ -931,6 +936,14 @@ pub const IBV_DEVICE_CURR_QP_STATE_MOD: c_uint = 1 << 7;
 pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 pub const IBV_DEVICE_N_NOTIFY_CQ: c_uint = 1 << 14;
+pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+/// `device_cap_flags_ex` bits of the Memory Placement Extensions
+/// (IB_UVERBS_DEVICE_FLUSH_GLOBAL, _FLUSH_PERSISTENT, _ATOMIC_WRITE).
+pub const IBV_DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+pub const IBV_DEVICE_FLUSH_PERSISTENT: u64 = 1 << 39;
+pub const IBV_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 
 pub const IBV_PORT_ACTIVE: c_int = 4;
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
@@ -988,7 +1001,39 @@ pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
 pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
 pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
 pub const IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+pub const IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
 pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+/// rdma-core 47+.
+pub const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 11;
+pub const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
+
+pub const IBV_WR_BIND_MW: c_int = 8;
+/// rdma-core 47+ (no `ibv_send_wr` fields: only `ibv_wr_flush` posts it).
+pub const IBV_WR_FLUSH: c_int = 14;
+pub const IBV_WR_ATOMIC_WRITE: c_int = 15;
+
+pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
+pub const IBV_ACCESS_MW_BIND: c_int = 1 << 4;
+pub const IBV_ACCESS_ZERO_BASED: c_int = 1 << 5;
+pub const IBV_ACCESS_ON_DEMAND: c_int = 1 << 6;
+pub const IBV_ACCESS_HUGETLB: c_int = 1 << 7;
+/// rdma-core 47+.
+pub const IBV_ACCESS_FLUSH_GLOBAL: c_int = 1 << 8;
+pub const IBV_ACCESS_FLUSH_PERSISTENT: c_int = 1 << 9;
+
+pub const IBV_MW_TYPE_1: c_int = 1;
+pub const IBV_MW_TYPE_2: c_int = 2;
+
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
+pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
+
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH: c_int = 0;
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: c_int = 1;
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: c_int = 2;
+pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
 
 pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
 pub const IBV_SRQ_LIMIT: c_int = 1 << 1;

@@ -45,6 +45,7 @@ pub enum Kind {
     Context,
     Pd,
     Mr,
+    Mw,
     Channel,
     Cq,
     Srq,

@@ -142,6 +142,5 @@ pub unsafe extern "C" fn unimport_mr(mr: *mut ibv_mr) {
 /// when `m` is no imported MR.
 pub fn dereg_imported(m: *mut ibv_mr) -> Option<c_int> {
     let x = Obj::<ImportedMr>::take_forced(m).ok()?;
-    x.orig.deregister();
-    Some(0)
+    Some(x.orig.deregister())
 }

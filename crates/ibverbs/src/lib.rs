@@ -65,6 +65,8 @@ mod misc;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod mr;
 #[allow(missing_docs, clippy::missing_safety_doc)]
+mod mw;
+#[allow(missing_docs, clippy::missing_safety_doc)]
 mod pd;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod post;

@@ -64,7 +64,10 @@ const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_FLUSH
+    | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 #[allow(clippy::too_many_arguments)]
 fn new_qp(
@@ -231,7 +234,11 @@ pub unsafe extern "C" fn create_qp_ex(
 }
 
 pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
-    guard_ptr(|| Obj::<Qp>::get(q).map(|x| x.repr()).ok_or(libc::EINVAL))
+    guard_ptr(|| {
+        Obj::<Qp>::get(q)
+            .map(|x| x.repr().cast::<ibv_qp_ex>())
+            .ok_or(libc::EINVAL)
+    })
 }
 
 pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {

@@ -47,7 +47,13 @@ fn device_attr(c: &Context) -> ibv_device_attr {
         | IBV_DEVICE_CURR_QP_STATE_MOD
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
-        | IBV_DEVICE_N_NOTIFY_CQ;
+        | IBV_DEVICE_N_NOTIFY_CQ
+        // Memory windows of type 1 and 2; a type 2 window is bound to one
+        // QP, by number (2A) and as that QP (2B): on RC and UC, where a
+        // window is freed with its QP, the two are one.
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2A
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge_rd);
     d.max_cq = i(a.max_cq);
@@ -59,6 +65,7 @@ fn device_attr(c: &Context) -> ibv_device_attr {
     d.max_res_rd_atom = i(a.max_qp_rd_atom.saturating_mul(a.max_qp));
     d.atomic_cap = IBV_ATOMIC_HCA;
     d.max_ah = i(a.max_ah);
+    d.max_mw = i(a.max_mw);
     d.max_srq = i(a.max_srq);
     d.max_srq_wr = i(a.max_srq_wr);
     d.max_srq_sge = i(a.max_srq_sge);
@@ -115,6 +122,21 @@ pub unsafe extern "C" fn query_device_ex(
         x.completion_timestamp_mask = u64::MAX;
         x.hca_core_clock = HCA_CORE_CLOCK_KHZ;
         x.phys_port_cnt_ex = 1;
+        let odp = c.dev.query_device().odp;
+        x.odp_caps = ibv_odp_caps {
+            general_caps: odp.general,
+            per_transport_caps: ibv_odp_per_transport_caps {
+                rc_odp_caps: odp.rc,
+                uc_odp_caps: odp.uc,
+                ud_odp_caps: odp.ud,
+            },
+        };
+        // The 32 flags of ibv_device_attr and the Memory Placement
+        // Extensions (FLUSH both ways, ATOMIC WRITE).
+        x.device_cap_flags_ex = x.orig_attr.device_cap_flags as u64
+            | IBV_DEVICE_FLUSH_GLOBAL
+            | IBV_DEVICE_FLUSH_PERSISTENT
+            | IBV_DEVICE_ATOMIC_WRITE;
         // SAFETY: the caller states `attr` holds `attr_size` bytes.
         unsafe { util::write_prefix(attr, &x, attr_size) };
         0

@@ -178,6 +178,16 @@ impl Cq {
         n
     }
 
+    /// Removes the completions of QP `qpn`, visible and gated (a QP that
+    /// goes back to RESET: mlx5 cleans its CQs the same way). Returns how
+    /// many gated ones went.
+    pub fn remove_qp(&mut self, qpn: softrdma_wire::Qpn) -> usize {
+        self.entries.retain(|(w, _)| w.qp_num != qpn);
+        let before = self.gated.len();
+        self.gated.retain(|(_, w, _)| w.qp_num != qpn);
+        before - self.gated.len()
+    }
+
     /// Takes one completion.
     pub fn pop(&mut self) -> Option<Wc> {
         self.entries.pop_front().map(|(wc, _)| wc)

@@ -5,7 +5,7 @@ use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::gsi::{Gsi, GsiMad};
 use crate::limits;
-use crate::memory::{MrTable, RegionMemory};
+use crate::memory::{MrTable, RegionMemory, Rereg};
 use crate::note::{DropReason, Note, Notes};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
 use crate::verbs::*;
@@ -228,6 +228,80 @@ pub struct DeviceAttr {
     pub max_pkeys: u16,
     /// Inline bytes.
     pub max_inline_data: u32,
+    /// Memory windows.
+    pub max_mw: u32,
+    /// On-demand paging (`odp_caps`).
+    pub odp: OdpCaps,
+}
+
+/// On-demand paging capabilities (`ibv_odp_caps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `IBV_ODP_SUPPORT` | `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general: u64,
+    /// What RC QPs do on ODP regions (`IBV_ODP_SUPPORT_*` bits).
+    pub rc: u32,
+    /// What UC QPs do.
+    pub uc: u32,
+    /// What UD QPs do.
+    pub ud: u32,
+    /// Largest implicit region (`max_size` of `ibv_odp_caps`' implicit
+    /// caps in the extended query; the whole 64-bit space).
+    pub implicit_max: u64,
+}
+
+impl OdpCaps {
+    /// IBV_ODP_SUPPORT.
+    pub const SUPPORT: u64 = 1;
+    /// IBV_ODP_SUPPORT_IMPLICIT.
+    pub const SUPPORT_IMPLICIT: u64 = 2;
+    /// IBV_ODP_SUPPORT_SEND.
+    pub const SEND: u32 = 1;
+    /// IBV_ODP_SUPPORT_RECV.
+    pub const RECV: u32 = 2;
+    /// IBV_ODP_SUPPORT_WRITE.
+    pub const WRITE: u32 = 4;
+    /// IBV_ODP_SUPPORT_READ.
+    pub const READ: u32 = 8;
+    /// IBV_ODP_SUPPORT_ATOMIC.
+    pub const ATOMIC: u32 = 16;
+    /// IBV_ODP_SUPPORT_SRQ_RECV.
+    pub const SRQ_RECV: u32 = 32;
+    /// IBV_ODP_SUPPORT_FLUSH (rdma-core 56).
+    pub const FLUSH: u32 = 64;
+    /// IBV_ODP_SUPPORT_ATOMIC_WRITE (rdma-core 56).
+    pub const ATOMIC_WRITE: u32 = 128;
+
+    /// softrdma's: every operation of every transport reaches on-demand
+    /// regions the same way as pinned ones, and implicit regions exist.
+    pub const fn softrdma() -> OdpCaps {
+        OdpCaps {
+            general: Self::SUPPORT | Self::SUPPORT_IMPLICIT,
+            rc: Self::SEND
+                | Self::RECV
+                | Self::WRITE
+                | Self::READ
+                | Self::ATOMIC
+                | Self::SRQ_RECV
+                | Self::FLUSH
+                | Self::ATOMIC_WRITE,
+            uc: Self::SEND | Self::RECV | Self::WRITE | Self::SRQ_RECV,
+            ud: Self::SEND | Self::RECV | Self::SRQ_RECV,
+            implicit_max: u64::MAX,
+        }
+    }
+}
+
+/// `ibv_advise_mr`'s advice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH: bring the pages in, readable.
+    Prefetch,
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: readable and writable.
+    PrefetchWrite,
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: only pages already present
+    /// (nothing to do: softrdma keeps no translation to update).
+    PrefetchNoFault,
 }
 
 /// The RNIC.
@@ -343,6 +417,8 @@ impl Device {
             max_ah: limits::MAX_AH as u32,
             max_pkeys: limits::PKEY_TABLE_LEN,
             max_inline_data: limits::MAX_INLINE_DATA,
+            max_mw: limits::MAX_MW as u32,
+            odp: OdpCaps::softrdma(),
         }
     }
 
@@ -415,9 +491,98 @@ impl Device {
         self.mrs.register_with_key(key, pd, va, mem, access)
     }
 
-    /// `ibv_dereg_mr`.
+    /// `ibv_dereg_mr`. Refused while memory windows are bound to the
+    /// region.
     pub fn dereg_mr(&mut self, key: u32) -> VerbsResult<()> {
         self.mrs.deregister(key)
+    }
+
+    /// `ibv_rereg_mr` (see [`MrTable::reregister`]): returns the region's
+    /// key, new when the memory changed.
+    pub fn rereg_mr(&mut self, key: u32, change: Rereg) -> VerbsResult<u32> {
+        if let Some(pd) = change.pd {
+            self.check_pd(pd)?;
+        }
+        self.mrs.reregister(&mut self.rng, key, change)
+    }
+
+    /// `ibv_advise_mr`: prefetches the ranges of on-demand paging regions
+    /// that `sges` name (lkeys of regions in `pd`). With `flush`
+    /// (IBV_ADVISE_MR_FLAG_FLUSH) a range that cannot be brought in is an
+    /// error (`Fault`); without it, advice is best effort. Errors as the
+    /// man page: a key that names no region `Fault` (EFAULT), another
+    /// protection domain or a write prefetch of a region without local
+    /// write `PermissionDenied` (EPERM), a region without on-demand paging
+    /// `InvalidArgument` (EINVAL, as rxe), a range outside the region
+    /// `Fault`.
+    pub fn advise_mr(
+        &mut self,
+        pd: PdId,
+        advice: Advice,
+        flush: bool,
+        sges: &[Sge],
+    ) -> VerbsResult<()> {
+        self.check_pd(pd)?;
+        if sges.is_empty() {
+            return Err(VerbsError::InvalidArgument("no scatter/gather entry"));
+        }
+        let write = advice == Advice::PrefetchWrite;
+        let mut todo = Vec::with_capacity(sges.len());
+        for s in sges {
+            let mr = self.mrs.get(s.lkey).ok_or(VerbsError::Fault)?;
+            if mr.pd != pd {
+                return Err(VerbsError::PermissionDenied);
+            }
+            if !mr.access.contains(Access::ON_DEMAND) {
+                return Err(VerbsError::InvalidArgument(
+                    "not an on-demand paging region",
+                ));
+            }
+            if write && !mr.access.contains(Access::LOCAL_WRITE) {
+                return Err(VerbsError::PermissionDenied);
+            }
+            let off = mr
+                .offset_of(s.addr, s.length as u64)
+                .ok_or(VerbsError::Fault)?;
+            todo.push((mr.region.clone(), off, s.length as usize));
+        }
+        if advice == Advice::PrefetchNoFault {
+            return Ok(());
+        }
+        for (region, off, len) in todo {
+            if region.prefetch(off, len, write).is_err() && flush {
+                return Err(VerbsError::Fault);
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- MWs ----
+
+    /// `ibv_alloc_mw`: a window of type `kind` in `pd`; returns its handle
+    /// and R_Key. (Type 3 and other numbers are refused by the caller:
+    /// [`MwType`] has 1 and 2 only.)
+    pub fn alloc_mw(&mut self, pd: PdId, kind: MwType) -> VerbsResult<(MwId, softrdma_wire::RKey)> {
+        self.check_pd(pd)?;
+        let rkey = self.mrs.alloc_mw(&mut self.rng, pd, kind)?;
+        Ok((MwId(rkey.0 >> 8), rkey))
+    }
+
+    /// `ibv_dealloc_mw`: unbinds (if bound) and frees the window; its keys
+    /// stop working at once.
+    pub fn dealloc_mw(&mut self, mw: MwId) -> VerbsResult<()> {
+        self.mrs.dealloc_mw(mw)
+    }
+
+    /// Unbinds the windows bound to the region `key` (for a deregistration
+    /// that cannot be refused, as a handle's drop in Rust).
+    pub fn unbind_region(&mut self, key: u32) {
+        self.mrs.unbind_region(key)
+    }
+
+    /// A window's current R_Key, type and protection domain.
+    pub fn mw(&self, mw: MwId) -> Option<(softrdma_wire::RKey, MwType, PdId)> {
+        self.mrs.mw_info(mw)
     }
 
     /// Region lookup (for the API layers).
@@ -725,6 +890,8 @@ impl Device {
         if let Some(t) = qp.armed {
             self.timers.remove(&(t, idx));
         }
+        // Type 2 windows bound to the QP go free with it.
+        self.mrs.unbind_qp(qpn);
         Ok(())
     }
 
@@ -968,30 +1135,28 @@ impl Device {
             return false;
         };
         let covered = pkt.icrc_covered();
-        let computed = d.icrc(covered);
         let stored = pkt.icrc();
-        if computed == stored {
+        // One form per opcode, two for FLUSH: rxe's and the annex's
+        // (softrdma_wire::icrc).
+        if d.icrc_forms(covered).any(|(c, _)| c == stored) {
             return true;
         }
         if !self.cfg.infer_ipv4_ident || meta.src.ip().is_loopback() {
             return false;
         }
-        if let IpRepr::V4(v4) = d.ip {
-            // Bytes after the identification: IPv4 bytes 6..20, UDP, transport.
-            let after = 14 + 8 + covered.len();
+        if let IpRepr::V4(_) = d.ip {
             for df in [true, false] {
-                let base = if df == v4.dont_frag {
-                    computed
-                } else {
-                    let mut d2 = d;
-                    if let IpRepr::V4(r) = &mut d2.ip {
-                        r.dont_frag = df;
+                let mut d2 = d;
+                if let IpRepr::V4(r) = &mut d2.ip {
+                    r.dont_frag = df;
+                }
+                // `after`: bytes after the identification (IPv4 bytes
+                // 6..20, UDP, transport, for rxe's FLUSH form twice).
+                for (base, after) in d2.icrc_forms(covered) {
+                    if solve_ipv4_id(base, stored, after).is_some() {
+                        self.counters.icrc_ip_id_inferred += 1;
+                        return true;
                     }
-                    d2.icrc(covered)
-                };
-                if solve_ipv4_id(base, stored, after).is_some() {
-                    self.counters.icrc_ip_id_inferred += 1;
-                    return true;
                 }
             }
         }

@@ -31,16 +31,19 @@ pub mod device;
 mod gsi;
 pub mod limits;
 pub mod memory;
+pub mod mw;
 pub mod note;
 mod qp;
 pub mod verbs;
 
 pub use counters::Counters;
 pub use device::{
-    Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
+    Advice, Device, DeviceConfig, Event, Gather, OdpCaps, RecvMeta, Transmit, WriteChunking,
+    MAX_GATHER,
 };
 pub use gsi::GsiMad;
-pub use memory::{RegionMemory, VecMemory};
+pub use memory::{Fault, RegionMemory, Rereg, VecMemory};
+pub use mw::BindError;
 pub use verbs::*;
 
 /// A point in time in nanoseconds since an arbitrary origin chosen by the

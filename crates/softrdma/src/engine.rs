@@ -415,6 +415,31 @@ impl Shared {
         r
     }
 
+    /// `ibv_rereg_mr`: like [`Self::dereg_mr`] when the memory changes
+    /// (queued datagrams reading the old memory get a copy first; the core
+    /// revokes it), otherwise the region's protection domain or rights
+    /// change in place. Returns the region's key, new when the memory
+    /// changed.
+    pub fn rereg_mr(
+        &self,
+        key: u32,
+        change: softrdma_proto::Rereg,
+    ) -> softrdma_proto::VerbsResult<u32> {
+        let now = self.now();
+        let mut core = lock(&self.core);
+        if change.translation.is_some() {
+            if let Some(region) = core.mr(key).map(|m| m.region.clone()) {
+                let mut tx = lock(&self.tx);
+                for d in tx.pending.iter_mut().filter(|d| d.reads(Some(&region))) {
+                    d.materialize();
+                }
+            }
+        }
+        let r = core.rereg_mr(key, change);
+        self.after(core, now);
+        r
+    }
+
     /// Datagrams still queued (the socket was full) stop reading the
     /// program's memory: their payload is copied out. QP destruction and
     /// device close call it, so nothing reads a buffer after they return.

@@ -52,6 +52,8 @@ impl Error {
                 VerbsError::NoMemory | VerbsError::QueueFull => libc::ENOMEM,
                 VerbsError::Busy => libc::EBUSY,
                 VerbsError::NotSupported => libc::EOPNOTSUPP,
+                VerbsError::Fault => libc::EFAULT,
+                VerbsError::PermissionDenied => libc::EPERM,
             },
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Connect(_) => libc::ECONNREFUSED,

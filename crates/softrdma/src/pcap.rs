@@ -170,7 +170,7 @@ fn fix_ipv4_ident(d: &mut DatagramRepr, payload: &[u8]) {
     };
     let covered = pkt.icrc_covered();
     let stored = pkt.icrc();
-    if d.icrc(covered) == stored {
+    if d.icrc_forms(covered).any(|(c, _)| c == stored) {
         return;
     }
     for df in [true, false] {
@@ -180,12 +180,14 @@ fn fix_ipv4_ident(d: &mut DatagramRepr, payload: &[u8]) {
         } else {
             return;
         }
-        let base = d.icrc(covered);
-        if let Some(id) = solve_ipv4_id(base, stored, 14 + 8 + covered.len()) {
-            if let IpRepr::V4(v) = &mut d.ip {
-                v.ident = id;
+        // For FLUSH, rxe's ICRC form or the annex's (softrdma_wire::icrc).
+        for (base, after) in d.icrc_forms(covered) {
+            if let Some(id) = solve_ipv4_id(base, stored, after) {
+                if let IpRepr::V4(v) = &mut d.ip {
+                    v.ident = id;
+                }
+                return;
             }
-            return;
         }
     }
     if let IpRepr::V4(v) = &mut d.ip {

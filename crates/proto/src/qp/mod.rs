@@ -16,6 +16,7 @@ use crate::cq::{Cq, Pushed};
 use crate::memory::{MrTable, SgList};
 use crate::verbs::*;
 use crate::{Instant, Slab};
+use softrdma_wire::ext::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT};
 use softrdma_wire::{PKey, Psn, Qpn};
 use std::collections::VecDeque;
 
@@ -62,6 +63,11 @@ impl SendWqe {
     }
     pub fn is_read_or_atomic(&self) -> bool {
         self.wr.opcode.is_read_or_atomic()
+    }
+    /// Completed by a response packet, not by an ACK (READ, atomics,
+    /// ATOMIC WRITE, FLUSH).
+    pub fn has_response(&self) -> bool {
+        self.wr.opcode.has_response()
     }
     /// Response `idx` of a READ already arrived (out of order).
     pub fn rx_has(&self, idx: u32) -> bool {
@@ -372,7 +378,7 @@ impl Qp {
             return Err(VerbsError::InvalidArgument("max_dest_rd_atomic too large"));
         }
         if mask.contains(AttrMask::ACCESS_FLAGS)
-            && attr.qp_access_flags.0 & !Access::ALL.0 & !Access::MW_BIND.0 != 0
+            && attr.qp_access_flags.0 & !Access::QP_ACCEPTED != 0
         {
             return Err(VerbsError::InvalidArgument("unsupported access flag"));
         }
@@ -438,7 +444,7 @@ impl Qp {
         self.attr.qp_state = to;
         self.attr.cur_qp_state = to;
         match to {
-            QpState::Reset => self.reset(),
+            QpState::Reset => self.reset(ctx),
             QpState::Err if cur != QpState::Err => self.enter_error(ctx),
             QpState::Sqd => {
                 self.sqd_notify = self.attr.en_sqd_async_notify;
@@ -450,8 +456,16 @@ impl Qp {
         Ok(())
     }
 
-    /// Back to RESET: everything is forgotten, no completion is generated.
-    fn reset(&mut self) {
+    /// Back to RESET: everything is forgotten, no completion is generated,
+    /// and the completions of this QP still in its CQs are removed (as
+    /// mlx5 does: a program that resets a QP after an error and polls on
+    /// does not meet the flushes of its previous life).
+    fn reset(&mut self, ctx: &mut Ctx) {
+        for cq in [self.send_cq, self.recv_cq] {
+            if let Some(c) = ctx.cqs.get_mut(cq.0) {
+                *ctx.gated -= c.remove_qp(self.qpn);
+            }
+        }
         self.state = QpState::Reset;
         self.sq.clear();
         self.rq.clear();
@@ -504,7 +518,9 @@ impl Qp {
     pub fn send_wc(&self, w: &SendWqe, status: WcStatus) -> Wc {
         let byte_len = match w.wr.opcode {
             WrOpcode::RdmaRead => w.len,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
+            // rxe reports the FLUSH's length (its wqe->dma.length).
+            WrOpcode::Flush => w.wr.flush_len as u32,
             _ => w.len,
         };
         Wc {
@@ -564,6 +580,7 @@ impl Qp {
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
                     | WrOpcode::LocalInv
+                    | WrOpcode::BindMw
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -574,6 +591,26 @@ impl Qp {
         }
         if inline && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
             return Err(VerbsError::InvalidArgument("inline READ or atomic"));
+        }
+        let well_formed = match wr.opcode {
+            // rxe's validate_send_wr: a bind carries no data.
+            WrOpcode::BindMw => wr.bind.is_some() && wr.sg_list.is_empty() && wr.length() == 0,
+            // The 8 bytes travel with the request (copied at post time).
+            WrOpcode::AtomicWrite => inline && wr.inline_data.len() == 8,
+            WrOpcode::Flush => {
+                let f = wr.flush;
+                f.placement_type & !(FLUSH_GLOBAL | FLUSH_PERSISTENT) == 0
+                    && f.level <= FLUSH_MR
+                    && wr.sg_list.is_empty()
+                    && !inline
+                    && wr.flush_len <= crate::limits::MAX_MSG_SIZE as u64
+            }
+            _ => true,
+        };
+        if !well_formed {
+            return Err(VerbsError::InvalidArgument(
+                "BIND_MW carries no data, ATOMIC WRITE exactly 8 bytes, FLUSH a type, a level and a length",
+            ));
         }
         if self.qp_type == QpType::Ud {
             let Some(ud) = wr.ud else {

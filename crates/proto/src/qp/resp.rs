@@ -8,7 +8,7 @@ use super::{Ctx, Qp, RecvWqe};
 use crate::device::{RecvMeta, Transmit};
 use crate::memory::{SgList, Span};
 use crate::verbs::*;
-use softrdma_wire::ext::CREDITS_UNLIMITED;
+use softrdma_wire::ext::{CREDITS_UNLIMITED, FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT};
 use softrdma_wire::{
     AethRepr, BthRepr, Msn, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr, Position, Psn,
     Syndrome, Transport,
@@ -26,6 +26,9 @@ pub(crate) enum RespJob {
     },
     /// Atomic ACK with the original value.
     AtomicAck { psn: Psn, msn: Msn, orig: u64 },
+    /// The zero-length RDMA READ RESPONSE ONLY that acknowledges a FLUSH
+    /// or an ATOMIC WRITE (IBA A19; rxe's `send_read_response_ack`).
+    PlacementAck { psn: Psn, msn: Msn },
     /// READ responses still to send.
     Read(ReadJob),
 }
@@ -51,6 +54,9 @@ struct Resource {
     npkts: u32,
     /// `Some(original value)` for an atomic.
     atomic: Option<u64>,
+    /// A FLUSH or ATOMIC WRITE: a duplicate is acknowledged again, never
+    /// executed again (oA19-14, oA19-15).
+    placement: bool,
     msn: Msn,
 }
 
@@ -142,7 +148,13 @@ impl Responder {
             syndrome,
         });
     }
-    fn add_resource(&mut self, first_psn: Psn, npkts: u32, atomic: Option<u64>) -> u64 {
+    fn add_resource(
+        &mut self,
+        first_psn: Psn,
+        npkts: u32,
+        atomic: Option<u64>,
+        placement: bool,
+    ) -> u64 {
         if self.resources.len() >= self.max_resources.max(1) {
             self.resources.pop_front();
         }
@@ -153,16 +165,30 @@ impl Responder {
             first_psn,
             npkts,
             atomic,
+            placement,
             msn: self.msn,
         });
         id
     }
 }
 
+/// The rights a FLUSH of placement type `t` needs, of the QP and of the
+/// region (rxe's check_qp_attr_access and check_rkey).
+fn flush_access(t: u8) -> Access {
+    let mut a = Access(0);
+    if t & FLUSH_GLOBAL != 0 {
+        a = a.with(Access::FLUSH_GLOBAL);
+    }
+    if t & FLUSH_PERSISTENT != 0 {
+        a = a.with(Access::FLUSH_PERSISTENT);
+    }
+    a
+}
+
 /// Right the QP's own access flags must grant for an operation.
 fn qp_access_needed(op: Operation) -> Option<Access> {
     match op {
-        Operation::RdmaWrite => Some(Access::REMOTE_WRITE),
+        Operation::RdmaWrite | Operation::AtomicWrite => Some(Access::REMOTE_WRITE),
         Operation::ReadRequest => Some(Access::REMOTE_READ),
         Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
         _ => None,
@@ -386,7 +412,7 @@ impl Qp {
                 )?;
                 let npkts = (reth.dma_len as usize).div_ceil(mtu).max(1) as u32;
                 self.resp.msn = self.resp.msn.next();
-                let id = self.resp.add_resource(psn, npkts, None);
+                let id = self.resp.add_resource(psn, npkts, None, false);
                 self.resp.out.push_back(RespJob::Read(ReadJob {
                     res_id: id,
                     psn,
@@ -414,7 +440,7 @@ impl Qp {
                 }
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
                 self.resp.msn = self.resp.msn.next();
-                self.resp.add_resource(psn, 1, Some(orig));
+                self.resp.add_resource(psn, 1, Some(orig), false);
                 self.resp.out.push_back(RespJob::AtomicAck {
                     psn,
                     msn: self.resp.msn,
@@ -422,6 +448,14 @@ impl Qp {
                 });
                 self.resp.epsn = psn.next();
                 self.resp.nak_sent = false;
+                return Ok(());
+            }
+            Operation::AtomicWrite => {
+                self.exec_atomic_write(pkt, ctx)?;
+                return Ok(());
+            }
+            Operation::Flush => {
+                self.exec_flush(pkt, ctx)?;
                 return Ok(());
             }
             _ => return Err(Fail::Nak(NakCode::InvalidRequest)),
@@ -450,9 +484,86 @@ impl Qp {
             return Ok(None);
         }
         ctx.mrs
-            .resolve_remote(self.pd, rkey, va, len, need)
+            .resolve_remote(self.pd, self.qpn, rkey, va, len, need)
             .map(Some)
             .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))
+    }
+
+    /// ATOMIC WRITE (IBA A19, rxe's atomic_write_reply): exactly 8 bytes
+    /// (oA19-28), written as one store at an 8-byte aligned address the
+    /// R_Key allows writing; acknowledged with a zero-length READ response.
+    fn exec_atomic_write(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx) -> Result<(), Fail> {
+        let psn = pkt.bth.psn;
+        let reth = pkt.reth.ok_or(Fail::Nak(NakCode::InvalidRequest))?;
+        if reth.dma_len != 8 || pkt.payload.len() != 8 {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        let span = self
+            .check_rkey(reth.rkey, reth.va, 8, Access::REMOTE_WRITE, ctx)?
+            .ok_or(Fail::Nak(NakCode::RemoteAccessError))?;
+        // rxe_mr_do_atomic_write: a misaligned address is an invalid request.
+        if reth.va & 7 != 0 {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(pkt.payload);
+        span.region
+            .atomic_write(span.offset, bytes)
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
+        self.placement_done(psn);
+        Ok(())
+    }
+
+    /// FLUSH (IBA A19, rxe's process_flush): the QP and the R_Key must
+    /// grant the FLUSH rights of the placement type; the range (or, at the
+    /// memory-region level, the whole region or window) is made visible,
+    /// and durable for a persistent flush; acknowledged with a zero-length
+    /// READ response.
+    fn exec_flush(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx) -> Result<(), Fail> {
+        let psn = pkt.bth.psn;
+        let (Some(feth), Some(reth)) = (pkt.feth, pkt.reth) else {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        };
+        let need = flush_access(feth.placement_type);
+        if !self.attr.qp_access_flags.contains(need) {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        // IBA C9-94 (rxe_resp_check_length): a RETH length above 2^31.
+        if reth.dma_len > crate::limits::MAX_MSG_SIZE {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        let whole = feth.selectivity_level == FLUSH_MR;
+        let (region, offset, len) = ctx
+            .mrs
+            .resolve_flush(
+                self.pd,
+                self.qpn,
+                reth.rkey,
+                reth.va,
+                reth.dma_len as u64,
+                need,
+                whole,
+            )
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
+        let persistent = feth.placement_type & FLUSH_PERSISTENT != 0;
+        region
+            .flush(offset, len, persistent)
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
+        self.placement_done(psn);
+        Ok(())
+    }
+
+    /// A FLUSH or ATOMIC WRITE at `psn` executed: a responder resource for
+    /// duplicates, the zero-length READ response, the next PSN.
+    fn placement_done(&mut self, psn: Psn) {
+        self.resp.msn = self.resp.msn.next();
+        self.resp.add_resource(psn, 1, None, true);
+        self.resp.out.push_back(RespJob::PlacementAck {
+            psn,
+            msn: self.resp.msn,
+        });
+        self.resp.epsn = psn.next();
+        self.resp.nak_sent = false;
     }
 
     fn exec_send(
@@ -507,7 +618,7 @@ impl Qp {
         *offset = end;
         if info.position.ends() {
             if let Some(rkey) = pkt.ieth {
-                if ctx.mrs.invalidate(rkey.0, self.pd).is_err() {
+                if ctx.mrs.invalidate(rkey.0, self.pd, self.qpn, true).is_err() {
                     if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
                         self.recv_error(&wqe, WcStatus::RemInvReqErr, ctx);
                     }
@@ -637,7 +748,11 @@ impl Qp {
                     .resp
                     .resources
                     .iter()
-                    .find(|r| r.atomic.is_none() && psn.distance_from(r.first_psn) < r.npkts)
+                    .find(|r| {
+                        r.atomic.is_none()
+                            && !r.placement
+                            && psn.distance_from(r.first_psn) < r.npkts
+                    })
                     .copied()
                 else {
                     return;
@@ -675,6 +790,18 @@ impl Qp {
                     len: reth.dma_len as usize,
                     msn: res.msn,
                 }));
+            }
+            Operation::Flush | Operation::AtomicWrite => {
+                // Acknowledge again; never execute again (oA19-14, -15).
+                if let Some(res) = self
+                    .resp
+                    .resources
+                    .iter()
+                    .find(|r| r.first_psn == psn && r.placement)
+                {
+                    let msn = res.msn;
+                    self.resp.out.push_back(RespJob::PlacementAck { psn, msn });
+                }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 // Replay the saved result; never execute twice.
@@ -829,6 +956,23 @@ impl Qp {
                     msn: *msn,
                 });
                 r.atomic_ack = Some(*orig);
+                let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()?;
+                self.resp.out.pop_front();
+                tx
+            }
+            RespJob::PlacementAck { psn, msn } => {
+                let code = Opcode::find(
+                    Transport::Rc,
+                    Operation::ReadResponse,
+                    Position::Only,
+                    false,
+                    false,
+                )?;
+                let mut r = PacketRepr::new(bth(code, *psn), &[]);
+                r.aeth = Some(AethRepr {
+                    syndrome: Syndrome::ACK,
+                    msn: *msn,
+                });
                 let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()?;
                 self.resp.out.pop_front();
                 tx

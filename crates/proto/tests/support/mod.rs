@@ -35,6 +35,7 @@ pub struct Out {
     pub imm: Option<u32>,
     pub ieth: Option<u32>,
     pub deth: Option<DethRepr>,
+    pub feth: Option<FethRepr>,
     pub payload: Vec<u8>,
 }
 
@@ -241,6 +242,7 @@ impl Rig {
                 imm: r.imm,
                 ieth: r.ieth.map(|k| k.0),
                 deth: r.deth,
+                feth: r.feth,
                 payload: r.payload.to_vec(),
             });
         }
