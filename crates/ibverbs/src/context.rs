@@ -319,10 +319,8 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
             }
             _ => {
                 if let Some(q) = Obj::<Qp>::get(ev.element.cast()) {
-                    unsafe {
-                        q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed))
-                    }
-                    .fetch_add(1, Ordering::SeqCst);
+                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed)) }
+                        .fetch_add(1, Ordering::SeqCst);
                 }
             }
         }

@@ -394,4 +394,3 @@ unsafe extern "C" fn wr_flush(
         w.flush_len = len as u64;
     })
 }
-
