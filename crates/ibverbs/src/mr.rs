@@ -26,12 +26,13 @@ pub struct Mr {
 impl Mr {
     /// Deregisters the region now, leaving the object to its handle
     /// (`ibv_dereg_mr` itself, and through an imported handle, see
-    /// `import`). 0, or the errno: EINVAL when another thread deregisters
-    /// it, or windows are bound to it (it stays usable; rxe: EINVAL).
+    /// `import`). 0 (also when it was deregistered already, through an
+    /// imported handle), or the errno: EINVAL when windows are bound to it
+    /// (it stays usable; rxe: EINVAL).
     pub fn deregister(&self) -> c_int {
         let mut slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mr) = slot.take() else {
-            return libc::EINVAL; // another thread deregisters it
+            return 0;
         };
         match mr.deregister() {
             Ok(()) => 0,
@@ -170,11 +171,9 @@ pub unsafe extern "C" fn dereg_mr(m: *mut ibv_mr) -> c_int {
             return libc::EINVAL;
         };
         match o.deregister() {
-            0 => {
-                // The registry's reference goes; the memory with the last.
-                let _ = Obj::<Mr>::take(m);
-                0
-            }
+            // The registry's reference goes (EINVAL when another thread
+            // freed the handle first); the memory with the last.
+            0 => Obj::<Mr>::take(m).map_or_else(|e| e, |_| 0),
             e => e,
         }
     })
