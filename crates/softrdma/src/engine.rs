@@ -225,6 +225,8 @@ pub(crate) struct Shared {
     cm_deadline: AtomicU64,
     /// rdma_cm keeps state for this device (told when the device goes).
     pub cm_used: AtomicBool,
+    /// Refused packets, reported at most once a second.
+    refusals: crate::log::RefusalLog,
 }
 
 /// Serial numbers of devices.
@@ -317,6 +319,7 @@ impl Shared {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
+            refusals: crate::log::RefusalLog::default(),
         })
     }
 
@@ -676,6 +679,10 @@ impl Shared {
                 core.handle_datagram(now, &meta, dgram);
                 count += 1;
             }
+        }
+        if self.refusals.due(now.0) {
+            let c = core.counters();
+            self.refusals.report(self.local.ip(), now.0, &c);
         }
         // MADs for QP 1 (rdma_cm): rare, checked once per batch.
         let gsi = core.gsi_pending();
