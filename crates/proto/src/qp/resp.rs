@@ -24,8 +24,14 @@ pub(crate) enum RespJob {
         msn: Msn,
         syndrome: Syndrome,
     },
-    /// Atomic ACK with the original value.
-    AtomicAck { psn: Psn, msn: Msn, orig: u64 },
+    /// Atomic ACK with the original value (`replay`: answering a
+    /// duplicate).
+    AtomicAck {
+        psn: Psn,
+        msn: Msn,
+        orig: u64,
+        replay: bool,
+    },
     /// READ responses still to send.
     Read(ReadJob),
 }
@@ -40,6 +46,8 @@ pub(crate) struct ReadJob {
     offset: usize,
     len: usize,
     msn: Msn,
+    /// Answering a duplicate request (re-executed from its PSN).
+    replay: bool,
 }
 
 /// A READ or atomic the responder remembers for duplicates (IBA 9.7.5.1.3,
@@ -122,12 +130,22 @@ impl Responder {
         self.out.retain(|j| !matches!(j, RespJob::Read(_)));
         self.resources.clear();
     }
-    /// READ and atomic requests whose responses have not all been handed
-    /// out yet.
+    /// READ and atomic requests (first executions, not duplicates) whose
+    /// responses have not all been handed out yet. A requester that keeps
+    /// to `max_rd_atomic` has that many outstanding at most; answers to
+    /// duplicates (one per responder resource at most: a duplicate
+    /// replaces its resource's job) are not counted, since a duplicate the
+    /// network delayed may come after its request completed.
     fn rd_atomic_pending(&self) -> usize {
         self.out
             .iter()
-            .filter(|j| matches!(j, RespJob::Read(_) | RespJob::AtomicAck { .. }))
+            .filter(|j| {
+                matches!(
+                    j,
+                    RespJob::Read(ReadJob { replay: false, .. })
+                        | RespJob::AtomicAck { replay: false, .. }
+                )
+            })
             .count()
     }
 
@@ -441,6 +459,7 @@ impl Qp {
                     offset: 0,
                     len: reth.dma_len as usize,
                     msn: self.resp.msn,
+                    replay: false,
                 }));
                 self.resp.epsn = psn.add(npkts);
                 self.resp.nak_sent = false;
@@ -466,6 +485,7 @@ impl Qp {
                     psn,
                     msn: self.resp.msn,
                     orig,
+                    replay: false,
                 });
                 self.resp.epsn = psn.next();
                 self.resp.nak_sent = false;
@@ -721,6 +741,7 @@ impl Qp {
                     offset: 0,
                     len: reth.dma_len as usize,
                     msn: res.msn,
+                    replay: true,
                 }));
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -743,9 +764,12 @@ impl Qp {
                         self.resp.dropped += 1;
                         return;
                     }
-                    self.resp
-                        .out
-                        .push_back(RespJob::AtomicAck { psn, msn, orig });
+                    self.resp.out.push_back(RespJob::AtomicAck {
+                        psn,
+                        msn,
+                        orig,
+                        replay: true,
+                    });
                 }
             }
             _ => {}
@@ -877,7 +901,7 @@ impl Qp {
                 self.resp.out.pop_front();
                 tx
             }
-            RespJob::AtomicAck { psn, msn, orig } => {
+            RespJob::AtomicAck { psn, msn, orig, .. } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn), &[]);
                 r.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
