@@ -502,7 +502,7 @@ fn the_device_socket_cannot_be_shared() {
         addr: Some(ip("127.62.0.15")),
         ..Default::default()
     });
-    let e = again.err().expect("a second device on the address");
+    let e = again.expect_err("a second device on the address");
     assert_eq!(e.errno(), libc::EADDRINUSE, "{e}");
     // SAFETY: plain socket calls on a descriptor this test owns.
     unsafe {
