@@ -563,22 +563,21 @@ fn captures_are_private() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A controlled Q_Key (most significant bit set) needs CAP_NET_RAW, as
-/// the kernel asks of user programs since 2023: EPERM without it. This
-/// process is root; a child without the capability is in the CLI's
-/// hostile tests (ibv_modify_qp under `setpriv`). Here: the check lets a
-/// capable process through and refuses nothing else.
-#[test]
-fn controlled_qkeys_need_cap_net_raw() {
-    let n = Node::new("127.62.0.18");
-    let ud = n.pd.qp_builder(QpType::Ud, &n.cq, &n.cq).build().unwrap();
+fn cap_net_raw() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let capeff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
         .unwrap();
-    let capable = capeff >> 13 & 1 == 1;
+    capeff >> 13 & 1 == 1
+}
+
+/// Sets a controlled Q_Key (0x80010000) on a UD QP of a device at `addr`:
+/// allowed with CAP_NET_RAW, EPERM without; an ordinary Q_Key always.
+fn set_controlled_qkey(addr: &str) {
+    let n = Node::new(addr);
+    let ud = n.pd.qp_builder(QpType::Ud, &n.cq, &n.cq).build().unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,
         port_num: 1,
@@ -587,10 +586,12 @@ fn controlled_qkeys_need_cap_net_raw() {
     };
     let m = AttrMask::required(QpType::Ud, QpState::Reset, QpState::Init).unwrap();
     let r = ud.modify(&init, m);
-    if capable {
+    if cap_net_raw() {
         r.unwrap();
     } else {
-        assert_eq!(r.unwrap_err().errno(), libc::EPERM);
+        let e = r.unwrap_err();
+        assert_eq!(e.errno(), libc::EPERM, "{e}");
+        assert_eq!(ud.state().unwrap(), QpState::Reset);
     }
     let plain = QpAttr {
         qkey: softrdma_wire::QKey(0x1234),
@@ -598,4 +599,36 @@ fn controlled_qkeys_need_cap_net_raw() {
     };
     let ud2 = n.pd.qp_builder(QpType::Ud, &n.cq, &n.cq).build().unwrap();
     ud2.modify(&plain, m).unwrap();
+}
+
+/// A controlled Q_Key (most significant bit set) needs CAP_NET_RAW, as
+/// the kernel asks of user programs since 2023 (uverbs `modify_qp`,
+/// EPERM). Checked in this process and in a copy of it started without
+/// CAP_NET_RAW (`setpriv --bounding-set -net_raw`). Before: any process
+/// could set one.
+#[test]
+fn controlled_qkeys_need_cap_net_raw() {
+    set_controlled_qkey("127.62.0.18");
+    let out = std::process::Command::new("setpriv")
+        .args(["--bounding-set", "-net_raw", "--inh-caps", "-net_raw", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "controlled_qkey_without_cap_net_raw",
+            "--ignored",
+        ])
+        .output()
+        .expect("setpriv (util-linux)");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the child ran nothing: {text}");
+}
+
+/// Run by `controlled_qkeys_need_cap_net_raw` without CAP_NET_RAW.
+#[test]
+#[ignore = "run by controlled_qkeys_need_cap_net_raw under setpriv"]
+fn controlled_qkey_without_cap_net_raw() {
+    assert!(!cap_net_raw(), "started with CAP_NET_RAW");
+    set_controlled_qkey("127.62.0.19");
 }
