@@ -910,7 +910,7 @@ impl Device {
             self.note_drop(meta, Some(&pkt), DropReason::WrongTransport);
             return;
         }
-        // The address check comes first (IBA 9.6.1.1, rxe's check_addr):
+        // The address check comes first (rxe's check_addr, hdr_check):
         // nothing from another source reaches the transport's checks.
         let pins = qp.pins_peer();
         if pins && !qp.is_from_peer(meta, self.cfg.local_ip) {

@@ -8,7 +8,7 @@
 //! nothing about the next.
 //!
 //! Excluded from the draw: the special QPs 0 (SMI) and 1 (GSI), 0xFFFFFF
-//! (the multicast QPN, IBA 10.5.2.4), the live QPs, and the
+//! (the multicast QPN), the live QPs, and the
 //! [`QPN_QUARANTINE`] most recently destroyed ones, so that packets of an
 //! old connection still on their way never reach a new QP that took its
 //! number.
@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 
 /// Largest QPN (24 bits).
 const QPN_MASK: u32 = 0xff_ffff;
-/// The multicast QPN (IBA 10.5.2.4): never a QP of its own.
+/// The multicast QPN: never a QP of its own.
 pub(crate) const MULTICAST_QPN: u32 = 0xff_ffff;
 
 /// Whether `qpn` is one no QP may be given: 0, 1 or the multicast QPN.

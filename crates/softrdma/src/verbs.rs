@@ -557,8 +557,8 @@ impl<'a> QpBuilder<'a> {
     }
 }
 
-/// The bit of a controlled Q_Key (IBA 10.2.4; the kernel's
-/// `IB_QP_SET_QKEY`).
+/// The bit of a controlled Q_Key (IBA's term: one a consumer may not
+/// choose freely; the kernel's `IB_QP_SET_QKEY`).
 const CONTROLLED_QKEY: u32 = 0x8000_0000;
 
 /// What a peer needs to know to connect to a QP (exchanged out of band).
@@ -676,8 +676,8 @@ impl QueuePair {
         self.pd.inner.dev.shared().with_core(f)
     }
 
-    /// `ibv_modify_qp`. A controlled Q_Key (most significant bit set, IBA
-    /// 10.2.4) needs CAP_NET_RAW, as the kernel has required of user
+    /// `ibv_modify_qp`. A controlled Q_Key (most significant bit set)
+    /// needs CAP_NET_RAW, as the kernel has required of user
     /// programs since 2023 ("RDMA/uverbs: Restrict usage of privileged
     /// QKEYs"): without it the call fails with EPERM
     /// ([`Error::Permission`]).
