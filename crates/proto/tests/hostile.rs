@@ -267,6 +267,35 @@ fn injection_from_another_port_is_dropped_before_any_check() {
     assert_eq!(r.read_mem(0, 4), b"real");
 }
 
+/// UC is pinned the same way: after the peer's first packet a forged
+/// WRITE from another port lands nowhere, and the peer's next message
+/// is delivered.
+#[test]
+fn uc_is_pinned_too() {
+    let mut r = Rig::new(Setup {
+        qp_type: QpType::Uc,
+        ..Setup::default()
+    });
+    r.post_recv(1, 0x8000, 4096);
+    let psn = r.take_psn(1);
+    let mut hello = send_only(&r, psn, b"hello");
+    hello.bth.opcode = Opcode(0x24); // UC SEND ONLY
+    r.deliver_from_port(&hello, from(PEER_PORT));
+    assert_eq!(r.recv_cq().len(), 1);
+    assert_eq!(r.dev.peer_port(r.qpn).unwrap(), Some(PEER_PORT));
+    let before = r.mem.snapshot();
+    let psn = r.peer_psn;
+    let mut w = write_only(&r, psn, VA, r.key, &[0xee; 16]);
+    w.bth.opcode = Opcode(0x2a); // UC WRITE ONLY
+    r.deliver_from_port(&w, from(OTHER_PORT));
+    assert_eq!(r.mem.snapshot(), before);
+    assert_eq!(counters(&r).wrong_peer, 1);
+    let mut w = write_only(&r, psn, VA, r.key, b"peer");
+    w.bth.opcode = Opcode(0x2a);
+    r.deliver_from_port(&w, from(PEER_PORT));
+    assert_eq!(r.read_mem(0, 4), b"peer");
+}
+
 /// The port is learned from the first packet the QP expects (a request
 /// at the expected PSN), not from packets out of the window; RESET
 /// forgets it.
