@@ -44,7 +44,8 @@ pub enum DropReason {
     NoReceive,
     /// A request ahead of the expected PSN (IBTA 9.7.5.1.2).
     OutOfSequence,
-    /// A UC packet with an old PSN.
+    /// A request with an old PSN, already received: not executed again
+    /// (RC answers it again where IBA says so; UC drops it).
     Duplicate,
     /// A UC message of which a packet was lost (IBTA 9.8.3).
     UcMessageLost,
@@ -70,7 +71,7 @@ impl DropReason {
             DropReason::BadQkey => "wrong Q_Key",
             DropReason::NoReceive => "no receive posted (UD)",
             DropReason::OutOfSequence => "PSN out of sequence",
-            DropReason::Duplicate => "duplicate PSN (UC)",
+            DropReason::Duplicate => "duplicate PSN (already received)",
             DropReason::UcMessageLost => "UC message with a lost packet",
             DropReason::StaleResponse => "unexpected response",
             DropReason::GsiRejected => "not a MAD for QP 1, or the MAD queue is full",
