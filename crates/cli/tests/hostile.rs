@@ -59,6 +59,20 @@ fn require_tools() {
     );
 }
 
+/// The directory of this build's `libibverbs.so` for `softrdma exec
+/// --lib`: next to the binary (`cargo build`) or in `deps/` (building the
+/// tests), whichever is newer — exec alone prefers the first, which an
+/// earlier `cargo build` may have left stale.
+fn lib_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    [dir.to_path_buf(), dir.join("deps")]
+        .into_iter()
+        .filter(|d| d.join("libibverbs.so").exists())
+        .max_by_key(|d| mtime(&d.join("libibverbs.so")))
+        .expect("libibverbs.so is built")
+}
+
 fn listening(port: u16) -> bool {
     let want = format!(":{port:04X} ");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
@@ -161,7 +175,9 @@ impl Server {
         let n = iters.to_string();
         let s = SIZE.to_string();
         let child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
-            .args(["exec", "--addr", srv, "--", "ibv_rc_pingpong", "-g", "0"])
+            .args(["exec", "--lib"])
+            .arg(lib_dir())
+            .args(["--addr", srv, "--", "ibv_rc_pingpong", "-g", "0"])
             .args(["-p", &p, "-n", &n, "-s", &s])
             .env_remove("SOFTRDMA_CONFIG")
             .env("SOFTRDMA_LOG", log)

@@ -275,6 +275,8 @@ pub struct Device {
     gated: usize,
     /// QP 1: MADs for the driver's communication manager (see `gsi`).
     gsi: Gsi,
+    /// Packets refused so far (see [`Device::refusals`]).
+    refusals: u64,
 }
 
 macro_rules! ctx {
@@ -326,6 +328,7 @@ impl Device {
             released: 0,
             gated: 0,
             gsi: Gsi::default(),
+            refusals: 0,
         }
     }
 
@@ -821,6 +824,16 @@ impl Device {
         c
     }
 
+    /// How many received packets the device has refused so far: malformed,
+    /// bad ICRC or P_Key, another transport, not from the connected peer
+    /// (`wrong_peer`), READ/atomic beyond `max_dest_rd_atomic`, answers
+    /// not queued, UD Q_Key mismatches. One number kept as they happen, so
+    /// a driver can tell at the cost of a load whether to look at
+    /// [`Device::counters`] (which sums every QP's) and log.
+    pub fn refusals(&self) -> u64 {
+        self.refusals
+    }
+
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: Qpn) -> VerbsResult<Counters> {
         Ok(self
@@ -857,16 +870,19 @@ impl Device {
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
         let Ok(pkt) = IbPacket::new_checked(data) else {
             self.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, None, DropReason::Malformed);
             return;
         };
         if !self.icrc_ok(meta, &pkt) {
             self.counters.icrc_errors += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadIcrc);
             return;
         }
         let Ok(repr) = PacketRepr::parse(&pkt) else {
             self.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::Malformed);
             return;
         };
@@ -877,6 +893,7 @@ impl Device {
         }
         if !repr.bth.pkey.matches(PKey::DEFAULT) {
             self.counters.bad_pkey += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadPkey);
             return;
         }
@@ -907,6 +924,7 @@ impl Device {
         );
         if !type_ok {
             qp.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::WrongTransport);
             return;
         }
@@ -915,6 +933,7 @@ impl Device {
         let pins = qp.pins_peer();
         if pins && !qp.is_from_peer(meta, self.cfg.local_ip) {
             qp.counters.wrong_peer += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::WrongPeer);
             return;
         }
@@ -926,6 +945,8 @@ impl Device {
         qp.counters.rx_bytes += meta.len as u64;
         // Off (the usual case) this costs the one branch.
         let before = Self::notes_before(&self.notes, qp);
+        let refused = |c: &Counters| c.too_many_rd_atomic + c.resp_dropped + c.bad_qkey;
+        let refused_before = refused(&qp.counters);
         let mut ctx = ctx!(self, now);
         if info.is_request() {
             qp.handle_request(&repr, meta, &mut ctx);
@@ -933,6 +954,7 @@ impl Device {
         } else {
             qp.handle_response(&repr, &mut ctx);
         }
+        self.refusals += refused(&qp.counters) - refused_before;
         if let Some((c, st)) = before {
             let after = (&qp.counters, qp.state);
             let psn = Some(repr.bth.psn);

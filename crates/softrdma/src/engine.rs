@@ -234,6 +234,14 @@ static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // Refusals not yet reported (the last period's): reported now.
+        let core = self.core.lock();
+        let refused = core.refusals();
+        if self.refusals.due(refused, None) {
+            let c = core.counters();
+            self.refusals.report(self.local.ip(), refused, 0, &c);
+        }
+        drop(core);
         if self.cm_used.load(Ordering::SeqCst) {
             crate::rdma_cm::driver::forget_device(self.serial);
         }
@@ -680,9 +688,10 @@ impl Shared {
                 count += 1;
             }
         }
-        if self.refusals.due(now.0) {
+        let refused = core.refusals();
+        if self.refusals.due(refused, Some(now.0)) {
             let c = core.counters();
-            self.refusals.report(self.local.ip(), now.0, &c);
+            self.refusals.report(self.local.ip(), refused, now.0, &c);
         }
         // MADs for QP 1 (rdma_cm): rare, checked once per batch.
         let gsi = core.gsi_pending();

@@ -123,27 +123,40 @@ pub(crate) fn refusal_counters(c: &softrdma_proto::Counters) -> [(&'static str, 
 }
 
 /// Refusals logged at most once per [`REFUSALS_EVERY_NS`] per device: a
-/// flood of forged packets makes one warning a second, not one per
-/// packet (every packet has its own debug line in the notes, when they
-/// are on).
+/// flood of forged packets makes one warning a second, not one per packet
+/// (every packet has its own debug line in the notes, when they are on).
+/// The first refusal is logged at once; what comes within the period
+/// after a report waits for the next one, or for the device's close.
 #[derive(Default)]
 pub(crate) struct RefusalLog {
+    /// The core's refusal total at the last report (one load to compare).
+    total: std::sync::atomic::AtomicU64,
     /// When the next report may be made (ns on the engine's clock).
     next_ns: std::sync::atomic::AtomicU64,
-    /// The totals at the last report.
+    /// The counters at the last report.
     last: crate::sync::Mutex<[u64; 7]>,
 }
 
 impl RefusalLog {
-    /// Whether a report is due at `now_ns` (one atomic load when not).
-    pub(crate) fn due(&self, now_ns: u64) -> bool {
-        now_ns >= self.next_ns.load(std::sync::atomic::Ordering::Relaxed)
+    /// Whether a report is due: the core refused something since the last
+    /// one (`total`: `Device::refusals`) and the period is over (`now_ns`;
+    /// `None`: now, whatever the period — the device closes).
+    pub(crate) fn due(&self, total: u64, now_ns: Option<u64>) -> bool {
+        use std::sync::atomic::Ordering;
+        total != self.total.load(Ordering::Relaxed)
+            && now_ns.is_none_or(|n| n >= self.next_ns.load(Ordering::Relaxed))
     }
 
-    /// Logs what grew since the last report, if anything, and waits a
-    /// period before the next one.
-    pub(crate) fn report(&self, dev: std::net::IpAddr, now_ns: u64, c: &softrdma_proto::Counters) {
+    /// Logs what grew since the last report and starts a period.
+    pub(crate) fn report(
+        &self,
+        dev: std::net::IpAddr,
+        total: u64,
+        now_ns: u64,
+        c: &softrdma_proto::Counters,
+    ) {
         use std::sync::atomic::Ordering;
+        self.total.store(total, Ordering::Relaxed);
         self.next_ns
             .store(now_ns.saturating_add(REFUSALS_EVERY_NS), Ordering::Relaxed);
         let now = refusal_counters(c);
