@@ -206,8 +206,11 @@ pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
     a.gid_tbl_len = p.gid_tbl_len as c_int;
     a.port_cap_flags = IBV_PORT_IP_BASED_GIDS;
     a.max_msg_sz = softrdma::limits::MAX_MSG_SIZE;
-    a.bad_pkey_cntr = 0;
-    a.qkey_viol_cntr = 0;
+    // The violation counters of the port: packets dropped for a P_Key
+    // or (UD) Q_Key that is not theirs.
+    let k = dev.counters();
+    a.bad_pkey_cntr = k.bad_pkey.min(u32::MAX as u64) as u32;
+    a.qkey_viol_cntr = k.bad_qkey.min(u32::MAX as u64) as u32;
     a.pkey_tbl_len = p.pkey_tbl_len;
     a.lid = 0;
     a.sm_lid = 0;

@@ -8,6 +8,7 @@ use crate::limits;
 use crate::memory::{MrTable, RegionMemory, Rereg};
 use crate::note::{DropReason, Note, Notes};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
+use crate::qpn::QpnAlloc;
 use crate::verbs::*;
 use crate::{Instant, KeyRng, Slab, U32Map};
 use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
@@ -30,11 +31,11 @@ pub struct DeviceConfig {
     pub udp_dst_port: u16,
     /// Active MTU of the port in bytes (UD messages, `query_port`).
     pub port_mtu: u32,
-    /// Seed for memory keys, initial PSNs and the first QPN when `key` is
+    /// Seed for memory keys, initial PSNs and QP numbers when `key` is
     /// `None` (deterministic: the simulator, tests).
     pub seed: u64,
-    /// 256 bits keying the generator of memory keys, initial PSNs and the
-    /// first QPN; the engine draws them from the operating system.
+    /// 256 bits keying the generator of memory keys, initial PSNs and
+    /// QP numbers; the engine draws them from the operating system.
     pub key: Option<[u8; 32]>,
     /// Node GUID.
     pub node_guid: u64,
@@ -316,7 +317,8 @@ pub struct Device {
     ah_pd: U32Map<PdId>,
     qps: Slab<Qp>,
     qpn_map: U32Map<u32>,
-    next_qpn: u32,
+    /// Draws QP numbers at random (ReDMArk V5; see the `qpn` module).
+    qpns: QpnAlloc,
     tx_ready: VecDeque<u32>,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
@@ -335,6 +337,8 @@ pub struct Device {
     gated: usize,
     /// QP 1: MADs for the driver's communication manager (see `gsi`).
     gsi: Gsi,
+    /// Packets refused so far (see [`Device::refusals`]).
+    refusals: u64,
 }
 
 macro_rules! ctx {
@@ -361,12 +365,10 @@ macro_rules! ctx {
 impl Device {
     /// A device with no objects.
     pub fn new(cfg: DeviceConfig) -> Self {
-        let mut rng = match cfg.key {
+        let rng = match cfg.key {
             Some(k) => KeyRng::new(k),
             None => KeyRng::from_seed(cfg.seed),
         };
-        // QPNs start at a random point like rxe's, past the special QPs 0 and 1.
-        let next_qpn = 0x11 + (rng.next_u32() & 0x3ff);
         Device {
             cfg,
             rng,
@@ -378,7 +380,7 @@ impl Device {
             ah_pd: U32Map::default(),
             qps: Slab::default(),
             qpn_map: U32Map::default(),
-            next_qpn,
+            qpns: QpnAlloc::default(),
             tx_ready: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
@@ -388,6 +390,7 @@ impl Device {
             released: 0,
             gated: 0,
             gsi: Gsi::default(),
+            refusals: 0,
         }
     }
 
@@ -781,17 +784,11 @@ impl Device {
     /// against the limits and rounded up to at least 1.
     pub fn create_qp(&mut self, init: &QpInit) -> VerbsResult<(Qpn, QpCap)> {
         let cap = self.check_qp_init(init)?;
-        let qpn = loop {
-            let q = self.next_qpn;
-            self.next_qpn = if self.next_qpn >= 0xff_ffff {
-                0x11
-            } else {
-                self.next_qpn + 1
-            };
-            if !self.qpn_map.contains_key(&q) {
-                break Qpn::new(q);
-            }
-        };
+        let map = &self.qpn_map;
+        let qpn = self
+            .qpns
+            .alloc(&mut self.rng, |n| map.contains_key(&n))
+            .ok_or(VerbsError::NoMemory)?;
         self.insert_qp(init, cap, qpn);
         Ok((qpn, cap))
     }
@@ -803,8 +800,10 @@ impl Device {
     /// `InvalidArgument` for the special QPs 0 and 1, and with `Busy` when a
     /// QP already has the number.
     pub fn create_qp_with_qpn(&mut self, init: &QpInit, qpn: Qpn) -> VerbsResult<QpCap> {
-        if qpn.value() <= Qpn::GSI.value() {
-            return Err(VerbsError::InvalidArgument("QPs 0 and 1 are reserved"));
+        if crate::qpn::is_reserved(qpn.value()) {
+            return Err(VerbsError::InvalidArgument(
+                "QPs 0, 1 and 0xffffff are reserved",
+            ));
         }
         if self.qpn_map.contains_key(&qpn.value()) {
             return Err(VerbsError::Busy);
@@ -877,6 +876,7 @@ impl Device {
         let idx = self.qp_idx(qpn)?;
         let qp = self.qps.remove(idx).ok_or(VerbsError::NoSuchObject)?;
         self.qpn_map.remove(&qpn.value());
+        self.qpns.released(qpn.value());
         self.counters += &qp.counters;
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {
@@ -927,6 +927,31 @@ impl Device {
         Ok((qp.query(), qp.cap, qp.qp_type))
     }
 
+    /// The UDP port RC/UC QP `qpn` takes packets from: `None` until its
+    /// first expected packet after RTR told it, or [`Device::set_peer_port`]
+    /// did (see `qp::pin`).
+    pub fn peer_port(&self, qpn: Qpn) -> VerbsResult<Option<u16>> {
+        Ok(self
+            .qps
+            .get(self.qp_idx(qpn)?)
+            .ok_or(VerbsError::NoSuchObject)?
+            .peer_port)
+    }
+
+    /// Pins RC/UC QP `qpn` to a peer that sends from UDP port `port` (the
+    /// peer told it out of band): from then on packets from another port
+    /// are dropped as `wrong_peer`, from the first packet on. Cleared when
+    /// the QP goes to RESET or its address vector names another peer.
+    pub fn set_peer_port(&mut self, qpn: Qpn, port: u16) -> VerbsResult<()> {
+        let idx = self.qp_idx(qpn)?;
+        let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
+        if qp.qp_type == QpType::Ud {
+            return Err(VerbsError::InvalidArgument("a UD QP has no peer"));
+        }
+        qp.peer_port = Some(port);
+        Ok(())
+    }
+
     /// State of a QP.
     pub fn qp_state(&self, qpn: Qpn) -> VerbsResult<QpState> {
         Ok(self
@@ -966,6 +991,16 @@ impl Device {
         c
     }
 
+    /// How many received packets the device has refused so far: malformed,
+    /// bad ICRC or P_Key, another transport, not from the connected peer
+    /// (`wrong_peer`), READ/atomic beyond `max_dest_rd_atomic`, answers
+    /// not queued, UD Q_Key mismatches. One number kept as they happen, so
+    /// a driver can tell at the cost of a load whether to look at
+    /// [`Device::counters`] (which sums every QP's) and log.
+    pub fn refusals(&self) -> u64 {
+        self.refusals
+    }
+
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: Qpn) -> VerbsResult<Counters> {
         Ok(self
@@ -1002,16 +1037,19 @@ impl Device {
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
         let Ok(pkt) = IbPacket::new_checked(data) else {
             self.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, None, DropReason::Malformed);
             return;
         };
         if !self.icrc_ok(meta, &pkt) {
             self.counters.icrc_errors += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadIcrc);
             return;
         }
         let Ok(repr) = PacketRepr::parse(&pkt) else {
             self.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::Malformed);
             return;
         };
@@ -1022,6 +1060,7 @@ impl Device {
         }
         if !repr.bth.pkey.matches(PKey::DEFAULT) {
             self.counters.bad_pkey += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadPkey);
             return;
         }
@@ -1052,27 +1091,37 @@ impl Device {
         );
         if !type_ok {
             qp.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::WrongTransport);
             return;
         }
-        if qp.qp_type != QpType::Ud
-            && qp.state >= QpState::Rtr
-            && (meta.src.ip() != qp.attr.ah_attr.dest || meta.dst != self.cfg.local_ip)
-        {
+        // The address check comes first (rxe's check_addr, hdr_check):
+        // nothing from another source reaches the transport's checks.
+        let pins = qp.pins_peer();
+        if pins && !qp.is_from_peer(meta, self.cfg.local_ip) {
             qp.counters.wrong_peer += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::WrongPeer);
             return;
+        }
+        let learn = pins && qp.peer_port.is_none() && qp.expects(&repr, info.is_request());
+        if learn {
+            qp.peer_port = Some(meta.src.port());
         }
         qp.counters.rx_packets += 1;
         qp.counters.rx_bytes += meta.len as u64;
         // Off (the usual case) this costs the one branch.
         let before = Self::notes_before(&self.notes, qp);
+        let refused = |c: &Counters| c.too_many_rd_atomic + c.resp_dropped + c.bad_qkey;
+        let refused_before = refused(&qp.counters);
         let mut ctx = ctx!(self, now);
         if info.is_request() {
             qp.handle_request(&repr, meta, &mut ctx);
+            qp.counters.resp_dropped += std::mem::take(&mut qp.resp.dropped);
         } else {
             qp.handle_response(&repr, &mut ctx);
         }
+        self.refusals += refused(&qp.counters) - refused_before;
         if let Some((c, st)) = before {
             let after = (&qp.counters, qp.state);
             let psn = Some(repr.bth.psn);

@@ -34,6 +34,7 @@ pub mod memory;
 pub mod mw;
 pub mod note;
 mod qp;
+mod qpn;
 pub mod verbs;
 
 pub use counters::Counters;
@@ -62,7 +63,7 @@ impl Instant {
     }
 }
 
-/// Unguessable numbers: memory keys, initial PSNs, the first QPN. ChaCha20
+/// Unguessable numbers: memory keys, initial PSNs, QP numbers. ChaCha20
 /// keyed with 256 bits the driver supplies (the engine from the operating
 /// system, the simulator and tests from their seed), so one key observed on
 /// the wire tells nothing about the next — SplitMix64 and its kind are

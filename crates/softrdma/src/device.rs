@@ -227,7 +227,7 @@ impl Device {
         }
         let socket = bind(&opts, &settings.addr)?;
         let local = socket.local_addr();
-        // Memory keys, initial PSNs and the first QPN come from a generator
+        // Memory keys, initial PSNs and QP numbers come from a generator
         // keyed by the operating system's randomness.
         let mut key = [0u8; 32];
         getrandom::fill(&mut key)

@@ -32,6 +32,10 @@ pub enum Error {
     /// An argument is out of range (checked before reaching the core).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The call needs a privilege the process does not have (a
+    /// controlled Q_Key without CAP_NET_RAW, as the kernel refuses it).
+    #[error("permission denied: {0}")]
+    Permission(String),
     /// An rdma_cm call failed with the errno librdmacm reports for it.
     #[error("{context}: {}", io::Error::from_raw_os_error(*errno))]
     Cm {
@@ -59,6 +63,7 @@ impl Error {
             Error::Connect(_) => libc::ECONNREFUSED,
             Error::EngineStopped => libc::ENODEV,
             Error::InvalidArgument(_) | Error::Config(_) => libc::EINVAL,
+            Error::Permission(_) => libc::EPERM,
             Error::Cm { errno, .. } => *errno,
         }
     }

@@ -45,6 +45,7 @@ mod event;
 mod log;
 pub mod memory;
 pub mod pcap;
+mod privilege;
 pub mod rdma_cm;
 #[cfg(feature = "tokio")]
 mod stream;

@@ -9,7 +9,8 @@
 //! identification that makes the ICRC check (solved from the ICRC, see
 //! `softrdma_wire::icrc::solve_ipv4_id`). Every record therefore decodes in
 //! Wireshark (`tshark -d udp.port==4791,infiniband`) and `softrdma dump`
-//! with a valid ICRC.
+//! with a valid ICRC. The file is its owner's only (mode 0600), whatever
+//! the umask and whether it existed before.
 //!
 //! Every device of a process that captures to one path writes one file
 //! ([`open_shared`]): with `SOFTRDMA_PCAP` set, a program with two devices
@@ -94,10 +95,11 @@ pub struct Record<'a> {
 }
 
 impl PcapWriter {
-    /// Creates (truncates) `path` and writes the file header: nanosecond
-    /// timestamps, little-endian, link type RAW.
+    /// Creates (truncates) `path`, readable by its owner only (mode 0600:
+    /// a capture holds payloads, memory keys and PSNs), and writes the
+    /// file header: nanosecond timestamps, little-endian, link type RAW.
     pub fn create(path: &Path) -> io::Result<PcapWriter> {
-        let file = BufWriter::with_capacity(1 << 20, File::create(path)?);
+        let file = BufWriter::with_capacity(1 << 20, softrdma_pcap::create_private(path)?);
         let mut out = softrdma_pcap::PcapWriter::new(file, PcapHeader::new(linktype::RAW))?;
         // The header is in the file before the first packet.
         out.get_mut().flush()?;

@@ -818,6 +818,10 @@ impl<'a> QpBuilder<'a> {
     }
 }
 
+/// The bit of a controlled Q_Key (IBA's term: one a consumer may not
+/// choose freely; the kernel's `IB_QP_SET_QKEY`).
+const CONTROLLED_QKEY: u32 = 0x8000_0000;
+
 /// What a peer needs to know to connect to a QP (exchanged out of band).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpEndpoint {
@@ -827,6 +831,11 @@ pub struct QpEndpoint {
     pub qpn: Qpn,
     /// First PSN the QP sends.
     pub psn: Psn,
+    /// The UDP port its packets come from, when the peer says so (a
+    /// softrdma device sends from its socket's port): the QP then takes
+    /// packets only from that port from the first on. `None`: learned from
+    /// the first packet the QP expects (see `softrdma_proto`'s `qp::pin`).
+    pub port: Option<u16>,
 }
 
 /// Connection parameters for [`QueuePair::connect`].
@@ -928,10 +937,44 @@ impl QueuePair {
         self.pd.inner.dev.shared().with_core(f)
     }
 
-    /// `ibv_modify_qp`.
+    /// `ibv_modify_qp`. A controlled Q_Key (most significant bit set)
+    /// needs CAP_NET_RAW, as the kernel has required of user
+    /// programs since 2023 ("RDMA/uverbs: Restrict usage of privileged
+    /// QKEYs"): without it the call fails with EPERM
+    /// ([`Error::Permission`]).
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        if mask.contains(AttrMask::QKEY)
+            && attr.qkey.0 & CONTROLLED_QKEY != 0
+            && !crate::privilege::has_cap_net_raw()
+        {
+            return Err(Error::Permission(format!(
+                "Q_Key {:#010x} is a controlled Q_Key (most significant bit set): \
+                 setting one needs CAP_NET_RAW",
+                attr.qkey.0
+            )));
+        }
         let q = self.qpn;
         Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
+    }
+
+    /// The UDP port this RC/UC QP takes packets from: given at connect
+    /// time or learned from the first packet it expected after RTR;
+    /// `None` before (see [`QueuePair::set_peer_port`]).
+    pub fn peer_port(&self) -> Result<Option<u16>> {
+        let q = self.qpn;
+        Ok(self.pd.inner.dev.shared().peek_core(|c| c.peer_port(q))?)
+    }
+
+    /// Takes packets only from UDP port `port` of the peer's address from
+    /// now on, as when the peer said where it sends from (connect does it
+    /// when the endpoint has a port). Packets from another port are
+    /// dropped and counted (`wrong_peer`). Cleared by RESET or an address
+    /// vector naming another peer. A peer that later sends from another
+    /// port is cut off: its packets are dropped until the QP is connected
+    /// again.
+    pub fn set_peer_port(&self, port: u16) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.core(|c, _| c.set_peer_port(q, port))?)
     }
 
     /// `ibv_query_qp`.
@@ -1028,6 +1071,7 @@ impl QueuePair {
             gid: self.pd.inner.dev.gid(),
             qpn: self.qpn,
             psn,
+            port: Some(self.pd.inner.dev.local_addr().port()),
         }
     }
 
@@ -1061,7 +1105,16 @@ impl QueuePair {
         };
         let m = AttrMask::required(self.qp_type, QpState::Init, QpState::Rtr)
             .expect("a bring-up transition");
-        self.modify(&rtr, m)?;
+        let q = self.qpn;
+        let pin = remote.port.filter(|_| self.qp_type != QpType::Ud);
+        // RTR and the peer's port in one step: no packet is taken between.
+        self.core(|c, now| {
+            c.modify_qp(now, q, &rtr, m)?;
+            match pin {
+                Some(port) => c.set_peer_port(q, port),
+                None => Ok(()),
+            }
+        })?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: local_psn,

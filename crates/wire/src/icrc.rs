@@ -309,10 +309,13 @@ pub fn solve_ipv4_id(computed_with_id0: u32, stored: u32, bytes_after_id: usize)
         let id = 1u16 << i;
         *row = (mul_mod_p(raw_crc_2(id.to_be_bytes()), shift), id);
     }
-    // Gaussian elimination over GF(2) on the 32-bit effects.
-    let mut basis: Vec<(u32, u16)> = Vec::with_capacity(16);
+    // Gaussian elimination over GF(2) on the 32-bit effects. On the
+    // stack: this runs for every IPv4 packet whose ICRC fails at first,
+    // damaged and forged ones included, and must not allocate.
+    let mut basis_buf: [(u32, u16); 16] = [(0, 0); 16];
+    let mut n = 0;
     for (mut v, mut id) in rows {
-        for &(bv, bid) in &basis {
+        for &(bv, bid) in &basis_buf[..n] {
             let pivot = 31 - bv.leading_zeros();
             if v >> pivot & 1 != 0 {
                 v ^= bv;
@@ -322,17 +325,18 @@ pub fn solve_ipv4_id(computed_with_id0: u32, stored: u32, bytes_after_id: usize)
         if v != 0 {
             // Keep the basis reduced so each pivot bit appears once.
             let pivot = 31 - v.leading_zeros();
-            for b in basis.iter_mut() {
+            for b in basis_buf[..n].iter_mut() {
                 if b.0 >> pivot & 1 != 0 {
                     b.0 ^= v;
                     b.1 ^= id;
                 }
             }
-            basis.push((v, id));
+            basis_buf[n] = (v, id);
+            n += 1;
         }
     }
     let (mut t, mut id) = (target, 0u16);
-    for &(bv, bid) in &basis {
+    for &(bv, bid) in &basis_buf[..n] {
         let pivot = 31 - bv.leading_zeros();
         if t >> pivot & 1 != 0 {
             t ^= bv;

@@ -154,6 +154,13 @@ impl Qp {
             return;
         };
         let psn = pkt.bth.psn;
+        // Every response names a PSN this QP sent: an ACK, NAK or response
+        // beyond the highest one is forged or from another connection, and
+        // must not complete requests whose packets never left.
+        if self.req.max_sent.is_none_or(|m| psn.after(m)) {
+            self.counters.stale_responses += 1;
+            return;
+        }
         let mut progress = 0;
         match info.operation {
             Operation::Acknowledge => {

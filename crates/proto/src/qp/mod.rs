@@ -8,6 +8,7 @@
 //!   queues ACKs, NAKs and read/atomic responses.
 
 pub(crate) mod comp;
+mod pin;
 pub(crate) mod req;
 pub(crate) mod resp;
 
@@ -191,6 +192,8 @@ pub(crate) struct Qp {
     /// The gather sequence number the last send completion waited for:
     /// later ones wait at least as long, so they stay in order.
     pub comp_floor: u64,
+    /// The UDP port the peer sends from, once known (RC/UC; see `pin`).
+    pub peer_port: Option<u16>,
 }
 
 /// Attribute masks allowed per transition (IBA table 91 / `ib_modify_qp_is_ok`).
@@ -313,6 +316,7 @@ impl Qp {
             sqd_notify: false,
             armed: None,
             comp_floor: 0,
+            peer_port: None,
         }
     }
 
@@ -414,6 +418,10 @@ impl Qp {
         set!(AttrMask::PORT, port_num);
         set!(AttrMask::QKEY, qkey);
         set!(AttrMask::ACCESS_FLAGS, qp_access_flags);
+        if mask.contains(AttrMask::AV) && attr.ah_attr.dest != a.ah_attr.dest {
+            // Another peer: its port is learned again.
+            self.peer_port = None;
+        }
         set!(AttrMask::AV, ah_attr);
         set!(AttrMask::PATH_MTU, path_mtu);
         set!(AttrMask::DEST_QPN, dest_qp_num);
@@ -478,6 +486,7 @@ impl Qp {
             ..attr
         };
         self.sqd_notify = false;
+        self.peer_port = None;
     }
 
     /// Enters ERR: every outstanding work request completes — the ones

@@ -24,8 +24,14 @@ pub(crate) enum RespJob {
         msn: Msn,
         syndrome: Syndrome,
     },
-    /// Atomic ACK with the original value.
-    AtomicAck { psn: Psn, msn: Msn, orig: u64 },
+    /// Atomic ACK with the original value (`replay`: answering a
+    /// duplicate).
+    AtomicAck {
+        psn: Psn,
+        msn: Msn,
+        orig: u64,
+        replay: bool,
+    },
     /// The zero-length RDMA READ RESPONSE ONLY that acknowledges a FLUSH
     /// or an ATOMIC WRITE (IBA A19; rxe's `send_read_response_ack`).
     PlacementAck { psn: Psn, msn: Msn },
@@ -43,6 +49,8 @@ pub(crate) struct ReadJob {
     offset: usize,
     len: usize,
     msn: Msn,
+    /// Answering a duplicate request (re-executed from its PSN).
+    replay: bool,
 }
 
 /// A READ or atomic the responder remembers for duplicates (IBA 9.7.5.1.3,
@@ -90,9 +98,14 @@ pub(crate) struct Responder {
     uc_drop: bool,
     resources: VecDeque<Resource>,
     max_resources: usize,
+    /// `max_dest_rd_atomic` as negotiated: READ/atomic requests whose
+    /// responses may wait to be sent at once (0: none accepted).
+    max_dest_rd_atomic: u8,
     next_res_id: u64,
     pub out: VecDeque<RespJob>,
     comm_est: bool,
+    /// Answers not queued (see `has_room`), for the QP's counters.
+    pub dropped: u64,
 }
 
 /// How a request failed at the responder (IBA 9.7.5.2.2 classes).
@@ -111,6 +124,7 @@ impl Responder {
         self.nak_sent = false;
     }
     pub fn set_max_resources(&mut self, n: u8) {
+        self.max_dest_rd_atomic = n;
         self.max_resources = (n as usize).max(1);
         while self.resources.len() > self.max_resources {
             self.resources.pop_front();
@@ -122,6 +136,33 @@ impl Responder {
         self.out.retain(|j| !matches!(j, RespJob::Read(_)));
         self.resources.clear();
     }
+    /// READ and atomic requests (first executions, not duplicates) whose
+    /// responses have not all been handed out yet. A requester that keeps
+    /// to `max_rd_atomic` has that many outstanding at most; answers to
+    /// duplicates (one per responder resource at most: a duplicate
+    /// replaces its resource's job) are not counted, since a duplicate the
+    /// network delayed may come after its request completed.
+    fn rd_atomic_pending(&self) -> usize {
+        self.out
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j,
+                    RespJob::Read(ReadJob { replay: false, .. })
+                        | RespJob::AtomicAck { replay: false, .. }
+                )
+            })
+            .count()
+    }
+
+    /// Whether one more ACK, RNR NAK or repeated response fits the queue
+    /// ([`MAX_RESP_QUEUE`](crate::limits::MAX_RESP_QUEUE)); a peer that
+    /// keeps sending without reading its answers gets no more of them (it
+    /// retransmits what it still needs).
+    fn has_room(&self) -> bool {
+        self.out.len() < crate::limits::MAX_RESP_QUEUE
+    }
+
     /// Queues an ACK, merging it with an ACK already at the tail.
     fn queue_ack(&mut self, psn: Psn) {
         let msn = self.msn;
@@ -135,13 +176,24 @@ impl Responder {
             *m = msn;
             return;
         }
+        if !self.has_room() {
+            self.dropped += 1;
+            return;
+        }
         self.out.push_back(RespJob::Ack {
             psn,
             msn,
             syndrome: Syndrome::ACK,
         });
     }
+    /// Queues a NAK. One that ends the connection always goes out; an RNR
+    /// or sequence NAK only while the queue has room.
     fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
+        let fatal = matches!(syndrome, Syndrome::Nak(c) if c != NakCode::PsnSequenceError);
+        if !fatal && !self.has_room() {
+            self.dropped += 1;
+            return;
+        }
         self.out.push_back(RespJob::Ack {
             psn,
             msn: self.msn,
@@ -385,6 +437,19 @@ impl Qp {
             }
         }
 
+        // 4. Responder resources of a READ or atomic (IBA 9.7.5.1.3,
+        // rxe's check_resource): no more than `max_dest_rd_atomic` whose
+        // responses still wait; a requester that sends more did not keep
+        // to what was negotiated (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
+        if matches!(
+            info.operation,
+            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        ) && self.resp.rd_atomic_pending() >= self.resp.max_dest_rd_atomic as usize
+        {
+            self.counters.too_many_rd_atomic += 1;
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+
         // 5. Length of this packet (IBA 9.7.5.1.1 / C9-89).
         let len_ok = match info.position {
             Position::First | Position::Middle => plen == mtu,
@@ -420,6 +485,7 @@ impl Qp {
                     offset: 0,
                     len: reth.dma_len as usize,
                     msn: self.resp.msn,
+                    replay: false,
                 }));
                 self.resp.epsn = psn.add(npkts);
                 self.resp.nak_sent = false;
@@ -445,6 +511,7 @@ impl Qp {
                     psn,
                     msn: self.resp.msn,
                     orig,
+                    replay: false,
                 });
                 self.resp.epsn = psn.next();
                 self.resp.nak_sent = false;
@@ -789,6 +856,7 @@ impl Qp {
                     offset: 0,
                     len: reth.dma_len as usize,
                     msn: res.msn,
+                    replay: true,
                 }));
             }
             Operation::Flush | Operation::AtomicWrite => {
@@ -813,9 +881,22 @@ impl Qp {
                 {
                     let orig = res.atomic.unwrap_or(0);
                     let msn = res.msn;
-                    self.resp
+                    // Once in the queue is enough.
+                    let queued = self
+                        .resp
                         .out
-                        .push_back(RespJob::AtomicAck { psn, msn, orig });
+                        .iter()
+                        .any(|j| matches!(j, RespJob::AtomicAck { psn: p, .. } if *p == psn));
+                    if queued || !self.resp.has_room() {
+                        self.resp.dropped += 1;
+                        return;
+                    }
+                    self.resp.out.push_back(RespJob::AtomicAck {
+                        psn,
+                        msn,
+                        orig,
+                        replay: true,
+                    });
                 }
             }
             _ => {}
@@ -947,7 +1028,7 @@ impl Qp {
                 self.resp.out.pop_front();
                 tx
             }
-            RespJob::AtomicAck { psn, msn, orig } => {
+            RespJob::AtomicAck { psn, msn, orig, .. } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn), &[]);
                 r.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
