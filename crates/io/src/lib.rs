@@ -167,6 +167,7 @@ compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO,
 mod fd;
 pub mod mem;
 mod poll;
+mod process;
 mod recv;
 mod send;
 mod socket;
@@ -174,6 +175,10 @@ mod sys;
 
 pub use fd::{EventFd, FdWatch};
 pub use poll::{Poller, Readiness, Waker};
+pub use process::{
+    at_exit, at_fork, fork_generation, read_blocking, sys_read, sys_write, wait_readable,
+    watch_forks, with_signals_blocked, NoCancel,
+};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{
