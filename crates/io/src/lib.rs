@@ -165,6 +165,7 @@
 compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO, epoll, eventfd)");
 
 mod fd;
+mod netdev;
 mod poll;
 mod recv;
 mod send;
@@ -172,6 +173,7 @@ mod socket;
 mod sys;
 
 pub use fd::{EventFd, FdWatch};
+pub use netdev::interface_mtu;
 pub use poll::{Poller, Readiness, Waker};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};

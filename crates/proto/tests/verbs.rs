@@ -445,3 +445,26 @@ fn required_masks_follow_table_91() {
         .contains(AttrMask::RETRY_CNT));
     assert_eq!(r(QpType::Rc, Reset, Rts), None);
 }
+
+/// The port MTU of a link, as rxe derives it from its netdev's MTU
+/// (80 bytes of RoCE headers): 1500 → 1024, 9000 → 4096, and the edges.
+#[test]
+fn port_mtu_of_a_link() {
+    use softrdma_proto::Mtu;
+    for (link, want) in [
+        (1500, Mtu::M1024),
+        (9000, Mtu::M4096),
+        (65536, Mtu::M4096),
+        (4176, Mtu::M4096),
+        (4175, Mtu::M2048),
+        (2128, Mtu::M2048),
+        (2127, Mtu::M1024),
+        (1104, Mtu::M1024),
+        (1103, Mtu::M512),
+        (1280, Mtu::M1024),
+        (68, Mtu::M256),
+        (0, Mtu::M256),
+    ] {
+        assert_eq!(Mtu::of_link(link), want, "link MTU {link}");
+    }
+}

@@ -165,6 +165,11 @@ fn read(p: &Path) -> String {
 /// Builds `tests/c/NAME.c` with AddressSanitizer and UBSan against
 /// Debian's `<infiniband/verbs.h>`; returns the executable's path.
 pub fn build_c(name: &str) -> String {
+    build_c_with(name, &["-libverbs", "-lpthread"])
+}
+
+/// [`build_c`] linked with `libs` (`-lrdmacm -libverbs`).
+pub fn build_c_with(name: &str, libs: &[&str]) -> String {
     let gcc = require_tool("gcc");
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let exe = profile_dir().join(format!("softrdma-ibverbs-c-{name}"));
@@ -176,7 +181,7 @@ pub fn build_c(name: &str) -> String {
         ])
         .args(["-fno-omit-frame-pointer", &src, "-o"])
         .arg(&exe)
-        .args(["-libverbs", "-lpthread"])
+        .args(libs)
         .output()
         .expect("gcc");
     assert!(
