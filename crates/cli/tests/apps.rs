@@ -369,11 +369,7 @@ fn iscsi_test_cu_over_iser_passes_what_it_passes_over_tcp() {
         &lun_file(&dir, "iser.img"),
         &[INIT, INIT2],
     );
-    let iser = suite(
-        &t,
-        &format!("iser://127.66.10.1/{IQN}/1"),
-        Some("127.66.10.2"),
-    );
+    let iser = suite(&format!("iser://127.66.10.1/{IQN}/1"), Some("127.66.10.2"));
     t.stop();
 
     let mut bad = Vec::new();
