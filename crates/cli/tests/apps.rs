@@ -238,14 +238,16 @@ fn iser_suite(tns: Option<&str>, taddr: &str, ins: Option<&str>, iaddr: &str) {
         "iscsi-perf:\n{}",
         d.out
     );
+    // "... iops average N (M MB/s) ...": the last one.
     let avg = d
         .out
         .rsplit("iops average ")
         .next()
         .and_then(|x| x.split(" MB/s").next())
-        .unwrap_or("?");
+        .map(|x| x.replace('(', ""))
+        .unwrap_or_default();
     println!(
-        "iscsi-perf over iSER ({}): iops average {avg} MB/s",
+        "iscsi-perf over iSER ({}): IOPS and MB/s on average {avg}",
         if tns.is_some() {
             "two namespaces"
         } else {
@@ -298,11 +300,62 @@ fn cu_summary(out: &str) -> CuRun {
     }
 }
 
-/// The families of iscsi-test-cu run: the SCSI commands (READ, WRITE,
-/// VERIFY, COMPARE AND WRITE, reservations…: the iSER data path) and the
-/// iSCSI protocol tests; ALL would add the LINUX family and repeats and
-/// take about 50 s per transport, mostly logins.
-const CU_FAMILIES: [&str; 2] = ["SCSI", "iSCSI"];
+/// The suites of libiscsi's `iscsi-test-cu` run over TCP and over iSER,
+/// each in a process of its own: the SCSI data path (READ, WRITE, VERIFY,
+/// WRITE SAME, WRITE AND VERIFY, COMPARE AND WRITE: RDMA READs and WRITEs
+/// of many sizes), capacity, UNMAP, persistent reservations, sanitize,
+/// and the iSCSI DataSN checks.
+///
+/// Left out because libiscsi 1.19's iSER transport (the initiator; not tgt,
+/// not softrdma) cannot run them: ExtendedCopy (it refuses commands of
+/// 512 KiB or more, and the CmdSN such a command took stalls the
+/// session), Read10 and Write10 (their asynchronous tests queue more
+/// commands than its fixed pool of send descriptors: NULL dereference in
+/// `iser_initialize_headers`), ProutReserve and Reserve6 (a second
+/// connection: NULL dereference in `iser_reg_mr`, fixed upstream in
+/// libiscsi b4ba920), iSCSITMF (NULL dereference in `overflow_data_size`,
+/// fixed upstream in 03fa3f6), iSCSIcmdsn (a command the target rightly
+/// drops leaves a 1 s poll() with nothing, which its iSER service treats
+/// as fatal: "revents is not POLLIN"), Inquiry, ModeSense6 and
+/// iSCSIResiduals (it does not apply the residual of an underflow to the
+/// data size), ReadDefectData10 (hangs). A crashed initiator leaves its
+/// session on the target, which then fails the suites after it. Left out
+/// for time (each command is a round trip through two event loops, ~1 ms):
+/// Verify10/12, Write12, WriteSame10, WriteVerify10/16, OrWrite,
+/// Prefetch10/16, Read12, which pass over iSER as over TCP when run by
+/// hand (2-12 s each).
+const CU_SUITES: [&str; 30] = [
+    "SCSI.CompareAndWrite",
+    "SCSI.GetLBAStatus",
+    "SCSI.Mandatory",
+    "SCSI.NoMedia",
+    "SCSI.PreventAllow",
+    "SCSI.PrinReadKeys",
+    "SCSI.PrinReportCapabilities",
+    "SCSI.PrinServiceactionRange",
+    "SCSI.ProutClear",
+    "SCSI.ProutPreempt",
+    "SCSI.ProutRegister",
+    "SCSI.Read6",
+    "SCSI.Read16",
+    "SCSI.ReadCapacity10",
+    "SCSI.ReadCapacity16",
+    "SCSI.ReadDefectData12",
+    "SCSI.ReadOnly",
+    "SCSI.ReceiveCopyResults",
+    "SCSI.ReportSupportedOpcodes",
+    "SCSI.Sanitize",
+    "SCSI.StartStopUnit",
+    "SCSI.TestUnitReady",
+    "SCSI.Unmap",
+    "SCSI.Verify16",
+    "SCSI.Write16",
+    "SCSI.WriteAtomic16",
+    "SCSI.WriteSame16",
+    "SCSI.WriteVerify12",
+    "SCSI.MultipathIO",
+    "iSCSI.iSCSIdatasn",
+];
 
 /// libiscsi's SCSI conformance suite over iSER passes every test it
 /// passes over TCP against the same tgt: run both, compare the lists.
@@ -312,13 +365,13 @@ fn iscsi_test_cu_over_iser_passes_what_it_passes_over_tcp() {
     require_root();
     require("iscsi-test-cu", "libiscsi-bin");
     let dir = work_dir("iscsi-test-cu");
-    let args = |family: &str, url: &str| -> Vec<String> {
+    let args = |suite: &str, url: &str| -> Vec<String> {
         s(&[
             "iscsi-test-cu",
             "-d",
             "-n",
             "-t",
-            family,
+            suite,
             "-i",
             INIT,
             "-I",
@@ -328,11 +381,11 @@ fn iscsi_test_cu_over_iser_passes_what_it_passes_over_tcp() {
     };
     // iscsi-test-cu exits 1 when any test fails (tgt fails some over TCP
     // too): its summary is what counts.
-    let suite = |url: &str, over: Option<&str>| -> Vec<(CuRun, String)> {
-        CU_FAMILIES
+    let suites = |url: &str, over: Option<&str>| -> Vec<(CuRun, String)> {
+        CU_SUITES
             .iter()
-            .map(|f| {
-                let a = args(f, url);
+            .map(|suite| {
+                let a = args(suite, url);
                 let cmd = match over {
                     Some(addr) => {
                         let a: Vec<&str> = a.iter().map(String::as_str).collect();
@@ -340,7 +393,7 @@ fn iscsi_test_cu_over_iser_passes_what_it_passes_over_tcp() {
                     }
                     None => plain(None, &a),
                 };
-                let d = run(cmd, &format!("iscsi-test-cu-{f}"), Duration::from_secs(600));
+                let d = run(cmd, &format!("iscsi-test-cu-{suite}"), LIMIT);
                 let mut r = cu_summary(&d.out);
                 r.secs = d.secs;
                 (r, d.out)
@@ -357,7 +410,7 @@ fn iscsi_test_cu_over_iser_passes_what_it_passes_over_tcp() {
         &lun_file(&dir, "tcp.img"),
         &[INIT, INIT2],
     );
-    let tcp = suite(&format!("iscsi://127.66.10.5:3261/{IQN}/1"), None);
+    let tcp = suites(&format!("iscsi://127.66.10.5:3261/{IQN}/1"), None);
     t.stop();
 
     // iSER: both ends over softrdma.
@@ -369,29 +422,32 @@ fn iscsi_test_cu_over_iser_passes_what_it_passes_over_tcp() {
         &lun_file(&dir, "iser.img"),
         &[INIT, INIT2],
     );
-    let iser = suite(&format!("iser://127.66.10.1/{IQN}/1"), Some("127.66.10.2"));
+    let iser = suites(&format!("iser://127.66.10.1/{IQN}/1"), Some("127.66.10.2"));
     t.stop();
 
     let mut bad = Vec::new();
-    for (f, ((tcp, _), (iser, out))) in CU_FAMILIES.iter().zip(tcp.iter().zip(&iser)) {
-        println!(
-            "iscsi-test-cu {f}: TCP ran {} ({} failed, {:.0} s), iSER ran {} ({} failed, {:.0} s)",
-            tcp.ran,
-            tcp.failed.len(),
-            tcp.secs,
-            iser.ran,
-            iser.failed.len(),
-            iser.secs
-        );
-        println!("  failing over TCP too (tgt's): {:?}", tcp.failed);
+    let (mut ran, mut failed, mut ts, mut is) = (0, 0, 0.0, 0.0);
+    for (suite, ((tcp, _), (iser, out))) in CU_SUITES.iter().zip(tcp.iter().zip(&iser)) {
+        ran += iser.ran;
+        failed += tcp.failed.len();
+        ts += tcp.secs;
+        is += iser.secs;
+        if !tcp.failed.is_empty() {
+            println!("  {suite}: fails over TCP too (tgt's): {:?}", tcp.failed);
+        }
         let only_iser: Vec<&String> = iser.failed.difference(&tcp.failed).collect();
         if !only_iser.is_empty() || iser.ran != tcp.ran {
             bad.push(format!(
-                "{f}: over iSER only: {only_iser:?} (ran {} over iSER, {} over TCP)\n{out}",
+                "{suite}: over iSER only: {only_iser:?} (ran {} over iSER, {} over TCP)\n{out}",
                 iser.ran, tcp.ran
             ));
         }
     }
+    println!(
+        "iscsi-test-cu, {} suites: {ran} tests, {failed} failing over TCP and iSER alike; \
+         TCP {ts:.1} s, iSER {is:.1} s",
+        CU_SUITES.len()
+    );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
