@@ -41,6 +41,12 @@ pub const MAX_MSG_SIZE: u32 = 1 << 31;
 /// Entries of the P_Key table (one: the default key).
 pub const PKEY_TABLE_LEN: u16 = 1;
 
+/// The first QP number a device hands out (0 and 1 are the special QPs;
+/// rxe starts its pool at 16 too).
+pub const FIRST_QPN: u32 = 0x11;
+/// The largest QP number (24 bits).
+pub const MAX_QPN: u32 = 0xff_ffff;
+
 /// Smallest path MTU in bytes.
 pub const MIN_MTU: u32 = 256;
 /// Largest path MTU in bytes.
