@@ -9,10 +9,20 @@
 //!   return type that differs from the prototype fails the build with the
 //!   function's name.
 //!
-//! The header comes from Debian's `libibverbs-dev` (rdma-core 44). Without
-//! it the check is skipped with a warning (CI installs it, and the interop
-//! tests refuse to run without it); `SOFTRDMA_IBVERBS_HEADERS=required`
-//! turns the skip into an error.
+//! The header comes from the distribution's `libibverbs-dev` (Debian 12:
+//! rdma-core 44; CI also builds against Debian 13's 56 in a chroot,
+//! tests/distro/run.sh). Without it the check is skipped with a warning
+//! (CI installs it, and the interop tests refuse to run without it);
+//! `SOFTRDMA_IBVERBS_HEADERS=required` turns the skip into an error.
+//!
+//! Whatever the header, `abi/rdma-core.txt` has the facts of the releases
+//! softrdma stands in for (44, 50, 56): every symbol with its version and
+//! kind (checked here against `src/exports.rs` and `libibverbs.map`: one
+//! missing, misversioned or unknown export fails the build), the
+//! declarations newer than 44's header (emitted before the signature
+//! checks) and the structure members newer than it (checked against the
+//! header when it is that new; against an older header, its structure
+//! must end where the member starts).
 
 #[allow(non_camel_case_types, non_snake_case, missing_docs, dead_code)]
 mod ffi {
@@ -32,8 +42,13 @@ fn main() {
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=libibverbs.map");
+    println!("cargo:rerun-if-changed=abi/rdma-core.txt");
     println!("cargo:rerun-if-env-changed=SOFTRDMA_IBVERBS_HEADERS");
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+
+    // The exports against rdma-core's (no header needed).
+    let facts = Facts::read(&format!("{dir}/abi/rdma-core.txt"));
+    check_exports(&dir, &facts);
 
     // The shared library: rdma-core's soname and symbol versions.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
@@ -80,7 +95,37 @@ fn main() {
             cm_header.display()
         );
     }
-    for (ty, member, offset, size) in table {
+    // Members newer than the installed header: not in its structures.
+    let release = header_release();
+    println!("cargo:rustc-env=SOFTRDMA_CHECKED_HEADERS=rdma-core {release}");
+    let newer = |ty: &str, member: &str| {
+        facts
+            .members
+            .iter()
+            .any(|(since, t, m)| *since > release && t == ty && m == member)
+    };
+    // A structure with such members ends, in the header, where the first
+    // of them starts in ffi.rs.
+    let mut old_size: std::collections::HashMap<&str, usize> = Default::default();
+    for (ty, member, offset, _) in &table {
+        if !member.is_empty() && newer(ty, member) {
+            let e = old_size.entry(ty).or_insert(*offset);
+            *e = (*e).min(*offset);
+        }
+    }
+    for (ty, member, offset, size) in table.iter().copied() {
+        if member.is_empty() && old_size.contains_key(ty) {
+            let old = old_size[ty];
+            writeln!(
+                c,
+                "_Static_assert(sizeof({ty}) == {old}, \"sizeof({ty}) is {old} before rdma-core's newer members (abi/rdma-core.txt)\");"
+            )
+            .unwrap();
+            continue;
+        }
+        if !member.is_empty() && newer(ty, member) {
+            continue;
+        }
         if member.is_empty() {
             writeln!(
                 c,
@@ -96,10 +141,14 @@ fn main() {
             .unwrap();
         }
     }
+    c.push_str("\n/* Declarations newer than rdma-core 44 (abi/rdma-core.txt). */\n");
+    for (_, decl) in &facts.protos {
+        writeln!(c, "{decl}").unwrap();
+    }
     c.push_str("\n/* The exported functions' signatures. */\n");
     c.push_str(&signature_checks(&dir));
     c.push_str("\n/* The function pointers we put in C structures. */\n");
-    c.push_str(&fn_pointer_checks(&dir));
+    c.push_str(&fn_pointer_checks(&dir, &|ty, m| newer(ty, m)));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let file = out.join("abi_check.c");
     std::fs::write(&file, c).expect("writing abi_check.c");
@@ -128,7 +177,8 @@ const STUBS: [&str; 7] = [
 
 /// Exports that no installed header declares (rdma-core keeps them in its
 /// private driver.h): nothing to check them against.
-const NO_PUBLIC_PROTOTYPE: [&str; 5] = [
+const NO_PUBLIC_PROTOTYPE: [&str; 6] = [
+    "softrdma_sysfs_root",
     "ibv_get_sysfs_path",
     "ibv_read_sysfs_file",
     "ibv_dofork_range",
@@ -150,8 +200,16 @@ fn c_name(rust: &str) -> String {
         "usize" => "size_t".into(),
         "isize" => "ssize_t".into(),
         "ibv_gid" => "union ibv_gid".into(),
-        "ibv_rate" | "ibv_event_type" | "ibv_node_type" | "ibv_port_state" | "ibv_wc_status"
-        | "ibv_fork_status" | "ibv_wr_opcode" | "ibv_wc_opcode" | "ibv_mw_type" => {
+        "ibv_rate"
+        | "ibv_event_type"
+        | "ibv_node_type"
+        | "ibv_port_state"
+        | "ibv_wc_status"
+        | "ibv_fork_status"
+        | "ibv_wr_opcode"
+        | "ibv_wc_opcode"
+        | "ibv_mw_type"
+        | "ibv_advise_mr_advice" => {
             format!("enum {rust}")
         }
         "__be64" => "__be64".into(),
@@ -210,7 +268,7 @@ fn c_fn_pointer(f: &syn::TypeBareFn) -> String {
 
 /// For every `Option<FnType>` member of a structure of ffi.rs: the member
 /// has the C type of `FnType` (`__builtin_types_compatible_p`).
-fn fn_pointer_checks(dir: &str) -> String {
+fn fn_pointer_checks(dir: &str, newer: &dyn Fn(&str, &str) -> bool) -> String {
     let src = std::fs::read_to_string(format!("{dir}/src/ffi.rs")).expect("ffi.rs");
     let file = syn::parse_file(&src).expect("ffi.rs parses");
     let aliases: std::collections::HashMap<String, &syn::TypeBareFn> = file
@@ -257,6 +315,9 @@ fn fn_pointer_checks(dir: &str) -> String {
                 )
             };
             let s = st.ident.to_string();
+            if newer(&format!("struct {s}"), &name.to_string()) {
+                continue;
+            }
             let fp = c_fn_pointer(f);
             writeln!(
                 out,
@@ -351,4 +412,228 @@ fn signature_checks(dir: &str) -> String {
         .unwrap();
     }
     out
+}
+
+/// `abi/rdma-core.txt`: rdma-core's exports, newer declarations and newer
+/// structure members.
+struct Facts {
+    /// (symbol, version, default `@@`, kind: `func` or `object:SIZE`).
+    symbols: Vec<(String, String, bool, String)>,
+    /// (since release, declaration).
+    protos: Vec<(u32, String)>,
+    /// (since release, `struct NAME`, member).
+    members: Vec<(u32, String, String)>,
+}
+
+impl Facts {
+    fn read(path: &str) -> Facts {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut f = Facts {
+            symbols: Vec::new(),
+            protos: Vec::new(),
+            members: Vec::new(),
+        };
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            macro_rules! bad {
+                () => {
+                    panic!("{path}:{}: cannot read {line:?}", i + 1)
+                };
+            }
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w[0] {
+                "proto" => {
+                    let since = w
+                        .get(1)
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or_else(|| bad!());
+                    let decl = line
+                        .splitn(3, char::is_whitespace)
+                        .nth(2)
+                        .unwrap_or_else(|| bad!());
+                    f.protos.push((since, decl.trim().to_string()));
+                }
+                "member" => {
+                    let (Some(since), Some(&"struct"), Some(ty), Some(m)) = (
+                        w.get(1).and_then(|r| r.parse().ok()),
+                        w.get(2),
+                        w.get(3),
+                        w.get(4),
+                    ) else {
+                        bad!()
+                    };
+                    f.members
+                        .push((since, format!("struct {ty}"), m.to_string()));
+                }
+                sym => {
+                    let (Some(at), Some(kind)) = (w.get(1), w.get(2)) else {
+                        bad!()
+                    };
+                    let (default, ver) = match at.strip_prefix("@@") {
+                        Some(v) => (true, v),
+                        None => (false, at.strip_prefix('@').unwrap_or_else(|| bad!())),
+                    };
+                    if w.len() < 4 || !(kind == &"func" || kind.starts_with("object:")) {
+                        bad!();
+                    }
+                    f.symbols
+                        .push((sym.to_string(), ver.to_string(), default, kind.to_string()));
+                }
+            }
+        }
+        f
+    }
+}
+
+/// The release of rdma-core whose headers are installed, from its
+/// pkg-config file (`Version: 1.14.44.0` is 44); 44 when there is none.
+fn header_release() -> u32 {
+    let candidates = [
+        "/usr/lib/x86_64-linux-gnu/pkgconfig/libibverbs.pc",
+        "/usr/lib64/pkgconfig/libibverbs.pc",
+        "/usr/lib/pkgconfig/libibverbs.pc",
+        "/usr/share/pkgconfig/libibverbs.pc",
+    ];
+    for p in candidates {
+        println!("cargo:rerun-if-changed={p}");
+        let Ok(text) = std::fs::read_to_string(p) else {
+            continue;
+        };
+        let release = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Version:"))
+            .and_then(|v| v.trim().split('.').nth(2))
+            .and_then(|r| r.parse().ok());
+        match release {
+            Some(r) => return r,
+            None => panic!("{p}: no Version: 1.14.RELEASE.x line"),
+        }
+    }
+    println!("cargo:warning=libibverbs.pc not found: taking the headers for rdma-core 44's");
+    44
+}
+
+/// Every symbol of the facts is exported by `src/exports.rs` under its
+/// version, default-ness and kind, and listed in that version's node of
+/// `libibverbs.map`; nothing else is exported.
+fn check_exports(dir: &str, facts: &Facts) {
+    let exports = std::fs::read_to_string(format!("{dir}/src/exports.rs")).expect("exports.rs");
+    // (name, version) -> (default, kind)
+    let mut ours: std::collections::BTreeMap<(String, String), (bool, String)> = Default::default();
+    let mut problems = Vec::new();
+    for line in exports.lines() {
+        let line = line.trim();
+        // export!(NAME "@@" "VERSION" => module::function);
+        // export_data!(NAME "@@" "VERSION", SIZE);
+        let (rest, data) = if let Some(r) = line.strip_prefix("export!(") {
+            (r, false)
+        } else if let Some(r) = line.strip_prefix("export_data!(") {
+            (r, true)
+        } else {
+            continue;
+        };
+        let w: Vec<&str> = rest
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|x| !x.is_empty())
+            .collect();
+        let (Some(name), Some(at), Some(ver)) = (w.first(), w.get(1), w.get(2)) else {
+            panic!("exports.rs: cannot read {line:?}");
+        };
+        let kind = if data {
+            let size = w.get(3).map(|s| s.trim_end_matches(");")).unwrap_or("?");
+            format!("object:{size}")
+        } else {
+            "func".to_string()
+        };
+        let key = (name.to_string(), ver.trim_matches('"').to_string());
+        if ours.insert(key.clone(), (*at == "\"@@\"", kind)).is_some() {
+            problems.push(format!("{}@{} exported twice", key.0, key.1));
+        }
+    }
+    let map = std::fs::read_to_string(format!("{dir}/libibverbs.map")).expect("libibverbs.map");
+    let nodes = map_nodes(&map);
+    let mut known = std::collections::BTreeSet::new();
+    for (name, ver, default, kind) in &facts.symbols {
+        let at = if *default { "@@" } else { "@" };
+        known.insert((name.clone(), ver.clone()));
+        match ours.get(&(name.clone(), ver.clone())) {
+            None => problems.push(format!(
+                "rdma-core exports {name}{at}{ver} ({kind}): missing in src/exports.rs"
+            )),
+            Some((d, k)) if d != default || k != kind => problems.push(format!(
+                "{name}{at}{ver} is a {kind} in rdma-core; src/exports.rs has {}{ver} ({k})",
+                if *d { "@@" } else { "@" }
+            )),
+            Some(_) => {}
+        }
+        if !nodes.get(ver).is_some_and(|names| names.contains(name)) {
+            problems.push(format!("libibverbs.map: {name} missing in the {ver} node"));
+        }
+    }
+    // softrdma's own private interface (SOFTRDMA_*) is not rdma-core's.
+    let own = |ver: &str| ver.starts_with("SOFTRDMA_");
+    for (name, ver) in ours.keys() {
+        if !own(ver) && !known.contains(&(name.clone(), ver.clone())) {
+            problems.push(format!(
+                "src/exports.rs exports {name}@{ver}, which no rdma-core release of abi/rdma-core.txt has"
+            ));
+        }
+    }
+    for (ver, names) in &nodes {
+        for name in names {
+            if !own(ver) && !known.contains(&(name.clone(), ver.clone())) {
+                problems.push(format!(
+                    "libibverbs.map lists {name} in {ver}: no rdma-core release of abi/rdma-core.txt has it"
+                ));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        panic!(
+            "softrdma's exports differ from rdma-core's (abi/rdma-core.txt):\n  {}",
+            problems.join("\n  ")
+        );
+    }
+}
+
+/// The names of each version node of a version script
+/// (`NAME { global: a; b; local: *; } PARENT;`).
+fn map_nodes(map: &str) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    // Without /* comments */.
+    let mut text = String::new();
+    let mut rest = map;
+    while let Some(i) = rest.find("/*") {
+        text.push_str(&rest[..i]);
+        rest = rest[i..].find("*/").map_or("", |j| &rest[i + j + 2..]);
+    }
+    text.push_str(rest);
+    let mut nodes: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('{') {
+        let name = rest[..open].trim().to_string();
+        assert!(
+            !name.is_empty() && !name.contains(char::is_whitespace),
+            "libibverbs.map: a node named {name:?}"
+        );
+        let close = rest[open..]
+            .find('}')
+            .map(|j| open + j)
+            .expect("libibverbs.map: a node without its }");
+        let names = nodes.entry(name).or_default();
+        for t in rest[open + 1..close]
+            .split(|c: char| c.is_whitespace() || c == ';')
+            .filter(|t| !t.is_empty() && !matches!(*t, "global:" | "local:" | "*"))
+        {
+            names.insert(t.to_string());
+        }
+        // `} PARENT;` or `};`
+        rest = rest[close..]
+            .find(';')
+            .map_or("", |j| &rest[close + j + 1..]);
+    }
+    nodes
 }

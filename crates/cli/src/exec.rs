@@ -38,6 +38,24 @@
 //! also gets `librdmacm.so.1`, a second symlink to it. A program that
 //! needs both maps the file once (the loader knows it by device and
 //! inode), so libibverbs and librdmacm share one state.
+//!
+//! The preload library shows the devices in sysfs and `/dev/infiniband`
+//! as a kernel RDMA device is shown (crate softrdma-sysfs). Two more
+//! things complete what programs see of a kernel device:
+//!
+//! - `rdma` (iproute2's tool, which asks the kernel over netlink): a
+//!   directory first on `PATH` holds `rdma`, a link to this binary, which
+//!   answers `rdma link show` and `rdma dev show` for softrdma's devices
+//!   and hands every other command to the real tool ([`crate::rdma`]);
+//!   `bin/rdma` beside the library when installed, else made there or in
+//!   the private runtime directory;
+//! - Open MPI's openib BTL: it wakes up when `/sys/class/infiniband`
+//!   exists, and cannot use a RoCE device without its rdmacm connection
+//!   scheme (Debian's Open MPI 4.1 has only udcm): it would print two
+//!   warnings per process before giving up. `OMPI_MCA_btl_openib_if_exclude`
+//!   names softrdma's devices (unless the environment already says which
+//!   devices openib takes), which keeps it as quiet as before; UCX is Open
+//!   MPI's way to them.
 
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -250,6 +268,66 @@ fn link_in(dir: &Path, so: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The `rdma` shim's name.
+pub const RDMA_SHIM: &str = "rdma";
+
+/// A directory holding `rdma` → `exe`, for `PATH`: `bin/` in the library
+/// directory (installed there, or made), else in the private runtime
+/// directory.
+pub fn shim_dir(libdir: &Path, exe: &Path) -> Result<PathBuf, Error> {
+    let exe = exe
+        .canonicalize()
+        .map_err(|e| Error::Io(exe.to_path_buf(), e))?;
+    let beside = libdir.join("bin");
+    let mut tries = vec![beside];
+    if let Ok(r) = softrdma_sysfs::runtime_dir() {
+        tries.push(r.join("bin"));
+    }
+    let mut last = None;
+    for d in tries {
+        let link = d.join(RDMA_SHIM);
+        if link.canonicalize().ok().as_deref() == Some(exe.as_path()) {
+            return Ok(d);
+        }
+        let made = std::fs::create_dir_all(&d).and_then(|()| {
+            let tmp = d.join(format!(".{RDMA_SHIM}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&exe, &tmp)?;
+            std::fs::rename(&tmp, &link)
+        });
+        match made {
+            Ok(()) => return Ok(d),
+            Err(e) => last = Some(Error::Io(d, e)),
+        }
+    }
+    Err(last.expect("at least one directory"))
+}
+
+/// `PATH` with `dir` first.
+pub fn search_path(dir: &Path, old: Option<OsString>) -> OsString {
+    let mut v = OsString::from(dir.as_os_str());
+    if let Some(o) = old.filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(o);
+    }
+    v
+}
+
+/// The Open MPI variable that keeps its openib BTL off softrdma's devices
+/// (see the module's documentation), unless the environment already says
+/// which devices openib takes.
+pub fn openib_exclude(
+    devices: &[String],
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Option<(&'static str, String)> {
+    const EXCLUDE: &str = "OMPI_MCA_btl_openib_if_exclude";
+    const INCLUDE: &str = "OMPI_MCA_btl_openib_if_include";
+    if devices.is_empty() || env(EXCLUDE).is_some() || env(INCLUDE).is_some() {
+        return None;
+    }
+    Some((EXCLUDE, devices.join(",")))
+}
+
 /// `LD_LIBRARY_PATH` with `dir` first.
 pub fn library_path(dir: &Path, old: Option<OsString>) -> OsString {
     let mut v = OsString::from(dir.as_os_str());
@@ -298,6 +376,23 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
     if let Some(a) = &args.addr {
         cmd.env("SOFTRDMA_ADDR", a);
         shown.push(format!("SOFTRDMA_ADDR={a}"));
+    }
+    if let Some(exe) = &exe {
+        match shim_dir(&dir, exe) {
+            Ok(bin) => {
+                let p = search_path(&bin, std::env::var_os("PATH"));
+                shown.push(format!("PATH={}", p.to_string_lossy()));
+                cmd.env("PATH", p);
+            }
+            Err(e) => eprintln!("softrdma exec: no `rdma` for softrdma's devices: {e}"),
+        }
+    }
+    let names: Vec<String> = softrdma::config::global()
+        .map(|c| c.devices.iter().map(|d| d.name.clone()).collect())
+        .unwrap_or_default();
+    if let Some((k, v)) = openib_exclude(&names, &|k| std::env::var_os(k)) {
+        shown.push(format!("{k}={v}"));
+        cmd.env(k, v);
     }
     if args.dry_run {
         for s in &shown {
@@ -406,6 +501,45 @@ mod tests {
         assert!(!launches_on_other_hosts(&c(&["mpirun", "-np", "2", "./x"])));
         assert!(!launches_on_other_hosts(&c(&["ib_write_bw", "-H", "x"])));
         assert!(!launches_on_other_hosts(&c(&[])));
+    }
+
+    #[test]
+    fn openib_is_kept_off_unless_the_user_chose() {
+        let none = |_: &str| None;
+        let d = vec!["softrdma0".to_string(), "roce1".to_string()];
+        assert_eq!(
+            openib_exclude(&d, &none),
+            Some(("OMPI_MCA_btl_openib_if_exclude", "softrdma0,roce1".into()))
+        );
+        for set in [
+            "OMPI_MCA_btl_openib_if_exclude",
+            "OMPI_MCA_btl_openib_if_include",
+        ] {
+            let env = |k: &str| (k == set).then(|| OsString::from("mlx5_0"));
+            assert_eq!(openib_exclude(&d, &env), None, "{set}");
+        }
+        assert_eq!(openib_exclude(&[], &none), None);
+    }
+
+    #[test]
+    fn the_rdma_shim_links_to_this_binary() {
+        let d = std::env::temp_dir().join(format!("softrdma-shim-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let exe = d.join("softrdma");
+        std::fs::write(&exe, b"elf").unwrap();
+        let bin = shim_dir(&d, &exe).unwrap();
+        assert_eq!(bin, d.join("bin"));
+        assert_eq!(
+            std::fs::canonicalize(bin.join("rdma")).unwrap(),
+            exe.canonicalize().unwrap()
+        );
+        assert_eq!(shim_dir(&d, &exe).unwrap(), bin, "idempotent");
+        assert_eq!(
+            search_path(&bin, Some("/usr/bin".into())),
+            OsString::from(format!("{}:/usr/bin", bin.display()))
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

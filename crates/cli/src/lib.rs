@@ -6,15 +6,18 @@
 //! softrdma's libibverbs.so.1.
 //!
 //! Each subcommand lives in its own module with a clap `Args` struct and a
-//! `run` function; `main.rs` only dispatches.
+//! `run` function; [`cli`] gathers them into the command, `main.rs` only
+//! dispatches.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cli;
 pub mod devinfo;
 pub mod dump;
 pub mod exec;
 pub mod json;
 pub mod perf;
+pub mod rdma;
 pub mod traffic;
 
 #[cfg(test)]

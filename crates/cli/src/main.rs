@@ -1,36 +1,24 @@
 //! `softrdma`: command line tools for softrdma. See `softrdma --help`.
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
-use softrdma_cli::{devinfo, dump, exec, perf};
+use clap::Parser;
+use softrdma_cli::cli::{Cli, Command};
+use softrdma_cli::{devinfo, dump, exec, perf, rdma};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-/// RDMA in software (RoCE v2 in user space): tools.
-#[derive(Debug, Parser)]
-#[command(name = "softrdma", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Show a softrdma device like ibv_devinfo: name, node GUID, port state,
-    /// MTU, GID table, link layer and limits.
-    Devinfo(devinfo::Args),
-    /// Bandwidth and latency tests on perftest's model: write-bw, write-lat,
-    /// read-bw, read-lat, send-bw, send-lat, atomic-bw, atomic-lat.
-    Perf(perf::Args),
-    /// Decode the RoCE v2 packets of a pcap or pcapng capture: one line per
-    /// packet, then per-QP totals and a summary.
-    Dump(dump::Args),
-    /// Run an unmodified verbs program (perftest, ibv_*_pingpong, …) over
-    /// softrdma: softrdma's libibverbs.so.1 goes first on LD_LIBRARY_PATH.
-    Exec(exec::Args),
-}
-
 fn main() -> ExitCode {
+    // Run as `rdma` (the link `softrdma exec` puts first on PATH):
+    // iproute2's RDMA tool for softrdma's devices.
+    let mut argv = std::env::args_os();
+    if argv
+        .next()
+        .is_some_and(|a0| rdma::invoked_as_rdma(std::path::Path::new(&a0)))
+    {
+        let args: Vec<_> = argv.collect();
+        let code = rdma::main(&args, &mut io::stdout().lock());
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Exec(args) => match exec::run(&args, &mut io::stdout()) {

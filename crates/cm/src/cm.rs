@@ -139,6 +139,12 @@ pub struct Counters {
     pub tx_mra: u64,
     /// GetResp "unsupported" answers to Get/Set MADs nobody handles.
     pub tx_unsupported: u64,
+    /// REQs and SIDR_REQs refused (REJ "no resources", SIDR_REP "reject")
+    /// because their source already had
+    /// [`MAX_HALF_OPEN_PER_SOURCE`](limits::MAX_HALF_OPEN_PER_SOURCE)
+    /// requests not yet established: a flood of half-open connections from
+    /// one address.
+    pub rx_refused_half_open: u64,
 }
 
 /// A snapshot of an id.
@@ -251,6 +257,10 @@ pub struct Cm {
     remote_qps: BTreeMap<(u64, u32), u32>,
     /// Passive SIDR ids by (source, request ID): duplicate SIDR_REQs.
     sidr_remote: BTreeMap<(IpAddr, u32), u32>,
+    /// Passive ids by (source, local comm ID), made by a REQ or SIDR_REQ;
+    /// entries of ids that have since been established are dropped when
+    /// their source is counted again or the id goes (see `half_open_from`).
+    half_open: BTreeSet<(IpAddr, u32)>,
     timewait: BTreeMap<u64, Tw>,
     tw_qps: BTreeSet<(u64, u32, u64)>,
     tw_locals: BTreeSet<u32>,
@@ -283,6 +293,7 @@ impl Cm {
             remote_ids: BTreeMap::new(),
             remote_qps: BTreeMap::new(),
             sidr_remote: BTreeMap::new(),
+            half_open: BTreeSet::new(),
             timewait: BTreeMap::new(),
             tw_qps: BTreeSet::new(),
             tw_locals: BTreeSet::new(),
@@ -385,6 +396,7 @@ impl Cm {
             && self.remote_ids.is_empty()
             && self.remote_qps.is_empty()
             && self.sidr_remote.is_empty()
+            && self.half_open.is_empty()
             && self.tw_qps.is_empty()
             && self.tw_locals.is_empty()
     }
@@ -460,6 +472,18 @@ impl Cm {
             }
             if !self.timers.contains(&(tw.at, Timer::Timewait(seq))) {
                 return Err(format!("timewait record {seq} without its timer"));
+            }
+        }
+        for &(src, k) in &self.half_open {
+            if self.ids.get(&k).map(|c| c.peer) != Some(src) {
+                return Err(format!(
+                    "half-open index names {k:#x} from {src}, not an id of it"
+                ));
+            }
+        }
+        for (&k, c) in &self.ids {
+            if Self::is_half_open(c) && !self.half_open.contains(&(c.peer, k)) {
+                return Err(format!("half-open id {k:#x} not indexed"));
             }
         }
         if self.tw_qps.len() != self.timewait.len() || self.tw_locals.len() != self.timewait.len() {
@@ -675,6 +699,55 @@ impl Cm {
         self.tw_qps.insert((tw.remote_guid, tw.remote_qpn, seq));
         self.tw_locals.insert(local);
         self.timers.insert((at, Timer::Timewait(seq)));
+    }
+
+    /// A passive id whose request was not yet established: a REQ or
+    /// SIDR_REQ received, answered or not.
+    fn is_half_open(c: &Conn) -> bool {
+        c.listen_id.is_some()
+            && matches!(
+                c.state,
+                State::ReqRcvd
+                    | State::MraReqSent
+                    | State::RepSent
+                    | State::MraRepRcvd
+                    | State::SidrReqRcvd
+            )
+    }
+
+    /// The half-open ids from `src`; index entries of ids no longer
+    /// half-open are dropped on the way, so the index holds live ids only
+    /// and a count costs the source's own entries.
+    fn half_open_from(&mut self, src: IpAddr) -> usize {
+        let mut n = 0;
+        let mut stale = Vec::new();
+        for &(_, k) in self.half_open.range((src, 0)..=(src, u32::MAX)) {
+            match self.ids.get(&k) {
+                Some(c) if Self::is_half_open(c) => n += 1,
+                _ => stale.push(k),
+            }
+        }
+        for k in stale {
+            self.half_open.remove(&(src, k));
+        }
+        n
+    }
+
+    /// Whether a new request from `src` would exceed its share of
+    /// half-open ids; counts the refusal.
+    fn over_half_open_limit(&mut self, src: IpAddr) -> bool {
+        if self.half_open_from(src) < limits::MAX_HALF_OPEN_PER_SOURCE {
+            return false;
+        }
+        self.counters.rx_refused_half_open += 1;
+        true
+    }
+
+    /// Drops `local` from the indexes before its id goes.
+    fn forget_half_open(&mut self, local: u32) {
+        if let Some(c) = self.ids.get(&local) {
+            self.half_open.remove(&(c.peer, local));
+        }
     }
 
     fn push_event(&mut self, e: Event) {
@@ -1141,6 +1214,7 @@ impl Cm {
             return Err(CmError::InvalidState(state));
         }
         self.remove_remote(id.0);
+        self.forget_half_open(id.0);
         self.ids.remove(&id.0);
         Ok(())
     }
@@ -1203,6 +1277,7 @@ impl Cm {
         }
         self.cancel_msg(local);
         self.remove_remote(local);
+        self.forget_half_open(local);
         self.ids.remove(&local);
         Ok(())
     }
@@ -1496,6 +1571,13 @@ impl Cm {
             self.issue_rej(rx, RejReason::INVALID_SERVICE_ID, MsgRef::REQ);
             return true;
         };
+        // One source may not hold more than its share of requests waiting
+        // (half-open connections, SYN-flood style): refused with a REJ,
+        // so a well-meaning requester learns at once (not in Linux).
+        if self.over_half_open_limit(rx.src) {
+            self.issue_rej(rx, RejReason::NO_RESOURCES, MsgRef::REQ);
+            return true;
+        }
         if !self.has_room() {
             // Like a full rdma_cm backlog: no answer, the requester retries.
             self.counters.rx_busy += 1;
@@ -1546,6 +1628,7 @@ impl Cm {
         }
         self.ids.insert(local, c);
         self.insert_remote(local);
+        self.half_open.insert((rx.src, local));
         let mut private = [0u8; private_len::REQ];
         let n = req.private_data.len().min(private.len());
         private[..n].copy_from_slice(&req.private_data[..n]);
@@ -1863,6 +1946,23 @@ impl Cm {
             }
             return true;
         };
+        if self.over_half_open_limit(rx.src) {
+            let rep = SidrRepRepr {
+                request_id: req.request_id,
+                status: SidrStatus::REJECT,
+                additional_info_len: 0,
+                vendor_id: 0,
+                qpn: Qpn::new(0),
+                service_id: req.service_id,
+                qkey: QKey(0),
+                additional_info: &[],
+                private_data: &[],
+            };
+            if let Some(m) = Self::build(rx.hdr.tid, 0, CmMsg::SidrRep(rep)) {
+                self.send(rx.src, rx.src_qpn, m);
+            }
+            return true;
+        }
         if !self.has_room() {
             self.counters.rx_busy += 1;
             return true;
@@ -1879,6 +1979,7 @@ impl Cm {
         c.pkey = req.pkey;
         self.ids.insert(local, c);
         self.sidr_remote.insert((rx.src, req.request_id), local);
+        self.half_open.insert((rx.src, local));
         self.push_event(Event::SidrRequest(Box::new(SidrRequest {
             id: CmId(local),
             listen_id: CmId(listen),

@@ -8,6 +8,15 @@ pub const MAX_IDS: usize = 1 << 16;
 /// Timewait records at once (they outlive destroyed ids until they
 /// expire). With this many, a new one ends the oldest early.
 pub const MAX_TIMEWAIT: usize = 1 << 16;
+/// Requests (REQ or SIDR_REQ) one source address may have waiting at once
+/// — received and not yet established: not accepted, or accepted and
+/// waiting for the RTU. More are refused (REJ "no resources", SIDR_REP
+/// "reject") and counted (`rx_refused_half_open`): one host flooding REQs
+/// without finishing them cannot take the id table and the event queue
+/// ([`MAX_PENDING_EVENTS`]) from everyone else. Linux has no such limit
+/// (rdma_cm's listen backlog is per listener); 256 is well above what a
+/// program connects at once from one address.
+pub const MAX_HALF_OPEN_PER_SOURCE: usize = 256;
 /// Events waiting for the driver. Past this, new REQs and SIDR_REQs are
 /// dropped (the requester retries); events of existing ids are always
 /// queued, and there are a few per id at most.

@@ -20,7 +20,7 @@
 //! | `SOFTRDMA_SPIN_US` | progress thread's busy-poll window in µs, 0–1000000 | 20 |
 //! | `SOFTRDMA_REFUSE_SENDS` | fault injection: fraction 0–1 of send calls refused | 0 |
 //! | `SOFTRDMA_POLL_YIELD` | `1`/`yes`/`always`, `0`/`no`/`never`, `auto`: idle CQ polls yield the CPU | auto |
-//! | `SOFTRDMA_VENDOR_ID`, `SOFTRDMA_VENDOR_PART_ID` | the PCI identity the C library reports, decimal or 0x hex | 0 |
+//! | `SOFTRDMA_VENDOR_ID`, `SOFTRDMA_VENDOR_PART_ID` | the PCI identity the C library reports, decimal or 0x hex | `0xffffff` (see [`DEFAULT_VENDOR_ID`]), 0 |
 //! | `SOFTRDMA_LOG` | log filter, tracing-subscriber's EnvFilter syntax (`debug`, `softrdma::engine=debug`; targets `softrdma::engine`, `softrdma::rdma_cm`) | off |
 //! | `SOFTRDMA_IBVERBS_DIR` | where `softrdma exec` finds libibverbs.so | beside the binary |
 //!
@@ -29,7 +29,10 @@
 //! loopback address 127.0.0.x when the device opens), `if:NAME` (the
 //! address of interface NAME, IPv4 first) or `first` (the first
 //! non-loopback interface that is up). With neither `SOFTRDMA_ADDR` nor a
-//! config file there is one device, `softrdma0`, on `auto`.
+//! config file there is one device, `softrdma0`, on `auto`; so it is with
+//! a `/etc/softrdma.conf` that has no device line (the package's, all
+//! comments), while a file named by `SOFTRDMA_CONFIG` with none gives no
+//! device.
 //!
 //! softrdma (the Rust API, and through it libibverbs.so.1 and the
 //! `softrdma` command) and libsoftrdma_preload.so read it here, so they
@@ -56,6 +59,25 @@ pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 256..=4096;
 pub const MTU_WANT: &str = "an MTU in bytes from 256 to 4096 (e.g. 1024 or 4096)";
 /// Default busy-poll window of the progress thread, µs.
 pub const DEFAULT_SPIN_US: u64 = 20;
+/// The vendor ID softrdma reports (`ibv_device_attr.vendor_id`, an IEEE
+/// OUI): `0xffffff`, what Linux's software RoCE device (rxe) reports. It
+/// is no OUI the IEEE can assign (all ones), so no program mistakes
+/// softrdma for a vendor's hardware — perftest, UCX, Open MPI and
+/// rdma-core's tests choose Mellanox/Intel/Broadcom/Amazon code paths by
+/// vendor and part ID — and programs that know rxe treat softrdma as the
+/// software RoCE device they know. It is not 0, which rdma-core's tests
+/// reject (`test_query_device`: a device must name a vendor).
+pub const DEFAULT_VENDOR_ID: u32 = 0x00ff_ffff;
+/// The vendor part ID softrdma reports by default: 0, as rxe.
+pub const DEFAULT_VENDOR_PART_ID: u32 = 0;
+/// Entries of a device port's GID table. Index 0 holds the device's one
+/// GID (its address, RoCE v2); the others are empty, as the unused entries
+/// of a kernel device's table are (`ibv_query_gid` gives zeros,
+/// `ibv_query_gid_ex` ENODATA). A table longer than its populated part is
+/// what programs meet on every RoCE device (rxe: 1024 entries, mlx5: 255).
+/// Here because the C library and the sysfs view of the preload library
+/// must agree on it.
+pub const GID_TABLE_LEN: u32 = 16;
 /// Longest device name (`IBV_SYSFS_NAME_MAX` less the NUL).
 pub const DEVICE_NAME_MAX: usize = 63;
 
@@ -317,8 +339,20 @@ impl Config {
             },
         )?;
         let id_want = "a number, decimal or 0x hex (e.g. 0x02c9)";
-        let vendor_id = var(env, "SOFTRDMA_VENDOR_ID", 0, id_want, parse_u32)?;
-        let vendor_part_id = var(env, "SOFTRDMA_VENDOR_PART_ID", 0, id_want, parse_u32)?;
+        let vendor_id = var(
+            env,
+            "SOFTRDMA_VENDOR_ID",
+            DEFAULT_VENDOR_ID,
+            id_want,
+            parse_u32,
+        )?;
+        let vendor_part_id = var(
+            env,
+            "SOFTRDMA_VENDOR_PART_ID",
+            DEFAULT_VENDOR_PART_ID,
+            id_want,
+            parse_u32,
+        )?;
         let log = var(env, "SOFTRDMA_LOG", None, "", |s| Some(Some(s.to_string())))?;
         let addr = var(env, "SOFTRDMA_ADDR", None, ADDR_WANT, |s| {
             AddrSpec::parse(s).ok().map(Some)
@@ -341,14 +375,20 @@ impl Config {
                 None => (PathBuf::from(DEFAULT_CONFIG_FILE), Source::Default),
             };
             match read(&path) {
-                Ok(text) => {
-                    let list = parse_file(&path, &text, &mtu)?;
-                    config_file = Setting {
-                        value: Some(path),
-                        source,
-                    };
-                    list
-                }
+                // The default file with no device line (as the Debian
+                // package installs it: comments only) counts as absent.
+                Ok(text) => match parse_file(&path, &text, &mtu)? {
+                    list if list.is_empty() && source == Source::Default => {
+                        vec![entry(Setting::default_value(AddrSpec::Auto))]
+                    }
+                    list => {
+                        config_file = Setting {
+                            value: Some(path),
+                            source,
+                        };
+                        list
+                    }
+                },
                 Err(e) if e.kind() == io::ErrorKind::NotFound && source == Source::Default => {
                     vec![entry(Setting::default_value(AddrSpec::Auto))]
                 }

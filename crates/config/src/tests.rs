@@ -36,6 +36,9 @@ fn defaults() {
     assert_eq!(c.refuse_sends.value, 0.0);
     assert_eq!(c.poll_yield.value, None);
     assert_eq!(c.log.value, None);
+    // rxe's identity: a vendor, but no real one.
+    assert_eq!(c.vendor_id.value, 0xff_ffff);
+    assert_eq!(c.vendor_part_id.value, 0);
     assert!(c.describe().iter().all(|(_, _, s)| **s == Source::Default));
 }
 
@@ -141,6 +144,27 @@ fn config_file() {
     // An empty file: no devices.
     let c = load(&[("SOFTRDMA_CONFIG", "/e")], &[("/e", "# none\n")]).unwrap();
     assert!(c.devices.is_empty());
+    // ... but the default file without a device line (the package's
+    // example, all comments) counts as absent: softrdma0 on auto.
+    let example = include_str!("../../../packaging/softrdma.conf");
+    let c = load(&[], &[(DEFAULT_CONFIG_FILE, example)]).unwrap();
+    assert_eq!(c.devices.len(), 1);
+    assert_eq!(c.devices[0].name, DEFAULT_DEVICE);
+    assert_eq!(c.devices[0].addr.value, AddrSpec::Auto);
+    assert_eq!(c.devices[0].addr.source, Source::Default);
+    assert_eq!(c.config_file.value, None);
+    // Each of its example lines, uncommented, parses.
+    let lines: Vec<&str> = example
+        .lines()
+        .filter_map(|l| l.strip_prefix("#softrdma0 "))
+        .collect();
+    assert_eq!(lines.len(), 3, "the example's device lines");
+    for l in lines {
+        let text = format!("softrdma0 {l}\n");
+        let c = load(&[], &[(DEFAULT_CONFIG_FILE, &text)]).unwrap();
+        assert_eq!(c.devices[0].name, DEFAULT_DEVICE, "{l}");
+        assert!(matches!(c.devices[0].addr.source, Source::File { .. }));
+    }
 }
 
 #[test]

@@ -10,6 +10,12 @@
 //! Closing a context with PDs, CQs or channels still alive (perftest's
 //! client does) is allowed: the objects hold the context, which is freed
 //! with the last of them.
+//!
+//! `context->cmd_fd` is a real descriptor, as the kernel's open
+//! `/dev/infiniband/uverbsN` is: a memfd of its own per opened context
+//! (close-on-exec), which names the device context — its inode — so that
+//! `ibv_import_device` on a `dup` of it finds the context again (see
+//! `import`). It is closed with the context.
 
 use crate::cq::Cq;
 use crate::device::DevEntry;
@@ -22,7 +28,7 @@ use softrdma::{AsyncEvent, Device, FdWatch, Qpn};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -44,10 +50,50 @@ pub struct Context {
     /// `context->async_fd`, readable while an event is pending, and has
     /// its own O_NONBLOCK flag for the program to set.
     async_ep: FdWatch,
-    pub objs: Mutex<Objects>,
+    /// Shared with the contexts imported from this one.
+    pub objs: Arc<Mutex<Objects>>,
     /// Whether an empty `ibv_poll_cq` now and then yields the CPU (see
     /// [`yield_on_idle_polls`]).
     pub yield_idle: bool,
+    /// `context->cmd_fd`, held to be closed with the context.
+    _cmd: OwnedFd,
+    /// The device context ("ucontext") this context stands for: the
+    /// inode of its command file, shared by the contexts imported from it.
+    pub ucontext: UContext,
+    /// The process that opened it (a child after `fork` has a copy of the
+    /// context but not its engine).
+    pub pid: libc::pid_t,
+}
+
+/// A device context's identity: (device, inode) of its command file.
+pub type UContext = (u64, u64);
+
+/// The (device, inode) of an open descriptor.
+pub fn file_id(fd: c_int) -> Result<UContext, i32> {
+    // SAFETY: plain data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid stat buffer; a bad descriptor is EBADF.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(crate::util::errno());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The name of a context's command file (a memfd), as /proc shows it
+/// (`/memfd:NAME (deleted)`): how a command descriptor of softrdma that
+/// another process passed is recognised.
+pub const CMD_FILE_PREFIX: &str = "softrdma-uverbs:";
+
+/// A new command file for a context of device `name`.
+fn cmd_file(name: &str) -> Result<OwnedFd, i32> {
+    let n = std::ffi::CString::new(format!("{CMD_FILE_PREFIX}{name}")).map_err(|_| libc::EINVAL)?;
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(n.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(crate::util::errno());
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Castable for Context {
@@ -59,6 +105,11 @@ impl Castable for Context {
 }
 
 impl Context {
+    /// The device entry of this context.
+    pub fn entry(&self) -> &'static DevEntry {
+        self.entry
+    }
+
     /// Warns once when `dest` looks unreachable from this device's address
     /// (see `reach`).
     pub fn check_peer(&self, dest: IpAddr) {
@@ -110,13 +161,27 @@ pub fn open_at(
     at: Option<IpAddr>,
     avoid: Option<IpAddr>,
 ) -> Result<*mut ibv_context, i32> {
+    let cmd = cmd_file(&entry.cfg.name)?;
+    let ucontext = file_id(cmd.as_raw_fd())?;
     let dev = entry.acquire_at(at, avoid)?;
+    let objs = Arc::new(Mutex::new(Objects::default()));
+    new_context(entry, dev, cmd, ucontext, objs).map_err(|(e, _)| e)
+}
+
+/// A context over the acquired device `dev` (released on failure).
+pub fn new_context(
+    entry: &'static DevEntry,
+    dev: Device,
+    cmd: OwnedFd,
+    ucontext: UContext,
+    objs: Arc<Mutex<Objects>>,
+) -> Result<*mut ibv_context, (i32, OwnedFd)> {
     let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
     let async_ep = match FdWatch::new(dev.async_fd()) {
         Ok(e) => e,
         Err(e) => {
             entry.release();
-            return Err(e.raw_os_error().unwrap_or(libc::EIO));
+            return Err((e.raw_os_error().unwrap_or(libc::EIO), cmd));
         }
     };
     // SAFETY: verbs_context is plain data (pointers, Option<fn>, ints):
@@ -128,6 +193,10 @@ pub fn open_at(
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex);
     vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
     vctx.query_rt_values = Some(crate::query::query_rt_values);
+    vctx.alloc_td = Some(crate::domain::alloc_td);
+    vctx.dealloc_td = Some(crate::domain::dealloc_td);
+    vctx.alloc_parent_domain = Some(crate::domain::alloc_parent_domain);
+    vctx.advise_mr = Some(crate::mr::advise_mr);
     vctx.sz = std::mem::size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &entry.c as *const ibv_device as *mut ibv_device;
@@ -137,7 +206,10 @@ pub fn open_at(
     c.ops.post_srq_recv = Some(crate::post::post_srq_recv);
     c.ops.post_send = Some(crate::post::post_send);
     c.ops.post_recv = Some(crate::post::post_recv);
-    c.cmd_fd = -1;
+    c.cmd_fd = cmd.as_raw_fd();
+    c.ops.alloc_mw = Some(crate::mw::alloc_mw);
+    c.ops.bind_mw = Some(crate::mw::bind_mw);
+    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     c.async_fd = async_ep.as_raw_fd();
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
@@ -145,8 +217,12 @@ pub fn open_at(
         dev,
         entry,
         async_ep,
-        objs: Mutex::new(Objects::default()),
+        objs,
         yield_idle,
+        _cmd: cmd,
+        ucontext,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
     };
     Ok(Obj::new(vctx, ctx).publish())
 }

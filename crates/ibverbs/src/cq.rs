@@ -24,8 +24,14 @@ pub struct Cq {
     _channel: Option<Use<Channel>>,
     /// Events handed out by `ibv_get_cq_event`.
     pub events: AtomicU32,
-    /// The completion being read between `start_poll` and `end_poll`.
-    cur: Mutex<Wc>,
+    /// The completion being read between `start_poll` and `end_poll`, and
+    /// its timestamp (device ns).
+    cur: Mutex<(Wc, u64)>,
+    /// Created with a completion timestamp in its `wc_flags`: polls take
+    /// the timestamps too.
+    stamped: bool,
+    /// The parent domain it was created in (`IBV_CQ_INIT_ATTR_MASK_PD`).
+    _parent: Option<Use<crate::pd::Pd>>,
     /// Yield the CPU every few empty polls.
     yield_idle: bool,
     /// Empty polls so far.
@@ -54,7 +60,19 @@ impl Castable for Cq {
     const MAGIC: u64 = 0x5352_4351_0000_0006;
 }
 
-const CQ_EX_FLAGS: u64 = IBV_WC_STANDARD_FLAGS;
+/// The `wc_flags` of `ibv_create_cq_ex` softrdma fills: the standard
+/// ones and both completion timestamps (the device clock, and the wall
+/// clock). Not VLANs, flow tags or tag matching (no such offloads).
+const CQ_EX_FLAGS: u64 = IBV_WC_STANDARD_FLAGS
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+/// What `ibv_create_cq_ex` adds to `ibv_create_cq`.
+#[derive(Default)]
+struct CqEx {
+    wc_flags: u64,
+    parent: Option<Use<crate::pd::Pd>>,
+}
 
 fn new_cq(
     ctx: *mut ibv_context,
@@ -62,6 +80,7 @@ fn new_cq(
     cq_context: *mut c_void,
     ch: *mut ibv_comp_channel,
     comp_vector: c_int,
+    ex: CqEx,
 ) -> Result<*mut ibv_cq, i32> {
     let c = context(ctx).ok_or(libc::EINVAL)?;
     let max = c.dev.query_device().max_cqe;
@@ -73,7 +92,14 @@ fn new_cq(
     } else {
         Some(Obj::<Channel>::get_use(ch).ok_or(libc::EINVAL)?)
     };
-    if chan.as_ref().is_some_and(|x| !Arc::ptr_eq(&x.ctx, &c)) {
+    if chan.as_ref().is_some_and(|x| x.ctx.ucontext != c.ucontext) {
+        return Err(libc::EINVAL);
+    }
+    if ex
+        .parent
+        .as_ref()
+        .is_some_and(|p| p.ctx.ucontext != c.ucontext)
+    {
         return Err(libc::EINVAL);
     }
     let cq = c
@@ -99,22 +125,35 @@ fn new_cq(
     cc.read_slid = Some(crate::cqex::read_slid);
     cc.read_sl = Some(crate::cqex::read_sl);
     cc.read_dlid_path_bits = Some(crate::cqex::read_dlid_path_bits);
+    cc.read_completion_ts = Some(crate::cqex::read_completion_ts);
+    cc.read_completion_wallclock_ns = Some(crate::cqex::read_completion_wallclock_ns);
     let id = cq.id().0;
     let yield_idle = c.yield_idle;
     let grh_sl = grh_sl(c.dev.local_addr().ip());
-    let o = Obj::new(
+    let stamped = ex.wc_flags
+        & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+        != 0;
+    let placement = ex
+        .parent
+        .as_ref()
+        .and_then(|p| crate::domain::placement(p, crate::domain::RES_TYPE_CQ));
+    let o = Obj::new_in(
         cc,
         Cq {
             cq,
             ctx: c.clone(),
             _channel: chan,
             events: AtomicU32::new(0),
-            cur: Mutex::new(EMPTY_WC),
+            cur: Mutex::new((EMPTY_WC, 0)),
+            stamped,
+            _parent: ex.parent,
             yield_idle,
             idle_polls: AtomicU32::new(0),
             grh_sl,
         },
-    );
+        placement,
+    )
+    .map_err(|(e, _)| e)?;
     c.objs
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -130,7 +169,7 @@ pub unsafe extern "C" fn create_cq(
     ch: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    guard_ptr(|| new_cq(ctx, cqe, cq_context, ch, comp_vector))
+    guard_ptr(|| new_cq(ctx, cqe, cq_context, ch, comp_vector, CqEx::default()))
 }
 
 pub unsafe extern "C" fn create_cq_ex(
@@ -146,21 +185,40 @@ pub unsafe extern "C" fn create_cq_ex(
         if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
             return Err(libc::EINVAL);
         }
-        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-            return Err(libc::EOPNOTSUPP); // parent domains
-        }
+        // A parent domain (not a plain PD), as providers require.
+        let parent = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            let p = Obj::<crate::pd::Pd>::get_use(a.parent_domain).ok_or(libc::EINVAL)?;
+            if p.parent.is_none() {
+                return Err(libc::EINVAL);
+            }
+            Some(p)
+        } else {
+            None
+        };
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
             && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0
         {
             return Err(libc::EOPNOTSUPP);
         }
         if a.wc_flags & !CQ_EX_FLAGS != 0 {
-            // Completion timestamps, VLAN, flow tags, tag matching.
+            // VLAN, flow tags, tag matching.
             return Err(libc::EOPNOTSUPP);
         }
         let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
+        let ex = CqEx {
+            wc_flags: a.wc_flags,
+            parent,
+        };
         // ibv_cq is the prefix of ibv_cq_ex: the same pointer.
-        Ok(new_cq(ctx, cqe, a.cq_context, a.channel, a.comp_vector as c_int)?.cast())
+        Ok(new_cq(
+            ctx,
+            cqe,
+            a.cq_context,
+            a.channel,
+            a.comp_vector as c_int,
+            ex,
+        )?
+        .cast())
     })
 }
 
@@ -310,13 +368,19 @@ impl Obj<Cq> {
     /// wr_id. Returns 0, ENOENT when empty, or an errno.
     pub fn poll_one(&self) -> c_int {
         let mut b = [EMPTY_WC; 1];
-        match self.cq.poll(&mut b) {
+        let mut t = [0u64; 1];
+        let r = if self.stamped {
+            self.cq.poll_stamped(&mut b, &mut t)
+        } else {
+            self.cq.poll(&mut b)
+        };
+        match r {
             Ok(0) => {
                 self.idle();
                 libc::ENOENT
             }
             Ok(_) => {
-                *self.cur.lock().unwrap_or_else(|e| e.into_inner()) = b[0];
+                *self.cur.lock().unwrap_or_else(|e| e.into_inner()) = (b[0], t[0]);
                 // SAFETY: fields of our own allocation that the program
                 // reads after this call returns (no concurrent access by
                 // the ibv_cq_ex contract: one poller between start/end).
@@ -333,6 +397,12 @@ impl Obj<Cq> {
 
     /// The completion being read.
     pub fn current(&self) -> Wc {
-        *self.cur.lock().unwrap_or_else(|e| e.into_inner())
+        self.cur.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// The timestamp of the completion being read (device ns; 0 when the
+    /// CQ was created without a timestamp flag).
+    pub fn current_ts(&self) -> u64 {
+        self.cur.lock().unwrap_or_else(|e| e.into_inner()).1
     }
 }

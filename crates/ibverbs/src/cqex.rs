@@ -87,3 +87,22 @@ pub unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
 pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
     0
 }
+
+/// `ibv_wc_read_completion_ts`: the device clock when the completion was
+/// generated, in cycles of `hca_core_clock` (1 GHz: nanoseconds since the
+/// device opened).
+pub unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    guard(0, || cq_ex(cq).map_or(0, |q| q.current_ts()))
+}
+
+/// `ibv_wc_read_completion_wallclock_ns`: the same instant on the wall
+/// clock (ns since the epoch, CLOCK_REALTIME).
+pub unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    guard(0, || {
+        let Some(q) = cq_ex(cq) else {
+            return 0;
+        };
+        let ago = q.ctx.dev.clock_ns().saturating_sub(q.current_ts());
+        crate::query::realtime_ns().saturating_sub(ago)
+    })
+}

@@ -37,15 +37,36 @@ static DEVICES: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
 /// usable is printed once to stderr and fails the list with `EINVAL`.
 pub fn device_list() -> Result<&'static [&'static DevEntry], i32> {
     DEVICES
-        .get_or_init(|| match configured_devices() {
-            Ok(list) => Ok(list.into_iter().map(leak_entry).collect()),
-            Err(e) => {
-                eprintln!("softrdma: {e}");
-                Err(libc::EINVAL)
-            }
+        .get_or_init(|| {
+            BUILDING.with(|b| b.set(true));
+            let r = match configured_devices() {
+                Ok(list) => Ok(list
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| leak_entry(i, c))
+                    .collect()),
+                Err(e) => {
+                    eprintln!("softrdma: {e}");
+                    Err(libc::EINVAL)
+                }
+            };
+            BUILDING.with(|b| b.set(false));
+            r
         })
         .as_deref()
         .map_err(|e| *e)
+}
+
+thread_local! {
+    /// Set while this thread builds the device list (reading the
+    /// configuration, whose file a preload library may see opened).
+    static BUILDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is building the device list: a call that needs
+/// the list must not wait for it then (it would wait for itself).
+pub fn building_list() -> bool {
+    BUILDING.with(|b| b.get())
 }
 
 /// The device list (empty when the configuration is not usable).
@@ -53,17 +74,19 @@ pub fn devices() -> &'static [&'static DevEntry] {
     device_list().unwrap_or_default()
 }
 
-fn leak_entry(cfg: DevConfig) -> &'static DevEntry {
+/// The entry of the `index`th device: `dev_name` `uverbsN` and its sysfs
+/// paths, as a kernel device's (the preload library's sysfs view has them).
+fn leak_entry(index: usize, cfg: DevConfig) -> &'static DevEntry {
     // SAFETY: ibv_device is plain data (pointers, ints, arrays): all-zero
     // is a valid value.
     let mut c: ibv_device = unsafe { std::mem::zeroed() };
     c.node_type = IBV_NODE_CA;
     c.transport_type = IBV_TRANSPORT_IB;
     copy_cstr(&mut c.name, &cfg.name);
-    copy_cstr(&mut c.dev_name, &format!("uverbs-{}", cfg.name));
+    copy_cstr(&mut c.dev_name, &format!("uverbs{index}"));
     copy_cstr(
         &mut c.dev_path,
-        &format!("/sys/class/infiniband_verbs/uverbs-{}", cfg.name),
+        &format!("/sys/class/infiniband_verbs/uverbs{index}"),
     );
     copy_cstr(
         &mut c.ibdev_path,
@@ -115,6 +138,19 @@ impl DevEntry {
             .store(d.query_device().node_guid.to_be(), Ordering::Relaxed);
         *g = Some((d.clone(), 1));
         Ok(d)
+    }
+
+    /// The open device, if it is open; `Err(())` while another call holds
+    /// the entry (opening or closing it): the caller must not wait, it may
+    /// be that call's own thread (sysfs lookups made while a device opens).
+    pub fn try_open_device(&self) -> Result<Option<Device>, ()> {
+        match self.open.try_lock() {
+            Ok(g) => Ok(g.as_ref().map(|(d, _)| d.clone())),
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                Ok(e.into_inner().as_ref().map(|(d, _)| d.clone()))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => Err(()),
+        }
     }
 
     /// The address of the open device, if it is open.

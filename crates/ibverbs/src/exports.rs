@@ -1,5 +1,9 @@
-//! Every function of rdma-core 44's libibverbs.so.1, bound to its symbol
-//! version (libibverbs.map) through a `.symver` alias of a small jump.
+//! Every symbol of rdma-core's libibverbs.so.1 and librdmacm.so.1 in the
+//! releases `abi/rdma-core.txt` lists (44, 50, 56: Debian 12, Ubuntu
+//! 24.04, Debian 13), bound to its symbol version (libibverbs.map) through
+//! a `.symver` alias of a small jump (functions) or of a variable
+//! (`export_data!`, the one data object: `verbs_allow_disassociate_destroy`).
+//! build.rs checks this file and the map against that list.
 //!
 //! The Rust functions keep Rust-side names; each export is a global label
 //! `__softrdma_<name>_<version>` that jumps to it, renamed by `.symver` to
@@ -11,7 +15,9 @@
 //! rustc's own export list of the cdylib never names these labels, so its
 //! version script and ours do not collide.
 
-use crate::{ah, channel, context, cq, device, misc, mr, pd, qp, query, rdmacm, srq};
+use crate::{
+    ah, channel, context, cq, device, import, misc, mr, pd, qp, query, rdmacm, srq, sysfs,
+};
 
 macro_rules! export {
     ($name:ident $at:literal $ver:literal => $f:path) => {
@@ -27,6 +33,47 @@ macro_rules! export {
             concat!(".size __softrdma_", stringify!($name), "_", $ver, ", .-__softrdma_", stringify!($name), "_", $ver),
             concat!(".symver __softrdma_", stringify!($name), "_", $ver, ", ", stringify!($name), $at, $ver),
             f = sym $f,
+        );
+    };
+}
+
+/// A variable of `$size` zero bytes exported as `name@@VERSION` (an ELF
+/// `OBJECT`, as rdma-core defines it: providers read it as data).
+macro_rules! export_data {
+    ($name:ident $at:literal $ver:literal, $size:literal) => {
+        #[cfg(not(test))]
+        std::arch::global_asm!(
+            ".pushsection .bss",
+            ".p2align 3",
+            concat!(".globl __softrdma_", stringify!($name), "_", $ver),
+            concat!(
+                ".type __softrdma_",
+                stringify!($name),
+                "_",
+                $ver,
+                ",@object"
+            ),
+            concat!(
+                ".size __softrdma_",
+                stringify!($name),
+                "_",
+                $ver,
+                ", ",
+                $size
+            ),
+            concat!("__softrdma_", stringify!($name), "_", $ver, ":"),
+            concat!(".zero ", $size),
+            concat!(
+                ".symver __softrdma_",
+                stringify!($name),
+                "_",
+                $ver,
+                ", ",
+                stringify!($name),
+                $at,
+                $ver
+            ),
+            ".popsection",
         );
     };
 }
@@ -121,13 +168,13 @@ export!(ibv_resize_cq "@@" "IBVERBS_1.1" => cq::resize_cq);
 export!(ibv_resolve_eth_l2_from_gid "@@" "IBVERBS_1.1" => misc::unsupported_neg);
 export!(ibv_wc_status_str "@@" "IBVERBS_1.1" => misc::wc_status_str);
 export!(mbps_to_ibv_rate "@@" "IBVERBS_1.1" => misc::mbps_to_rate);
-export!(ibv_import_device "@@" "IBVERBS_1.10" => misc::unsupported_null);
-export!(ibv_import_mr "@@" "IBVERBS_1.10" => misc::unsupported_null);
-export!(ibv_import_pd "@@" "IBVERBS_1.10" => misc::unsupported_null);
+export!(ibv_import_device "@@" "IBVERBS_1.10" => import::import_device);
+export!(ibv_import_mr "@@" "IBVERBS_1.10" => import::import_mr);
+export!(ibv_import_pd "@@" "IBVERBS_1.10" => import::import_pd);
 export!(ibv_query_ece "@@" "IBVERBS_1.10" => misc::unsupported_errno);
 export!(ibv_set_ece "@@" "IBVERBS_1.10" => misc::unsupported_errno);
-export!(ibv_unimport_mr "@@" "IBVERBS_1.10" => misc::nothing);
-export!(ibv_unimport_pd "@@" "IBVERBS_1.10" => misc::nothing);
+export!(ibv_unimport_mr "@@" "IBVERBS_1.10" => import::unimport_mr);
+export!(ibv_unimport_pd "@@" "IBVERBS_1.10" => import::unimport_pd);
 export!(_ibv_query_gid_ex "@@" "IBVERBS_1.11" => query::query_gid_ex);
 export!(_ibv_query_gid_table "@@" "IBVERBS_1.11" => query::query_gid_table);
 export!(ibv_reg_dmabuf_mr "@@" "IBVERBS_1.12" => misc::unsupported_null);
@@ -154,6 +201,8 @@ export!(ibv_cmd_create_ah "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_counters "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_cq_ex "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
+// rdma-core 53+ (Debian 13's libmlx5 imports it).
+export!(ibv_cmd_create_cq_ex2 "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_flow "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_flow_action_esp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_create_qp "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
@@ -205,12 +254,20 @@ export!(ibv_cmd_rereg_mr "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_cmd_resize_cq "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_errno);
 export!(ibv_query_gid_type "@@" "IBVERBS_PRIVATE_34" => query::query_gid_type);
 export!(ibv_read_ibdev_sysfs_file "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_neg);
-export!(verbs_allow_disassociate_destroy "@@" "IBVERBS_PRIVATE_34" => misc::zero);
+// A `bool` variable in rdma-core (false unless RDMAV_ALLOW_DISASSOC_DESTROY).
+export_data!(verbs_allow_disassociate_destroy "@@" "IBVERBS_PRIVATE_34", 1);
+// Public since rdma-core 49 (verbs.h), under the private version.
+export!(ibv_wr_opcode_str "@@" "IBVERBS_PRIVATE_34" => misc::wr_opcode_str);
 export!(verbs_init_cq "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_open_device "@@" "IBVERBS_PRIVATE_34" => misc::unsupported_null);
 export!(verbs_register_driver_34 "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_set_ops "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
 export!(verbs_uninit_context "@@" "IBVERBS_PRIVATE_34" => misc::nothing);
+
+// -------------------------------------------------------------- softrdma ----
+// softrdma's own: the sysfs view for libsoftrdma_preload.so (src/sysfs.rs).
+
+export!(softrdma_sysfs_root "@@" "SOFTRDMA_PRIVATE_1" => sysfs::sysfs_root);
 
 // ------------------------------------------------------------ librdmacm ----
 // rdma-core 44's librdmacm.so.1: 68 functions under RDMACM_1.0 … 1.3, all

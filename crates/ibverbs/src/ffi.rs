@@ -78,6 +78,8 @@ pub type ibv_wr_opcode = c_int;
 pub type ibv_wc_opcode = c_int;
 /// See [`ibv_rate`].
 pub type ibv_mw_type = c_int;
+/// See [`ibv_rate`].
+pub type ibv_advise_mr_advice = c_int;
 /// A big-endian 64-bit value (`__be64`).
 pub type __be64 = u64;
 /// The pre-`port_cap_flags2` `ibv_port_attr` that `ibv_query_port` fills
@@ -167,6 +169,18 @@ pub type CreateSrqExFn =
 pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut ibv_modify_cq_attr) -> c_int;
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+pub type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+/// A parent domain's allocator: `(pd, pd_context, size, alignment,
+/// resource_type)`.
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// A parent domain's free: `(pd, pd_context, ptr, resource_type)`.
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+pub type AdviseMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, ibv_advise_mr_advice, u32, *mut ibv_sge, u32) -> c_int;
 
 /// `struct verbs_context`: the extended context, laid out *before* the
 /// `ibv_context` a program sees. verbs.h's `verbs_get_ctx_op` finds an
@@ -176,7 +190,7 @@ pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut ibv_modify_cq_attr)
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPortFn>,
-    pub advise_mr: *mut c_void,
+    pub advise_mr: Option<AdviseMrFn>,
     pub alloc_null_mr: *mut c_void,
     pub read_counters: *mut c_void,
     pub attach_counters_point_flow: *mut c_void,
@@ -189,9 +203,9 @@ pub struct verbs_context {
     pub destroy_flow_action: *mut c_void,
     pub create_flow_action_esp: *mut c_void,
     pub modify_qp_rate_limit: *mut c_void,
-    pub alloc_parent_domain: *mut c_void,
-    pub dealloc_td: *mut c_void,
-    pub alloc_td: *mut c_void,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<DeallocTdFn>,
+    pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: Option<ModifyCqFn>,
     pub post_srq_ops: *mut c_void,
     pub destroy_rwq_ind_table: *mut c_void,
@@ -380,6 +394,9 @@ pub struct ibv_port_attr {
     pub link_layer: u8,
     pub flags: u8,
     pub port_cap_flags2: u16,
+    /// rdma-core 49+ (abi/rdma-core.txt): the speed when it does not fit
+    /// `active_speed`; 0 means "see active_speed".
+    pub active_speed_ex: u32,
 }
 
 /// `ibv_async_event.element` (a union of pointers and an int).
@@ -736,6 +753,9 @@ pub type WrSetSgeFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
 pub type WrSetSgeListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge);
 pub type WrCompleteFn = unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int;
 pub type WrAtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
+/// rdma-core 45+'s `wr_flush` (Debian 12's header has none; build.rs
+/// checks it against newer headers when it has them).
+pub type WrFlushFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
 
 /// `struct ibv_qp_ex`: the new post-send API (`ibv_wr_*` call these).
 #[repr(C)]
@@ -765,6 +785,8 @@ pub struct ibv_qp_ex {
     pub wr_complete: Option<WrCompleteFn>,
     pub wr_abort: Option<WrSendFn>,
     pub wr_atomic_write: Option<WrAtomicWriteFn>,
+    /// rdma-core 45+ (abi/rdma-core.txt).
+    pub wr_flush: Option<WrFlushFn>,
 }
 
 #[repr(C)]
@@ -914,6 +936,14 @@ pub const IBV_DEVICE_CURR_QP_STATE_MOD: c_uint = 1 << 7;
 pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 pub const IBV_DEVICE_N_NOTIFY_CQ: c_uint = 1 << 14;
+pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+/// `device_cap_flags_ex` bits of the Memory Placement Extensions
+/// (IB_UVERBS_DEVICE_FLUSH_GLOBAL, _FLUSH_PERSISTENT, _ATOMIC_WRITE).
+pub const IBV_DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+pub const IBV_DEVICE_FLUSH_PERSISTENT: u64 = 1 << 39;
+pub const IBV_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 
 pub const IBV_PORT_ACTIVE: c_int = 4;
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
@@ -971,7 +1001,39 @@ pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
 pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
 pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
 pub const IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+pub const IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
 pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+/// rdma-core 47+.
+pub const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 11;
+pub const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
+
+pub const IBV_WR_BIND_MW: c_int = 8;
+/// rdma-core 47+ (no `ibv_send_wr` fields: only `ibv_wr_flush` posts it).
+pub const IBV_WR_FLUSH: c_int = 14;
+pub const IBV_WR_ATOMIC_WRITE: c_int = 15;
+
+pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
+pub const IBV_ACCESS_MW_BIND: c_int = 1 << 4;
+pub const IBV_ACCESS_ZERO_BASED: c_int = 1 << 5;
+pub const IBV_ACCESS_ON_DEMAND: c_int = 1 << 6;
+pub const IBV_ACCESS_HUGETLB: c_int = 1 << 7;
+/// rdma-core 47+.
+pub const IBV_ACCESS_FLUSH_GLOBAL: c_int = 1 << 8;
+pub const IBV_ACCESS_FLUSH_PERSISTENT: c_int = 1 << 9;
+
+pub const IBV_MW_TYPE_1: c_int = 1;
+pub const IBV_MW_TYPE_2: c_int = 2;
+
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
+pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
+
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH: c_int = 0;
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: c_int = 1;
+pub const IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: c_int = 2;
+pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
 
 pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
 pub const IBV_SRQ_LIMIT: c_int = 1 << 1;
@@ -1005,6 +1067,33 @@ pub const IBV_QP_RATE_LIMIT: c_int = 1 << 25;
 pub const IBV_ACCESS_OPTIONAL_RANGE: c_int = 0x3ff0_0000;
 
 pub const IBV_FORK_UNNEEDED: c_int = 2;
+
+// ------------------------------------ thread and parent domains (verbs.h) ----
+
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1 << 0;
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+/// `IBV_ALLOCATOR_USE_DEFAULT`: an allocator's "use your own".
+pub const IBV_ALLOCATOR_USE_DEFAULT: usize = usize::MAX;
 
 // --------------------------------------------------------- layout table ----
 
@@ -1057,7 +1146,7 @@ layout_checks! {
     }
     struct ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
     struct verbs_context {
-        query_port, advise_mr, modify_cq, query_rt_values, create_cq_ex, query_device_ex,
+        query_port, advise_mr, alloc_parent_domain, dealloc_td, alloc_td, modify_cq, query_rt_values, create_cq_ex, query_device_ex,
         ibv_destroy_flow, ibv_create_flow, open_qp, create_qp_ex, get_srq_num,
         create_srq_ex, open_xrcd, close_xrcd, _ABI_placeholder3, sz, context
     }
@@ -1090,7 +1179,7 @@ layout_checks! {
         state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
         qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
         init_type_reply, active_width, active_speed, phys_state, link_layer, flags,
-        port_cap_flags2
+        port_cap_flags2, active_speed_ex
     }
     struct ibv_async_event { element, event_type }
     struct ibv_wc {
@@ -1143,7 +1232,7 @@ layout_checks! {
         wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
         wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
         wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
-        wr_complete, wr_abort, wr_atomic_write
+        wr_complete, wr_abort, wr_atomic_write, wr_flush
     }
     struct ibv_ece { vendor_id, options, comp_mask }
     struct ibv_comp_channel { context, fd, refcnt }
@@ -1167,4 +1256,7 @@ layout_checks! {
     }
     struct ibv_values_ex { comp_mask, raw_clock }
     struct ibv_alloc_dm_attr { length, log_align_req, comp_mask }
+    struct ibv_td_init_attr { comp_mask }
+    struct ibv_td { context }
+    struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
 }

@@ -1,8 +1,11 @@
 //! The one handle type behind every C pointer we hand out.
 //!
 //! An object the program sees — a context, PD, MR, CQ, QP… — is an
-//! [`Obj<T>`] in an `Arc`: the C structure first (so the program's pointer
-//! points at it), then a magic word, a use count, and our state `T`. The
+//! [`Obj<T>`] in an `Arc`: a use count and our state `T`, and the C
+//! structure the program's pointer points at, in a shell of its own
+//! behind a magic word and a pointer back to the object. The shell is in
+//! our memory, or — for QPs, CQs and SRQs created in a parent domain with
+//! allocators — in memory from the program's allocator. The
 //! pattern is rustls-ffi's "castable": each `T` names its C structure
 //! ([`Castable::Repr`]), the type of the pointer the program holds
 //! ([`Castable::Api`]), its [`Kind`] and magic word, and everything else —
@@ -32,7 +35,8 @@
 use std::any::Any;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Kinds of objects handed to C.
@@ -41,6 +45,7 @@ pub enum Kind {
     Context,
     Pd,
     Mr,
+    Mw,
     Channel,
     Cq,
     Srq,
@@ -49,6 +54,8 @@ pub enum Kind {
     CmChannel,
     CmId,
     CmEvent,
+    Td,
+    ImportedMr,
 }
 
 /// What a Rust type needs to say to live behind a C pointer.
@@ -68,15 +75,59 @@ pub trait Castable: Send + Sync + Sized + 'static {
     const API_OFFSET: usize = 0;
 }
 
-/// An object handed to C: its C structure, then ours.
-#[repr(C)]
+/// An object handed to C: ours, with its C structure in a [`Shell`] of its
+/// own — in our memory, or in the program's when a parent domain with
+/// allocators says so ([`Placement`]).
 pub struct Obj<T: Castable> {
-    c: UnsafeCell<T::Repr>,
-    magic: AtomicU64,
+    shell: NonNull<Shell<T::Repr>>,
+    /// Where the shell came from, to give it back.
+    placement: Option<Placement>,
     /// Children that count as users (see [`Use`]).
     users: AtomicUsize,
     inner: T,
 }
+
+/// The memory the program's pointer points into: a small header, then
+/// the C structure. The data path finds the object from the program's
+/// pointer through the header (the same cache line as the structure's
+/// first bytes).
+#[repr(C)]
+struct Shell<R> {
+    /// [`Castable::MAGIC`] while the object is live, 0 after its destroy.
+    magic: AtomicU64,
+    /// The [`Obj`] owning this shell (an `Arc`'s contents: it outlives
+    /// the shell, which it frees when dropped).
+    owner: AtomicPtr<()>,
+    c: UnsafeCell<R>,
+}
+
+/// Memory for an object's shell from a parent domain's allocator
+/// (`ibv_parent_domain_init_attr.alloc`/`free`): the program's, given
+/// back with its `free`.
+#[derive(Clone, Copy)]
+pub struct Placement {
+    /// `alloc(pd, pd_context, size, alignment, resource_type)`.
+    pub alloc: crate::ffi::PdAllocFn,
+    /// `free(pd, pd_context, ptr, resource_type)`.
+    pub free: crate::ffi::PdFreeFn,
+    /// The parent domain (as the program's `ibv_pd` pointer).
+    pub pd: *mut crate::ffi::ibv_pd,
+    /// Its `pd_context`.
+    pub pd_context: *mut std::ffi::c_void,
+    /// The resource type passed to both.
+    pub resource_type: u64,
+}
+
+// SAFETY: the pointers are the program's, passed back to its own
+// callbacks; the parent domain they name outlives every object placed
+// with it (the object holds a `Use` of it).
+unsafe impl Send for Placement {}
+// SAFETY: as above.
+unsafe impl Sync for Placement {}
+
+/// The shell's alignment when the program's allocator provides it (a
+/// cache line).
+pub const SHELL_ALIGN: usize = 64;
 
 // SAFETY: the C structure holds plain data and pointers the program owns;
 // we write it only while building the object and, afterwards, its counter
@@ -85,6 +136,27 @@ pub struct Obj<T: Castable> {
 unsafe impl<T: Castable> Send for Obj<T> {}
 // SAFETY: as above.
 unsafe impl<T: Castable> Sync for Obj<T> {}
+
+impl<T: Castable> Drop for Obj<T> {
+    fn drop(&mut self) {
+        let sh = self.shell.as_ptr();
+        match self.placement {
+            None => {
+                // SAFETY: allocated by `Box::new` in `new_in`, freed once.
+                drop(unsafe { Box::from_raw(sh) });
+            }
+            Some(p) => {
+                // SAFETY: the shell was written in place by `new_in` in
+                // memory from `p.alloc`; it is dropped once, then the
+                // memory goes back to the program's `free`.
+                unsafe {
+                    std::ptr::drop_in_place(sh);
+                    (p.free)(p.pd, p.pd_context, sh.cast(), p.resource_type);
+                }
+            }
+        }
+    }
+}
 
 impl<T: Castable> std::ops::Deref for Obj<T> {
     type Target = T;
@@ -104,22 +176,83 @@ fn live() -> MutexGuard<'static, Option<Registry>> {
 impl<T: Castable> Obj<T> {
     /// A new, unpublished object.
     pub fn new(c: T::Repr, inner: T) -> Arc<Self> {
-        Arc::new(Obj {
-            c: UnsafeCell::new(c),
+        match Self::new_in(c, inner, None) {
+            Ok(o) => o,
+            Err((_, _)) => unreachable!("our own memory never fails to place"),
+        }
+    }
+
+    /// A new, unpublished object whose C structure lives in memory from
+    /// `placement` (our own with `None`). When the program's allocator
+    /// returns NULL the structure and our state come back with `ENOMEM`;
+    /// `IBV_ALLOCATOR_USE_DEFAULT` means our own memory.
+    #[allow(clippy::type_complexity)]
+    pub fn new_in(
+        c: T::Repr,
+        inner: T,
+        placement: Option<Placement>,
+    ) -> Result<Arc<Self>, (i32, T)> {
+        let shell = Shell {
             magic: AtomicU64::new(T::MAGIC),
+            owner: AtomicPtr::new(std::ptr::null_mut()),
+            c: UnsafeCell::new(c),
+        };
+        let (ptr, placement) = match placement {
+            None => (NonNull::from(Box::leak(Box::new(shell))), None),
+            Some(p) => {
+                let size = std::mem::size_of::<Shell<T::Repr>>();
+                let align = SHELL_ALIGN.max(std::mem::align_of::<Shell<T::Repr>>());
+                // SAFETY: the program's allocator with its own arguments.
+                let m = unsafe { (p.alloc)(p.pd, p.pd_context, size, align, p.resource_type) };
+                if m as usize == crate::ffi::IBV_ALLOCATOR_USE_DEFAULT {
+                    (NonNull::from(Box::leak(Box::new(shell))), None)
+                } else if m.is_null()
+                    || !(m as usize).is_multiple_of(std::mem::align_of::<Shell<T::Repr>>())
+                {
+                    if !m.is_null() {
+                        // SAFETY: given back as it came.
+                        unsafe { (p.free)(p.pd, p.pd_context, m, p.resource_type) };
+                    }
+                    return Err((libc::ENOMEM, inner));
+                } else {
+                    let m = m.cast::<Shell<T::Repr>>();
+                    // SAFETY: `size` bytes, suitably aligned (checked),
+                    // from the program's allocator, ours until `free`.
+                    unsafe { m.write(shell) };
+                    // SAFETY: non-null (checked).
+                    (unsafe { NonNull::new_unchecked(m) }, Some(p))
+                }
+            }
+        };
+        let o = Arc::new(Obj {
+            shell: ptr,
+            placement,
             users: AtomicUsize::new(0),
             inner,
-        })
+        });
+        // SAFETY: the shell is ours and live; the Arc's contents do not
+        // move while it lives, and the shell goes with them.
+        unsafe {
+            (*ptr.as_ptr())
+                .owner
+                .store(Arc::as_ptr(&o) as *mut (), Ordering::Release)
+        };
+        Ok(o)
+    }
+
+    fn shell(&self) -> &Shell<T::Repr> {
+        // SAFETY: the shell lives as long as `self`.
+        unsafe { self.shell.as_ref() }
     }
 
     /// The C structure (for fields we, or the program, may write).
     pub fn repr(&self) -> *mut T::Repr {
-        self.c.get()
+        self.shell().c.get()
     }
 
     /// The pointer the program holds.
     pub fn api(&self) -> *mut T::Api {
-        (self.c.get() as *mut u8).wrapping_add(T::API_OFFSET).cast()
+        (self.repr() as *mut u8).wrapping_add(T::API_OFFSET).cast()
     }
 
     /// Hands the object to C: registers it and returns its pointer.
@@ -166,8 +299,39 @@ impl<T: Castable> Obj<T> {
             return Err(libc::EBUSY);
         }
         reg.remove(&(p as usize));
-        o.magic.store(0, Ordering::SeqCst);
+        o.shell().magic.store(0, Ordering::SeqCst);
         Ok(o)
+    }
+
+    /// Takes the object out of the registry whatever its users (an
+    /// `ibv_unimport_*`: the program's handle goes, children keep the
+    /// object). `Err(EINVAL)` when it is not live.
+    pub fn take_forced(p: *mut T::Api) -> Result<Arc<Self>, i32> {
+        let mut g = live();
+        let reg = g.as_mut().ok_or(libc::EINVAL)?;
+        let o = Self::lookup(reg, p).ok_or(libc::EINVAL)?;
+        reg.remove(&(p as usize));
+        o.shell().magic.store(0, Ordering::SeqCst);
+        Ok(o)
+    }
+
+    /// The first live object of this kind for which `pred` holds. `pred`
+    /// runs under the registry's lock: it must not look objects up.
+    pub fn find(pred: impl Fn(&Self) -> bool) -> Option<Arc<Self>> {
+        Self::find_all(pred).into_iter().next()
+    }
+
+    /// Every live object of this kind for which `pred` holds (same rule).
+    pub fn find_all(pred: impl Fn(&Self) -> bool) -> Vec<Arc<Self>> {
+        let g = live();
+        let Some(reg) = g.as_ref() else {
+            return Vec::new();
+        };
+        reg.values()
+            .filter(|(k, _)| *k == T::KIND)
+            .filter_map(|(_, o)| o.clone().downcast::<Self>().ok())
+            .filter(|o| pred(o))
+            .collect()
     }
 
     /// The data path's check: NULL and the magic word, no reference.
@@ -181,12 +345,20 @@ impl<T: Castable> Obj<T> {
         if p.is_null() {
             return None;
         }
-        let o = (p as *const u8).wrapping_sub(T::API_OFFSET) as *const Self;
-        // SAFETY: per the contract, the object is live and `magic` lies
-        // inside it; an atomic read (the destroy path writes it).
-        let m = unsafe { (*std::ptr::addr_of!((*o).magic)).load(Ordering::Relaxed) };
-        // SAFETY: the magic word says this is a live `Obj<T>`.
-        (m == T::MAGIC).then(|| unsafe { &*o })
+        let c = (p as *const u8).wrapping_sub(T::API_OFFSET);
+        let sh = c.wrapping_sub(std::mem::offset_of!(Shell<T::Repr>, c)) as *const Shell<T::Repr>;
+        // SAFETY: per the contract, the object is live and its shell's
+        // header lies just before the structure; atomic reads (the
+        // destroy path writes `magic`).
+        let m = unsafe { (*std::ptr::addr_of!((*sh).magic)).load(Ordering::Relaxed) };
+        if m != T::MAGIC {
+            return None;
+        }
+        // SAFETY: the magic word says this is a live shell of an `Obj<T>`,
+        // whose owner pointer was stored before the object was published.
+        let o = unsafe { (*std::ptr::addr_of!((*sh).owner)).load(Ordering::Acquire) };
+        // SAFETY: the owner outlives its shell.
+        Some(unsafe { &*(o as *const Self) })
     }
 
     /// A counter field of the C structure, for atomic updates (the program

@@ -16,12 +16,15 @@
 //! - `context`: `ibv_open_device`/`ibv_close_device`, asynchronous events;
 //!   `query`: device, port, GID and P_Key queries.
 //! - one module per object: `pd`, `mr`, `channel`, `cq`, `srq`, `ah`, `qp`;
+//!   `domain`: thread and parent domains; `import`: `ibv_import_*`;
 //!   `post`: the data path (`ibv_post_send`/`recv`; `ibv_poll_cq` is in
 //!   `cq` and, like softrdma's `CompletionQueue::poll`, drives progress
 //!   inline, so a spinning poller makes progress itself).
 //! - `qpex`, `cqex`: the `ibv_wr_*` post-send API and extended CQ polling.
 //! - `rdmacm`: librdmacm (rdma_cm) in the same library, exported under
 //!   RDMACM_1.x; `librdmacm.so.1` is a symlink to this file.
+//! - `sysfs`: the view of the devices the preload library shows in sysfs
+//!   (`softrdma_sysfs_root`, softrdma's own export).
 //! - `misc`, `exports`: everything else exported, and the symbol versions.
 //!
 //! Every exported function stops panics at the boundary (`util::guard`)
@@ -49,14 +52,20 @@ mod cq;
 mod cqex;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod device;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod domain;
 #[allow(missing_docs)]
 mod exports;
 #[allow(missing_docs)]
 mod handle;
 #[allow(missing_docs, clippy::missing_safety_doc)]
+mod import;
+#[allow(missing_docs, clippy::missing_safety_doc)]
 mod misc;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod mr;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod mw;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod pd;
 #[allow(missing_docs, clippy::missing_safety_doc)]
@@ -72,5 +81,7 @@ mod rdmacm;
 mod reach;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod srq;
+#[allow(missing_docs, clippy::missing_safety_doc)]
+mod sysfs;
 #[allow(missing_docs)]
 mod util;

@@ -251,9 +251,60 @@ pub unsafe extern "C" fn wc_status_str(s: ibv_wc_status) -> *const c_char {
         .map_or(c"unknown".as_ptr(), |s| s.as_ptr())
 }
 
+/// `ibv_wr_opcode_str`: the name of an `enum ibv_wr_opcode` value, by
+/// value (verbs.h), as rdma-core 49+ names them. 12 and 13 name no opcode:
+/// "unknown" (rdma-core returns NULL there), as for any value out of range.
+const WR_OPCODE_STR: [&CStr; 16] = [
+    c"rdma-write",
+    c"rdma-write-with-imm",
+    c"send",
+    c"send-with-imm",
+    c"rdma-read",
+    c"atomic-cmp-and-swp",
+    c"atomic-fetch-and-add",
+    c"local-inv",
+    c"bind-mw",
+    c"send-with-inv",
+    c"tso",
+    c"driver1",
+    c"unknown",
+    c"unknown",
+    c"flush",
+    c"atomic-write",
+];
+
+/// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 since rdma-core 50): a static
+/// string, never NULL.
+pub unsafe extern "C" fn wr_opcode_str(op: ibv_wr_opcode) -> *const c_char {
+    usize::try_from(op)
+        .ok()
+        .and_then(|i| WR_OPCODE_STR.get(i))
+        .map_or(c"unknown".as_ptr(), |s| s.as_ptr())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wr_opcode_names() {
+        // SAFETY: the function returns static strings.
+        let name = |op| {
+            unsafe { CStr::from_ptr(wr_opcode_str(op)) }
+                .to_str()
+                .unwrap()
+        };
+        assert_eq!(name(0), "rdma-write");
+        assert_eq!(name(4), "rdma-read");
+        assert_eq!(name(6), "atomic-fetch-and-add");
+        assert_eq!(name(11), "driver1");
+        assert_eq!(name(12), "unknown");
+        assert_eq!(name(13), "unknown");
+        assert_eq!(name(14), "flush");
+        assert_eq!(name(15), "atomic-write");
+        assert_eq!(name(16), "unknown");
+        assert_eq!(name(-1), "unknown");
+    }
 
     #[test]
     fn rates_round_trip() {

@@ -1,4 +1,4 @@
-//! Protection domains.
+//! Protection domains (and parent domains, which are PDs: see `domain`).
 
 use crate::context::{context, Ctx};
 use crate::ffi::*;
@@ -11,6 +11,9 @@ use std::ffi::c_int;
 pub struct Pd {
     pub pd: ProtectionDomain,
     pub ctx: Ctx,
+    /// Set for a parent domain: the PD it extends, its thread domain and
+    /// allocators.
+    pub parent: Option<crate::domain::Parent>,
 }
 
 impl Castable for Pd {
@@ -20,18 +23,31 @@ impl Castable for Pd {
     const MAGIC: u64 = 0x5352_5044_0000_0003;
 }
 
+/// A new PD object for `pd` in context `c` (also an imported or a parent
+/// domain's), with the program-visible `handle`.
+pub fn publish(
+    c: Ctx,
+    pd: ProtectionDomain,
+    handle: u32,
+    parent: Option<crate::domain::Parent>,
+) -> *mut ibv_pd {
+    let mut cp: ibv_pd = zeroed();
+    cp.context = c.api();
+    cp.handle = handle;
+    Obj::new(cp, Pd { pd, ctx: c, parent }).publish()
+}
+
 pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     guard_ptr(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
         let pd = c.dev.alloc_pd().map_err(|e| e.errno())?;
-        let mut cp: ibv_pd = zeroed();
-        cp.context = c.api();
-        cp.handle = pd.id().0;
-        Ok(Obj::new(cp, Pd { pd, ctx: c }).publish())
+        let handle = pd.id().0;
+        Ok(publish(c, pd, handle, None))
     })
 }
 
 pub unsafe extern "C" fn dealloc_pd(p: *mut ibv_pd) -> c_int {
-    // EBUSY while regions, QPs, SRQs or address handles use it.
+    // EBUSY while regions, QPs, SRQs, address handles or parent domains
+    // use it.
     guard_errno(|| Obj::<Pd>::take(p).map_or_else(|e| e, |_| 0))
 }

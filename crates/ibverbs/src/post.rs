@@ -128,11 +128,16 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
     let op = u32::try_from(w.opcode)
         .ok()
         .and_then(WrOpcode::from_ibv)
-        .ok_or(if (8..=15).contains(&w.opcode) {
-            libc::EOPNOTSUPP // bind MW, TSO, atomic write
+        .ok_or(if (10..=13).contains(&w.opcode) {
+            libc::EOPNOTSUPP // TSO, driver opcodes
         } else {
             libc::EINVAL
         })?;
+    if op == WrOpcode::Flush {
+        // `ibv_send_wr` has no FLUSH fields (type, level): only
+        // `ibv_wr_flush` can post one.
+        return Err(libc::EINVAL);
+    }
     if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -147,6 +152,36 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
     };
     let mut wr = SendWr::new(w.wr_id, op);
     wr.flags = SendFlags(w.send_flags & 0xf);
+    if op == WrOpcode::BindMw {
+        // rxe's validate_send_wr: a bind carries no data and no immediate.
+        if w.num_sge != 0 || w.imm_data != 0 || q.is_ud() {
+            return Err(libc::EINVAL);
+        }
+        let b = w.bind_mw;
+        let info = ibv_mw_bind_info {
+            mr: b.bind_info_mr,
+            addr: b.bind_info_addr,
+            length: b.bind_info_length,
+            mw_access_flags: b.bind_info_mw_access_flags,
+        };
+        wr.flags = SendFlags(wr.flags.0 & !IBV_SEND_INLINE);
+        wr.bind = Some(crate::qpex::bind_of(b.mw, b.rkey, &info)?);
+        return Ok(wr);
+    }
+    if op == WrOpcode::AtomicWrite {
+        // The 8 bytes are read now, from the SGEs (or inline data).
+        // SAFETY: the SGEs describe the program's memory.
+        wr.inline_data = unsafe { gather_inline(sges) }?;
+        if wr.inline_data.len() != 8 {
+            return Err(libc::EINVAL);
+        }
+        wr.flags = wr.flags.with(SendFlags::INLINE);
+        // SAFETY: as below (union of plain integers and pointers).
+        let r = unsafe { w.wr.rdma };
+        wr.remote_addr = r.remote_addr;
+        wr.rkey = RKey(r.rkey);
+        return Ok(wr);
+    }
     if wr.flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {
         // SAFETY: the SGEs describe the program's memory.
         wr.inline_data = unsafe { gather_inline(sges) }?;

@@ -64,7 +64,10 @@ const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_FLUSH
+    | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 #[allow(clippy::too_many_arguments)]
 fn new_qp(
@@ -93,7 +96,9 @@ fn new_qp(
         Some(Obj::<Srq>::get_use(srq).ok_or(libc::EINVAL)?)
     };
     let ctx = x.ctx.clone();
-    if !Arc::ptr_eq(&scq.ctx, &ctx) || !Arc::ptr_eq(&rcq.ctx, &ctx) {
+    // The CQs of one device context (an imported context shares its
+    // objects with the one it came from).
+    if scq.ctx.ucontext != ctx.ucontext || rcq.ctx.ucontext != ctx.ucontext {
         return Err(libc::EINVAL);
     }
     let dev = ctx.dev.query_device();
@@ -138,7 +143,8 @@ fn new_qp(
     c.qp_base.qp_type = qp_type;
     crate::qpex::fill_ops(&mut c);
     let qpn = qp.qpn().value();
-    let o = Obj::new(
+    let placement = crate::domain::placement(&x, crate::domain::RES_TYPE_QP);
+    let o = Obj::new_in(
         c,
         Qp {
             qp,
@@ -152,7 +158,9 @@ fn new_qp(
             sq_sig_all,
             batch: Mutex::new(WrBatch::default()),
         },
-    );
+        placement,
+    )
+    .map_err(|(e, _)| e)?;
     ctx.objs
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -209,7 +217,7 @@ pub unsafe extern "C" fn create_qp_ex(
             return Err(libc::EOPNOTSUPP);
         }
         let x = Obj::<Pd>::get(a.pd).ok_or(libc::EINVAL)?;
-        if !Arc::ptr_eq(&x.ctx, &c) {
+        if x.ctx.ucontext != c.ucontext {
             return Err(libc::EINVAL);
         }
         new_qp(
@@ -226,7 +234,11 @@ pub unsafe extern "C" fn create_qp_ex(
 }
 
 pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
-    guard_ptr(|| Obj::<Qp>::get(q).map(|x| x.repr()).ok_or(libc::EINVAL))
+    guard_ptr(|| {
+        Obj::<Qp>::get(q)
+            .map(|x| x.repr().cast::<ibv_qp_ex>())
+            .ok_or(libc::EINVAL)
+    })
 }
 
 pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {

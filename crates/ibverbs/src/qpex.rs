@@ -10,13 +10,15 @@
 
 use crate::ffi::*;
 use crate::handle::Obj;
+use crate::mw::mw_id;
 use crate::post::{gather_inline, ud_dest};
 use crate::qp::{qp_fast, Qp, WrBatch};
 use crate::util::guard;
-use softrdma::{RKey, SendFlags, SendWr, Sge, WrOpcode};
+use softrdma::{Access, FlushSpec, MwBind, RKey, SendFlags, SendWr, Sge, WrOpcode};
 use std::ffi::{c_int, c_void};
 
-/// Installs the `wr_*` function pointers of a new QP.
+/// Installs the `wr_*` function pointers of a new QP (rdma-core 45's
+/// `wr_flush` included, after the 44 structure).
 pub fn fill_ops(c: &mut ibv_qp_ex) {
     c.comp_mask = 0;
     c.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
@@ -40,6 +42,7 @@ pub fn fill_ops(c: &mut ibv_qp_ex) {
     c.wr_complete = Some(wr_complete);
     c.wr_abort = Some(wr_abort);
     c.wr_atomic_write = Some(wr_atomic_write);
+    c.wr_flush = Some(wr_flush);
 }
 
 /// Runs `f` on the QP's batch (nothing for a pointer that is not ours).
@@ -103,11 +106,45 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64
 
 unsafe extern "C" fn wr_bind_mw(
     q: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _info: *const ibv_mw_bind_info,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
 ) {
-    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+    with(q, |x, b| {
+        if x.is_ud() {
+            return fail(b, libc::EINVAL);
+        }
+        // SAFETY: the program passes a valid bind description (or NULL).
+        let Some(info) = (unsafe { info.as_ref() }) else {
+            return fail(b, libc::EINVAL);
+        };
+        match bind_of(mw, rkey, info) {
+            Ok(bind) => begin(x, b, WrOpcode::BindMw).bind = Some(bind),
+            Err(e) => fail(b, e),
+        }
+    })
+}
+
+/// The core's bind request for window `mw`, key `rkey` and `info`.
+pub fn bind_of(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> Result<MwBind, i32> {
+    let id = mw_id(mw).ok_or(libc::EINVAL)?;
+    if info.mr.is_null() && info.length != 0 {
+        return Err(libc::EINVAL);
+    }
+    let mr_lkey = if info.mr.is_null() {
+        0
+    } else {
+        // SAFETY: the program passes one of its regions.
+        unsafe { (*info.mr).lkey }
+    };
+    Ok(MwBind {
+        mw: id,
+        rkey: RKey(rkey),
+        mr_lkey,
+        addr: info.addr,
+        length: info.length,
+        access: Access(info.mw_access_flags),
+    })
 }
 
 unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
@@ -318,11 +355,42 @@ unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
     })
 }
 
-unsafe extern "C" fn wr_atomic_write(
+unsafe extern "C" fn wr_atomic_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64, data: *const c_void) {
+    with(q, |x, b| {
+        if data.is_null() {
+            return fail(b, libc::EINVAL);
+        }
+        let mut bytes = [0u8; 8];
+        // SAFETY: `ibv_wr_atomic_write` takes a pointer to 8 bytes, copied
+        // now (rxe copies them into its WQE the same way).
+        unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), bytes.as_mut_ptr(), 8) };
+        let w = begin(x, b, WrOpcode::AtomicWrite);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+        w.inline_data = bytes.to_vec();
+        w.flags = w.flags.with(SendFlags::INLINE);
+    })
+}
+
+/// `ibv_wr_flush` (rdma-core 45+): a FLUSH of `len` bytes at `addr`
+/// (`level` IBV_FLUSH_RANGE) or of the whole region (IBV_FLUSH_MR), with
+/// placement `ptype` (IBV_FLUSH_GLOBAL, IBV_FLUSH_PERSISTENT).
+unsafe extern "C" fn wr_flush(
     q: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _data: *const c_void,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    ptype: u8,
+    level: u8,
 ) {
-    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+    with(q, |x, b| {
+        let w = begin(x, b, WrOpcode::Flush);
+        w.rkey = RKey(rkey);
+        w.remote_addr = addr;
+        w.flush = FlushSpec {
+            placement_type: ptype,
+            level,
+        };
+        w.flush_len = len as u64;
+    })
 }

@@ -1,7 +1,10 @@
 //! The queries: device, port, GID and P_Key attributes, real-time values.
 //!
 //! softrdma has one port (1), one GID (index 0: the device's address as a
-//! RoCE v2 GID) and one P_Key (the default, 0xffff).
+//! RoCE v2 GID) in a table of `softrdma::GID_TABLE_LEN` entries whose
+//! others are empty (rdma-core's behaviour for an empty entry: zeros from
+//! `ibv_query_gid`, ENODATA from `ibv_query_gid_ex`, RoCE v1 from
+//! `ibv_query_gid_type`), and one P_Key (the default, 0xffff).
 
 use crate::context::{context, Context};
 use crate::ffi::*;
@@ -10,27 +13,31 @@ use std::ffi::c_int;
 use std::net::IpAddr;
 
 /// The PCI identity the configuration gives (`SOFTRDMA_VENDOR_ID`,
-/// `SOFTRDMA_VENDOR_PART_ID`), 0 by default.
-fn vendor_ids() -> (u32, u32) {
-    softrdma::config::global().map_or((0, 0), |c| (c.vendor_id.value, c.vendor_part_id.value))
+/// `SOFTRDMA_VENDOR_PART_ID`); by default rxe's (see
+/// `softrdma_config::DEFAULT_VENDOR_ID`).
+pub fn vendor_ids() -> (u32, u32) {
+    use softrdma::config::{DEFAULT_VENDOR_ID, DEFAULT_VENDOR_PART_ID};
+    softrdma::config::global().map_or((DEFAULT_VENDOR_ID, DEFAULT_VENDOR_PART_ID), |c| {
+        (c.vendor_id.value, c.vendor_part_id.value)
+    })
 }
+
+/// `fw_ver` (also sysfs's).
+pub const FW_VER: &str = concat!("softrdma ", env!("CARGO_PKG_VERSION"));
 
 fn device_attr(c: &Context) -> ibv_device_attr {
     let a = c.dev.query_device();
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     // SAFETY: plain data; all-zero is valid.
     let mut d: ibv_device_attr = unsafe { std::mem::zeroed() };
-    copy_cstr(
-        &mut d.fw_ver,
-        concat!("softrdma ", env!("CARGO_PKG_VERSION")),
-    );
+    copy_cstr(&mut d.fw_ver, FW_VER);
     d.node_guid = a.node_guid.to_be();
     d.sys_image_guid = a.node_guid.to_be();
     d.max_mr_size = a.max_mr_size;
     d.page_size_cap = 0xffff_f000; // any multiple of 4 KiB
-                                   // No PCI identity (0) unless SOFTRDMA_VENDOR_ID / SOFTRDMA_VENDOR_PART_ID
-                                   // say otherwise: some programs key features on it (perftest turns on
-                                   // its ibv_wr_* path only for devices it recognises).
+                                   // rxe's identity unless SOFTRDMA_VENDOR_ID / SOFTRDMA_VENDOR_PART_ID say
+                                   // otherwise: some programs key features on it (perftest turns on its
+                                   // ibv_wr_* path only for parts it recognises).
     (d.vendor_id, d.vendor_part_id) = vendor_ids();
     d.hw_ver = 0;
     d.max_qp = i(a.max_qp);
@@ -40,7 +47,13 @@ fn device_attr(c: &Context) -> ibv_device_attr {
         | IBV_DEVICE_CURR_QP_STATE_MOD
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
-        | IBV_DEVICE_N_NOTIFY_CQ;
+        | IBV_DEVICE_N_NOTIFY_CQ
+        // Memory windows of type 1 and 2; a type 2 window is bound to one
+        // QP, by number (2A) and as that QP (2B): on RC and UC, where a
+        // window is freed with its QP, the two are one.
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2A
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge_rd);
     d.max_cq = i(a.max_cq);
@@ -52,6 +65,7 @@ fn device_attr(c: &Context) -> ibv_device_attr {
     d.max_res_rd_atom = i(a.max_qp_rd_atom.saturating_mul(a.max_qp));
     d.atomic_cap = IBV_ATOMIC_HCA;
     d.max_ah = i(a.max_ah);
+    d.max_mw = i(a.max_mw);
     d.max_srq = i(a.max_srq);
     d.max_srq_wr = i(a.max_srq_wr);
     d.max_srq_sge = i(a.max_srq_sge);
@@ -103,37 +117,73 @@ pub unsafe extern "C" fn query_device_ex(
         // SAFETY: plain data; all-zero is valid.
         let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         x.orig_attr = device_attr(&c);
+        x.device_cap_flags_ex = u64::from(x.orig_attr.device_cap_flags);
+        // Completion timestamps: a 64-bit nanosecond clock.
+        x.completion_timestamp_mask = u64::MAX;
+        x.hca_core_clock = HCA_CORE_CLOCK_KHZ;
         x.phys_port_cnt_ex = 1;
+        let odp = c.dev.query_device().odp;
+        x.odp_caps = ibv_odp_caps {
+            general_caps: odp.general,
+            per_transport_caps: ibv_odp_per_transport_caps {
+                rc_odp_caps: odp.rc,
+                uc_odp_caps: odp.uc,
+                ud_odp_caps: odp.ud,
+            },
+        };
+        // The 32 flags of ibv_device_attr and the Memory Placement
+        // Extensions (FLUSH both ways, ATOMIC WRITE).
+        x.device_cap_flags_ex = x.orig_attr.device_cap_flags as u64
+            | IBV_DEVICE_FLUSH_GLOBAL
+            | IBV_DEVICE_FLUSH_PERSISTENT
+            | IBV_DEVICE_ATOMIC_WRITE;
         // SAFETY: the caller states `attr` holds `attr_size` bytes.
         unsafe { util::write_prefix(attr, &x, attr_size) };
         0
     })
 }
 
+/// `hca_core_clock` in kHz: the device clock counts nanoseconds.
+pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
+
+/// The wall clock (CLOCK_REALTIME) in nanoseconds since the epoch.
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1;
+
+/// `ibv_query_rt_values_ex`: the raw clock is the device clock that
+/// completion timestamps use, in `hca_core_clock` cycles (ns), reported
+/// as mlx5 does (`tv_sec` 0, the cycles in `tv_nsec`).
 pub unsafe extern "C" fn query_rt_values(
     ctx: *mut ibv_context,
     values: *mut ibv_values_ex,
 ) -> c_int {
     guard_errno(|| {
-        if context(ctx).is_none() || values.is_null() {
+        let Some(c) = context(ctx) else {
+            return libc::EINVAL;
+        };
+        if values.is_null() {
             return libc::EINVAL;
         }
-        // IBV_VALUES_MASK_RAW_CLOCK: the clock completions would be stamped
-        // with (CLOCK_MONOTONIC); we stamp none, but the clock is honest.
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
         // SAFETY: valid output structure.
         let v = unsafe { &mut *values };
-        if v.comp_mask & 1 != 0 {
-            v.raw_clock.tv_sec = ts.tv_sec;
-            v.raw_clock.tv_nsec = ts.tv_nsec;
-            v.comp_mask = 1;
-        } else {
-            v.comp_mask = 0;
+        if v.comp_mask & !IBV_VALUES_MASK_RAW_CLOCK != 0 {
+            return libc::EINVAL;
+        }
+        if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+            v.raw_clock.tv_sec = 0;
+            v.raw_clock.tv_nsec = c.dev.clock_ns() as i64;
         }
         0
     })
@@ -141,7 +191,12 @@ pub unsafe extern "C" fn query_rt_values(
 
 /// Port attributes of port 1.
 pub fn port_attr(c: &Context) -> ibv_port_attr {
-    let p = c.dev.query_port();
+    port_attr_of(&c.dev)
+}
+
+/// Port attributes of port 1 of `dev` (also what sysfs shows of it).
+pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
+    let p = dev.query_port();
     let mtu_enum = |b: u32| softrdma::Mtu::from_bytes_floor(b).map_or(5, |m| m as c_int);
     // SAFETY: plain data; all-zero is valid.
     let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
@@ -151,8 +206,11 @@ pub fn port_attr(c: &Context) -> ibv_port_attr {
     a.gid_tbl_len = p.gid_tbl_len as c_int;
     a.port_cap_flags = IBV_PORT_IP_BASED_GIDS;
     a.max_msg_sz = softrdma::limits::MAX_MSG_SIZE;
-    a.bad_pkey_cntr = 0;
-    a.qkey_viol_cntr = 0;
+    // The violation counters of the port: packets dropped for a P_Key
+    // or (UD) Q_Key that is not theirs.
+    let k = dev.counters();
+    a.bad_pkey_cntr = k.bad_pkey.min(u32::MAX as u64) as u32;
+    a.qkey_viol_cntr = k.bad_qkey.min(u32::MAX as u64) as u32;
     a.pkey_tbl_len = p.pkey_tbl_len;
     a.lid = 0;
     a.sm_lid = 0;
@@ -167,6 +225,9 @@ pub fn port_attr(c: &Context) -> ibv_port_attr {
     a.link_layer = IBV_LINK_LAYER_ETHERNET;
     a.flags = 0;
     a.port_cap_flags2 = 0;
+    // rdma-core 49+ callers: what the kernel reports for rxe (its
+    // active_speed again).
+    a.active_speed_ex = u32::from(a.active_speed);
     a
 }
 
@@ -252,6 +313,11 @@ fn gid_entry(c: &Context) -> ibv_gid_entry {
     }
 }
 
+/// Whether `index` is inside the GID table (populated or not).
+fn in_gid_table(index: i64) -> bool {
+    (0..i64::from(softrdma::GID_TABLE_LEN)).contains(&index)
+}
+
 pub unsafe extern "C" fn query_gid(
     ctx: *mut ibv_context,
     port: u8,
@@ -260,11 +326,13 @@ pub unsafe extern "C" fn query_gid(
 ) -> c_int {
     guard_neg(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
-        if port != 1 || index != 0 || gid.is_null() {
+        if port != 1 || !in_gid_table(index.into()) || gid.is_null() {
             return Err(libc::EINVAL);
         }
+        // An empty entry reads as zeros.
+        let raw = if index == 0 { c.dev.gid() } else { [0; 16] };
         // SAFETY: the caller passes a valid gid.
-        unsafe { gid.write(ibv_gid { raw: c.dev.gid() }) };
+        unsafe { gid.write(ibv_gid { raw }) };
         Ok(())
     })
 }
@@ -284,8 +352,11 @@ pub unsafe extern "C" fn query_gid_ex(
         if flags != 0 || entry.is_null() || entry_size < std::mem::size_of::<ibv_gid_entry>() {
             return libc::EINVAL;
         }
-        if port != 1 || index != 0 {
+        if port != 1 || !in_gid_table(index.into()) {
             return libc::EINVAL;
+        }
+        if index != 0 {
+            return libc::ENODATA;
         }
         // SAFETY: the caller passes a valid entry of at least our size.
         unsafe { entry.write(gid_entry(&c)) };
@@ -326,11 +397,12 @@ pub unsafe extern "C" fn query_gid_type(
 ) -> c_int {
     guard_neg(|| {
         context(ctx).ok_or(libc::EINVAL)?;
-        if port != 1 || index != 0 || ty.is_null() {
+        if port != 1 || !in_gid_table(index.into()) || ty.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: valid output pointer.
-        unsafe { *ty = 1 };
+        // SAFETY: valid output pointer. An empty entry: RoCE v1 (0), as
+        // rdma-core answers.
+        unsafe { *ty = if index == 0 { 1 } else { 0 } };
         Ok(())
     })
 }
@@ -379,8 +451,9 @@ pub unsafe extern "C" fn query_port_ex(
             return libc::EINVAL;
         }
         let a = port_attr(&c);
-        // SAFETY: the caller states `attr` holds `len` bytes.
-        unsafe { util::write_prefix(attr, &a, len) };
+        // SAFETY: the caller states `attr` holds `len` bytes: ours, and
+        // zeros for members of a newer rdma-core than ours.
+        unsafe { util::write_prefix_zero_rest(attr, &a, len) };
         0
     })
 }

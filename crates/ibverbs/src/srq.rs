@@ -53,14 +53,17 @@ pub unsafe extern "C" fn create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr
         c.pd = x.api();
         c.handle = srq.id().0;
         let id = srq.id().0;
-        let o = Obj::new(
+        let placement = crate::domain::placement(&x, crate::domain::RES_TYPE_SRQ);
+        let o = Obj::new_in(
             c,
             Srq {
                 srq,
                 _pd: x,
                 ctx: ctx.clone(),
             },
-        );
+            placement,
+        )
+        .map_err(|(e, _)| e)?;
         ctx.objs
             .lock()
             .unwrap_or_else(|e| e.into_inner())

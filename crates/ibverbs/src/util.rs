@@ -87,3 +87,19 @@ pub unsafe fn write_prefix<T>(dst: *mut T, src: &T, len: usize) {
     // `dst..dst+len`; the two cannot overlap (src is a Rust value).
     unsafe { std::ptr::copy_nonoverlapping((src as *const T).cast::<u8>(), dst.cast::<u8>(), n) };
 }
+
+/// [`write_prefix`], and zeros from the end of `T` to `len`: a caller's
+/// structure of a newer rdma-core whose new members we do not know reads
+/// 0 in them ("not supported").
+///
+/// # Safety
+/// `dst..dst+len` must be writable memory of the caller.
+pub unsafe fn write_prefix_zero_rest<T>(dst: *mut T, src: &T, len: usize) {
+    // SAFETY: per the contract.
+    unsafe { write_prefix(dst, src, len) };
+    let size = std::mem::size_of::<T>();
+    if len > size {
+        // SAFETY: `dst+size..dst+len` is inside the caller's `len` bytes.
+        unsafe { std::ptr::write_bytes(dst.cast::<u8>().add(size), 0, len - size) };
+    }
+}

@@ -9,7 +9,9 @@
 //!   obsolete Packet Blocks). It never allocates from a length in the file,
 //!   and every error carries the byte offset of the record or field at
 //!   fault.
-//! - [`PcapWriter`] and [`NgWriter`] ([`write`]).
+//! - [`PcapWriter`] and [`NgWriter`] ([`write`]), and [`create_private`]
+//!   for the file: captures hold payloads, keys and PSNs, so they are
+//!   their owner's only (mode 0600).
 //! - [`link::network`]: from a frame of any of the [`linktype`]s the reader
 //!   meets to its IP datagram.
 //!
@@ -28,7 +30,9 @@ pub mod write;
 pub use read::{
     CaptureReader, Error, ErrorKind, Format, Frame, Interface, Timestamp, MAX_RECORD_LEN,
 };
-pub use write::{IdbOptions, NgWriter, PcapHeader, PcapWriter};
+#[cfg(unix)]
+pub use write::create_private;
+pub use write::{IdbOptions, NgWriter, PcapHeader, PcapWriter, PRIVATE_MODE};
 
 /// Link-layer header types (the LINKTYPE_* registry of tcpdump.org).
 pub mod linktype {

@@ -285,3 +285,38 @@ fn option(body: &mut Vec<u8>, o: Order, code: u16, value: &[u8]) {
     body.extend_from_slice(value);
     body.resize(body.len().next_multiple_of(4), 0);
 }
+
+/// Permission bits of a capture file: its owner's only. A capture holds
+/// payloads, memory keys and PSNs — what an injector needs.
+pub const PRIVATE_MODE: u32 = 0o600;
+
+/// Creates (or truncates) `path` for writing a capture readable and
+/// writable by its owner only ([`PRIVATE_MODE`]). A new file is created
+/// with that mode; an existing one is truncated and its mode narrowed to
+/// it, and if that is not allowed (the file is someone else's) nothing is
+/// written and the error says why.
+#[cfg(unix)]
+pub fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(PRIVATE_MODE)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.permissions().mode() & 0o777 != PRIVATE_MODE {
+        file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_MODE))
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{}: cannot make the capture private (mode {:o}): {e}",
+                        path.display(),
+                        PRIVATE_MODE
+                    ),
+                )
+            })?;
+    }
+    Ok(file)
+}

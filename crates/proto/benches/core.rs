@@ -44,6 +44,8 @@ struct Side {
     dev: Device,
     ip: IpAddr,
     qpn: Qpn,
+    /// Every QP of the side, the measured one first.
+    qpns: Vec<Qpn>,
     scq: CqId,
     rcq: CqId,
     key: u32,
@@ -99,6 +101,7 @@ fn side(ip: &str, mem: usize, idle: usize) -> Side {
         dev,
         ip,
         qpn: qpns[0],
+        qpns,
         scq,
         rcq,
         key,
@@ -161,13 +164,10 @@ impl Pair {
         let mem = msg.max(64);
         let mut a = side("10.0.0.1", mem, idle);
         let mut b = side("10.0.0.2", mem * BATCH, idle);
-        // Idle QPs: connected pairwise, never used.
-        let qa: Vec<Qpn> = (0..=idle as u32)
-            .map(|i| Qpn::new(a.qpn.value() + i))
-            .collect();
-        let qb: Vec<Qpn> = (0..=idle as u32)
-            .map(|i| Qpn::new(b.qpn.value() + i))
-            .collect();
+        // Idle QPs: connected pairwise, never used. (QP numbers are
+        // random: taken as created.)
+        let qa = a.qpns.clone();
+        let qb = b.qpns.clone();
         for (&x, &y) in qa.iter().zip(&qb) {
             connect(&mut a, x, b.ip, y, mtu);
             connect(&mut b, y, a.ip, x, mtu);

@@ -60,8 +60,18 @@ pub struct Counters {
     pub bad_qkey: u64,
     /// Packets for no QP, or a QP not in a receiving state.
     pub unknown_qp: u64,
-    /// Packets from an address other than the connected peer.
+    /// RC/UC packets from another source than the connected peer (its IP
+    /// address, and its UDP port once known): dropped before any other
+    /// check (see `qp::pin`). Off-path injection attempts show here.
     pub wrong_peer: u64,
+    /// READ and atomic requests beyond the negotiated
+    /// `max_dest_rd_atomic` (still waiting responses): NAKed as invalid
+    /// requests, the QP to the error state.
+    pub too_many_rd_atomic: u64,
+    /// ACKs, RNR NAKs and repeated responses not queued because the
+    /// responder's queue was full or already held the same answer (a peer
+    /// sending faster than it takes its answers).
+    pub resp_dropped: u64,
     /// Packets that did not parse.
     pub malformed: u64,
     /// UD packets dropped: no receive posted, or too long.
@@ -110,6 +120,8 @@ impl AddAssign<&Counters> for Counters {
             bad_qkey,
             unknown_qp,
             wrong_peer,
+            too_many_rd_atomic,
+            resp_dropped,
             malformed,
             ud_drops,
             cnp_rcvd,
@@ -151,6 +163,8 @@ impl Counters {
             ("bad_qkey", self.bad_qkey),
             ("unknown_qp", self.unknown_qp),
             ("wrong_peer", self.wrong_peer),
+            ("too_many_rd_atomic", self.too_many_rd_atomic),
+            ("resp_dropped", self.resp_dropped),
             ("malformed", self.malformed),
             ("ud_drops", self.ud_drops),
             ("cnp_rcvd", self.cnp_rcvd),

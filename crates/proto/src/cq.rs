@@ -15,6 +15,7 @@
 //! the order they were pushed, so a QP's completions keep their order.
 
 use crate::verbs::Wc;
+use crate::Instant;
 use std::collections::VecDeque;
 
 /// Armed notification (`ibv_req_notify_cq`).
@@ -28,13 +29,14 @@ pub enum Notify {
     Solicited,
 }
 
-/// A completion queue.
+/// A completion queue. Each completion carries the device time at which
+/// it was generated (its completion timestamp, `ibv_wc_read_completion_ts`).
 #[derive(Debug)]
 pub struct Cq {
-    entries: VecDeque<Wc>,
+    entries: VecDeque<(Wc, Instant)>,
     /// Completions waiting for the driver to release gather sequence
     /// numbers up to the first element.
-    gated: VecDeque<(u64, Wc)>,
+    gated: VecDeque<(u64, Wc, Instant)>,
     depth: usize,
     overrun: bool,
     notify: Notify,
@@ -99,32 +101,33 @@ impl Cq {
         self.overrun
     }
 
-    /// Adds a completion.
-    pub fn push(&mut self, wc: Wc) -> Pushed {
-        self.push_gated(wc, 0, 0)
+    /// Adds a completion generated at `now`.
+    pub fn push(&mut self, wc: Wc, now: Instant) -> Pushed {
+        self.push_gated(wc, 0, 0, now)
     }
 
-    /// Adds a completion that becomes visible once gather sequence number
-    /// `after` is released (`released` is the driver's current mark).
-    pub fn push_gated(&mut self, wc: Wc, after: u64, released: u64) -> Pushed {
+    /// Adds a completion generated at `now` that becomes visible once
+    /// gather sequence number `after` is released (`released` is the
+    /// driver's current mark).
+    pub fn push_gated(&mut self, wc: Wc, after: u64, released: u64, now: Instant) -> Pushed {
         if self.len() >= self.depth {
             self.overrun = true;
             return Pushed::Overrun;
         }
         if after > released {
-            self.gated.push_back((after, wc));
+            self.gated.push_back((after, wc, now));
             return Pushed::Ok;
         }
-        self.make_visible(wc)
+        self.make_visible(wc, now)
     }
 
-    fn make_visible(&mut self, wc: Wc) -> Pushed {
+    fn make_visible(&mut self, wc: Wc, at: Instant) -> Pushed {
         let fire = match self.notify {
             Notify::Off => false,
             Notify::Next => true,
             Notify::Solicited => wc.solicited || wc.status != crate::verbs::WcStatus::Success,
         };
-        self.entries.push_back(wc);
+        self.entries.push_back((wc, at));
         if fire {
             self.notify = Notify::Off;
             self.event_pending = true;
@@ -142,8 +145,8 @@ impl Cq {
         let mut i = 0;
         while i < self.gated.len() {
             if self.gated[i].0 <= released {
-                let (_, wc) = self.gated.remove(i).expect("index in range");
-                fired |= self.make_visible(wc) == Pushed::Notified;
+                let (_, wc, at) = self.gated.remove(i).expect("index in range");
+                fired |= self.make_visible(wc, at) == Pushed::Notified;
             } else {
                 i += 1;
             }
@@ -154,15 +157,40 @@ impl Cq {
     /// Moves up to `out.len()` completions into `out`; returns how many.
     pub fn poll(&mut self, out: &mut [Wc]) -> usize {
         let n = out.len().min(self.entries.len());
-        for (slot, wc) in out.iter_mut().zip(self.entries.drain(..n)) {
+        for (slot, (wc, _)) in out.iter_mut().zip(self.entries.drain(..n)) {
             *slot = wc;
         }
         n
     }
 
+    /// [`Cq::poll`] with each completion's timestamp in `at` (as long as
+    /// `out`, or the shorter of the two is used).
+    pub fn poll_stamped(&mut self, out: &mut [Wc], at: &mut [Instant]) -> usize {
+        let n = out.len().min(at.len()).min(self.entries.len());
+        for ((slot, t), (wc, ts)) in out
+            .iter_mut()
+            .zip(at.iter_mut())
+            .zip(self.entries.drain(..n))
+        {
+            *slot = wc;
+            *t = ts;
+        }
+        n
+    }
+
+    /// Removes the completions of QP `qpn`, visible and gated (a QP that
+    /// goes back to RESET: mlx5 cleans its CQs the same way). Returns how
+    /// many gated ones went.
+    pub fn remove_qp(&mut self, qpn: softrdma_wire::Qpn) -> usize {
+        self.entries.retain(|(w, _)| w.qp_num != qpn);
+        let before = self.gated.len();
+        self.gated.retain(|(_, w, _)| w.qp_num != qpn);
+        before - self.gated.len()
+    }
+
     /// Takes one completion.
     pub fn pop(&mut self) -> Option<Wc> {
-        self.entries.pop_front()
+        self.entries.pop_front().map(|(wc, _)| wc)
     }
 
     /// Arms the notification.
@@ -210,16 +238,18 @@ mod tests {
     fn overrun_and_notify() {
         let mut cq = Cq::new(2);
         cq.arm(true);
-        assert_eq!(cq.push(wc(1, false)), Pushed::Ok);
-        assert_eq!(cq.push(wc(2, true)), Pushed::Notified);
-        assert_eq!(cq.push(wc(3, false)), Pushed::Overrun);
+        assert_eq!(cq.push(wc(1, false), Instant(1)), Pushed::Ok);
+        assert_eq!(cq.push(wc(2, true), Instant(2)), Pushed::Notified);
+        assert_eq!(cq.push(wc(3, false), Instant(3)), Pushed::Overrun);
         assert!(cq.overrun());
         let mut out = [wc(0, false); 4];
-        assert_eq!(cq.poll(&mut out), 2);
+        let mut at = [Instant(0); 4];
+        assert_eq!(cq.poll_stamped(&mut out, &mut at), 2);
         assert_eq!((out[0].wr_id, out[1].wr_id), (1, 2));
+        assert_eq!(&at[..2], &[Instant(1), Instant(2)]);
         cq.arm(false);
-        assert_eq!(cq.push(wc(4, false)), Pushed::Notified);
-        assert_eq!(cq.push(wc(5, false)), Pushed::Ok);
+        assert_eq!(cq.push(wc(4, false), Instant(4)), Pushed::Notified);
+        assert_eq!(cq.push(wc(5, false), Instant(5)), Pushed::Ok);
     }
 
     #[test]
@@ -227,10 +257,13 @@ mod tests {
         let mut cq = Cq::new(4);
         cq.arm(false);
         // Waits for gather 5 while the driver has released up to 3.
-        assert_eq!(cq.push_gated(wc(1, false), 5, 3), Pushed::Ok);
-        assert_eq!(cq.push_gated(wc(2, false), 7, 3), Pushed::Ok);
+        assert_eq!(cq.push_gated(wc(1, false), 5, 3, Instant(10)), Pushed::Ok);
+        assert_eq!(cq.push_gated(wc(2, false), 7, 3, Instant(11)), Pushed::Ok);
         // Another QP's completion needs nothing: visible at once.
-        assert_eq!(cq.push_gated(wc(3, false), 0, 3), Pushed::Notified);
+        assert_eq!(
+            cq.push_gated(wc(3, false), 0, 3, Instant(12)),
+            Pushed::Notified
+        );
         let mut out = [wc(0, false); 4];
         assert_eq!(cq.poll(&mut out), 1);
         assert_eq!(out[0].wr_id, 3);
@@ -243,12 +276,15 @@ mod tests {
         assert_eq!(cq.poll(&mut out), 1);
         assert_eq!(out[0].wr_id, 1);
         cq.release(7);
-        assert_eq!(cq.poll(&mut out), 1);
-        assert_eq!(out[0].wr_id, 2);
+        // A gated completion keeps the time it was generated at, not the
+        // time it became visible.
+        let mut at = [Instant(0); 4];
+        assert_eq!(cq.poll_stamped(&mut out, &mut at), 1);
+        assert_eq!((out[0].wr_id, at[0]), (2, Instant(11)));
         assert!(cq.is_empty());
         // Overrun counts gated entries.
         let mut cq = Cq::new(1);
-        assert_eq!(cq.push_gated(wc(1, false), 9, 0), Pushed::Ok);
-        assert_eq!(cq.push(wc(2, false)), Pushed::Overrun);
+        assert_eq!(cq.push_gated(wc(1, false), 9, 0, Instant(0)), Pushed::Ok);
+        assert_eq!(cq.push(wc(2, false), Instant(1)), Pushed::Overrun);
     }
 }

@@ -5,9 +5,10 @@ use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::gsi::{Gsi, GsiMad};
 use crate::limits;
-use crate::memory::{MrTable, RegionMemory};
+use crate::memory::{MrTable, RegionMemory, Rereg};
 use crate::note::{DropReason, Note, Notes};
 use crate::qp::{Ctx, Qp, RecvWqe, Srq};
+use crate::qpn::QpnAlloc;
 use crate::verbs::*;
 use crate::{Instant, KeyRng, Slab, U32Map};
 use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
@@ -30,11 +31,11 @@ pub struct DeviceConfig {
     pub udp_dst_port: u16,
     /// Active MTU of the port in bytes (UD messages, `query_port`).
     pub port_mtu: u32,
-    /// Seed for memory keys, initial PSNs and the first QPN when `key` is
+    /// Seed for memory keys, initial PSNs and QP numbers when `key` is
     /// `None` (deterministic: the simulator, tests).
     pub seed: u64,
-    /// 256 bits keying the generator of memory keys, initial PSNs and the
-    /// first QPN; the engine draws them from the operating system.
+    /// 256 bits keying the generator of memory keys, initial PSNs and
+    /// QP numbers; the engine draws them from the operating system.
     pub key: Option<[u8; 32]>,
     /// Node GUID.
     pub node_guid: u64,
@@ -94,19 +95,7 @@ pub enum WriteChunking {
 
 /// EUI-64-style node GUID derived from the address (stable per address, so
 /// it is known before a device is opened).
-pub fn guid_of(ip: IpAddr) -> u64 {
-    let b = match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            [0x02, 0x50, 0x56, 0xff, 0xfe, o[1], o[2], o[3]]
-        }
-        IpAddr::V6(a) => {
-            let o = a.octets();
-            [o[8] ^ 2, o[9], o[10], o[11], o[12], o[13], o[14], o[15]]
-        }
-    };
-    u64::from_be_bytes(b)
-}
+pub use softrdma_wire::grh::node_guid_of as guid_of;
 
 /// Where a received datagram came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,6 +229,80 @@ pub struct DeviceAttr {
     pub max_pkeys: u16,
     /// Inline bytes.
     pub max_inline_data: u32,
+    /// Memory windows.
+    pub max_mw: u32,
+    /// On-demand paging (`odp_caps`).
+    pub odp: OdpCaps,
+}
+
+/// On-demand paging capabilities (`ibv_odp_caps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `IBV_ODP_SUPPORT` | `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general: u64,
+    /// What RC QPs do on ODP regions (`IBV_ODP_SUPPORT_*` bits).
+    pub rc: u32,
+    /// What UC QPs do.
+    pub uc: u32,
+    /// What UD QPs do.
+    pub ud: u32,
+    /// Largest implicit region (`max_size` of `ibv_odp_caps`' implicit
+    /// caps in the extended query; the whole 64-bit space).
+    pub implicit_max: u64,
+}
+
+impl OdpCaps {
+    /// IBV_ODP_SUPPORT.
+    pub const SUPPORT: u64 = 1;
+    /// IBV_ODP_SUPPORT_IMPLICIT.
+    pub const SUPPORT_IMPLICIT: u64 = 2;
+    /// IBV_ODP_SUPPORT_SEND.
+    pub const SEND: u32 = 1;
+    /// IBV_ODP_SUPPORT_RECV.
+    pub const RECV: u32 = 2;
+    /// IBV_ODP_SUPPORT_WRITE.
+    pub const WRITE: u32 = 4;
+    /// IBV_ODP_SUPPORT_READ.
+    pub const READ: u32 = 8;
+    /// IBV_ODP_SUPPORT_ATOMIC.
+    pub const ATOMIC: u32 = 16;
+    /// IBV_ODP_SUPPORT_SRQ_RECV.
+    pub const SRQ_RECV: u32 = 32;
+    /// IBV_ODP_SUPPORT_FLUSH (rdma-core 56).
+    pub const FLUSH: u32 = 64;
+    /// IBV_ODP_SUPPORT_ATOMIC_WRITE (rdma-core 56).
+    pub const ATOMIC_WRITE: u32 = 128;
+
+    /// softrdma's: every operation of every transport reaches on-demand
+    /// regions the same way as pinned ones, and implicit regions exist.
+    pub const fn softrdma() -> OdpCaps {
+        OdpCaps {
+            general: Self::SUPPORT | Self::SUPPORT_IMPLICIT,
+            rc: Self::SEND
+                | Self::RECV
+                | Self::WRITE
+                | Self::READ
+                | Self::ATOMIC
+                | Self::SRQ_RECV
+                | Self::FLUSH
+                | Self::ATOMIC_WRITE,
+            uc: Self::SEND | Self::RECV | Self::WRITE | Self::SRQ_RECV,
+            ud: Self::SEND | Self::RECV | Self::SRQ_RECV,
+            implicit_max: u64::MAX,
+        }
+    }
+}
+
+/// `ibv_advise_mr`'s advice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH: bring the pages in, readable.
+    Prefetch,
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: readable and writable.
+    PrefetchWrite,
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: only pages already present
+    /// (nothing to do: softrdma keeps no translation to update).
+    PrefetchNoFault,
 }
 
 /// The RNIC.
@@ -254,7 +317,8 @@ pub struct Device {
     ah_pd: U32Map<PdId>,
     qps: Slab<Qp>,
     qpn_map: U32Map<u32>,
-    next_qpn: u32,
+    /// Draws QP numbers at random (ReDMArk V5; see the `qpn` module).
+    qpns: QpnAlloc,
     tx_ready: VecDeque<u32>,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
@@ -273,6 +337,8 @@ pub struct Device {
     gated: usize,
     /// QP 1: MADs for the driver's communication manager (see `gsi`).
     gsi: Gsi,
+    /// Packets refused so far (see [`Device::refusals`]).
+    refusals: u64,
 }
 
 macro_rules! ctx {
@@ -299,20 +365,10 @@ macro_rules! ctx {
 impl Device {
     /// A device with no objects.
     pub fn new(cfg: DeviceConfig) -> Self {
-        let mut rng = match cfg.key {
+        let rng = match cfg.key {
             Some(k) => KeyRng::new(k),
             None => KeyRng::from_seed(cfg.seed),
         };
-        // QPNs start at a random point of the whole 24-bit space, past the
-        // special QPs. Each process has a device of its own, and a process
-        // that reconnects to a peer from the same address (the same CA
-        // GUID) with a QPN of a connection the peer still holds in
-        // timewait gets REJ 10 (stale connection), with probability
-        // (connections in timewait) / (values of the start): among only
-        // 1024 values, 6 of 80 iSER logins in a row from new processes
-        // failed; among 16 M, one in ~200 000 of them would.
-        let next_qpn =
-            limits::FIRST_QPN + rng.next_u32() % (limits::MAX_QPN - limits::FIRST_QPN + 1);
         Device {
             cfg,
             rng,
@@ -324,7 +380,7 @@ impl Device {
             ah_pd: U32Map::default(),
             qps: Slab::default(),
             qpn_map: U32Map::default(),
-            next_qpn,
+            qpns: QpnAlloc::default(),
             tx_ready: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
@@ -334,6 +390,7 @@ impl Device {
             released: 0,
             gated: 0,
             gsi: Gsi::default(),
+            refusals: 0,
         }
     }
 
@@ -370,6 +427,8 @@ impl Device {
             max_ah: limits::MAX_AH as u32,
             max_pkeys: limits::PKEY_TABLE_LEN,
             max_inline_data: limits::MAX_INLINE_DATA,
+            max_mw: limits::MAX_MW as u32,
+            odp: OdpCaps::softrdma(),
         }
     }
 
@@ -442,9 +501,98 @@ impl Device {
         self.mrs.register_with_key(key, pd, va, mem, access)
     }
 
-    /// `ibv_dereg_mr`.
+    /// `ibv_dereg_mr`. Refused while memory windows are bound to the
+    /// region.
     pub fn dereg_mr(&mut self, key: u32) -> VerbsResult<()> {
         self.mrs.deregister(key)
+    }
+
+    /// `ibv_rereg_mr` (see [`MrTable::reregister`]): returns the region's
+    /// key, new when the memory changed.
+    pub fn rereg_mr(&mut self, key: u32, change: Rereg) -> VerbsResult<u32> {
+        if let Some(pd) = change.pd {
+            self.check_pd(pd)?;
+        }
+        self.mrs.reregister(&mut self.rng, key, change)
+    }
+
+    /// `ibv_advise_mr`: prefetches the ranges of on-demand paging regions
+    /// that `sges` name (lkeys of regions in `pd`). With `flush`
+    /// (IBV_ADVISE_MR_FLAG_FLUSH) a range that cannot be brought in is an
+    /// error (`Fault`); without it, advice is best effort. Errors as the
+    /// man page: a key that names no region `Fault` (EFAULT), another
+    /// protection domain or a write prefetch of a region without local
+    /// write `PermissionDenied` (EPERM), a region without on-demand paging
+    /// `InvalidArgument` (EINVAL, as rxe), a range outside the region
+    /// `Fault`.
+    pub fn advise_mr(
+        &mut self,
+        pd: PdId,
+        advice: Advice,
+        flush: bool,
+        sges: &[Sge],
+    ) -> VerbsResult<()> {
+        self.check_pd(pd)?;
+        if sges.is_empty() {
+            return Err(VerbsError::InvalidArgument("no scatter/gather entry"));
+        }
+        let write = advice == Advice::PrefetchWrite;
+        let mut todo = Vec::with_capacity(sges.len());
+        for s in sges {
+            let mr = self.mrs.get(s.lkey).ok_or(VerbsError::Fault)?;
+            if mr.pd != pd {
+                return Err(VerbsError::PermissionDenied);
+            }
+            if !mr.access.contains(Access::ON_DEMAND) {
+                return Err(VerbsError::InvalidArgument(
+                    "not an on-demand paging region",
+                ));
+            }
+            if write && !mr.access.contains(Access::LOCAL_WRITE) {
+                return Err(VerbsError::PermissionDenied);
+            }
+            let off = mr
+                .offset_of(s.addr, s.length as u64)
+                .ok_or(VerbsError::Fault)?;
+            todo.push((mr.region.clone(), off, s.length as usize));
+        }
+        if advice == Advice::PrefetchNoFault {
+            return Ok(());
+        }
+        for (region, off, len) in todo {
+            if region.prefetch(off, len, write).is_err() && flush {
+                return Err(VerbsError::Fault);
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- MWs ----
+
+    /// `ibv_alloc_mw`: a window of type `kind` in `pd`; returns its handle
+    /// and R_Key. (Type 3 and other numbers are refused by the caller:
+    /// [`MwType`] has 1 and 2 only.)
+    pub fn alloc_mw(&mut self, pd: PdId, kind: MwType) -> VerbsResult<(MwId, softrdma_wire::RKey)> {
+        self.check_pd(pd)?;
+        let rkey = self.mrs.alloc_mw(&mut self.rng, pd, kind)?;
+        Ok((MwId(rkey.0 >> 8), rkey))
+    }
+
+    /// `ibv_dealloc_mw`: unbinds (if bound) and frees the window; its keys
+    /// stop working at once.
+    pub fn dealloc_mw(&mut self, mw: MwId) -> VerbsResult<()> {
+        self.mrs.dealloc_mw(mw)
+    }
+
+    /// Unbinds the windows bound to the region `key` (for a deregistration
+    /// that cannot be refused, as a handle's drop in Rust).
+    pub fn unbind_region(&mut self, key: u32) {
+        self.mrs.unbind_region(key)
+    }
+
+    /// A window's current R_Key, type and protection domain.
+    pub fn mw(&self, mw: MwId) -> Option<(softrdma_wire::RKey, MwType, PdId)> {
+        self.mrs.mw_info(mw)
     }
 
     /// Region lookup (for the API layers).
@@ -500,6 +648,18 @@ impl Device {
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> VerbsResult<usize> {
         let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
         Ok(c.poll(out))
+    }
+
+    /// [`Device::poll_cq`] with the time each completion was generated at
+    /// (`at` as long as `out`).
+    pub fn poll_cq_stamped(
+        &mut self,
+        cq: CqId,
+        out: &mut [Wc],
+        at: &mut [Instant],
+    ) -> VerbsResult<usize> {
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchObject)?;
+        Ok(c.poll_stamped(out, at))
     }
 
     /// `ibv_req_notify_cq`.
@@ -631,17 +791,11 @@ impl Device {
     /// against the limits and rounded up to at least 1.
     pub fn create_qp(&mut self, init: &QpInit) -> VerbsResult<(Qpn, QpCap)> {
         let cap = self.check_qp_init(init)?;
-        let qpn = loop {
-            let q = self.next_qpn;
-            self.next_qpn = if self.next_qpn >= limits::MAX_QPN {
-                limits::FIRST_QPN
-            } else {
-                self.next_qpn + 1
-            };
-            if !self.qpn_map.contains_key(&q) {
-                break Qpn::new(q);
-            }
-        };
+        let map = &self.qpn_map;
+        let qpn = self
+            .qpns
+            .alloc(&mut self.rng, |n| map.contains_key(&n))
+            .ok_or(VerbsError::NoMemory)?;
         self.insert_qp(init, cap, qpn);
         Ok((qpn, cap))
     }
@@ -653,8 +807,10 @@ impl Device {
     /// `InvalidArgument` for the special QPs 0 and 1, and with `Busy` when a
     /// QP already has the number.
     pub fn create_qp_with_qpn(&mut self, init: &QpInit, qpn: Qpn) -> VerbsResult<QpCap> {
-        if qpn.value() <= Qpn::GSI.value() {
-            return Err(VerbsError::InvalidArgument("QPs 0 and 1 are reserved"));
+        if crate::qpn::is_reserved(qpn.value()) {
+            return Err(VerbsError::InvalidArgument(
+                "QPs 0, 1 and 0xffffff are reserved",
+            ));
         }
         if self.qpn_map.contains_key(&qpn.value()) {
             return Err(VerbsError::Busy);
@@ -727,6 +883,7 @@ impl Device {
         let idx = self.qp_idx(qpn)?;
         let qp = self.qps.remove(idx).ok_or(VerbsError::NoSuchObject)?;
         self.qpn_map.remove(&qpn.value());
+        self.qpns.released(qpn.value());
         self.counters += &qp.counters;
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {
@@ -740,6 +897,8 @@ impl Device {
         if let Some(t) = qp.armed {
             self.timers.remove(&(t, idx));
         }
+        // Type 2 windows bound to the QP go free with it.
+        self.mrs.unbind_qp(qpn);
         Ok(())
     }
 
@@ -773,6 +932,31 @@ impl Device {
             .get(self.qp_idx(qpn)?)
             .ok_or(VerbsError::NoSuchObject)?;
         Ok((qp.query(), qp.cap, qp.qp_type))
+    }
+
+    /// The UDP port RC/UC QP `qpn` takes packets from: `None` until its
+    /// first expected packet after RTR told it, or [`Device::set_peer_port`]
+    /// did (see `qp::pin`).
+    pub fn peer_port(&self, qpn: Qpn) -> VerbsResult<Option<u16>> {
+        Ok(self
+            .qps
+            .get(self.qp_idx(qpn)?)
+            .ok_or(VerbsError::NoSuchObject)?
+            .peer_port)
+    }
+
+    /// Pins RC/UC QP `qpn` to a peer that sends from UDP port `port` (the
+    /// peer told it out of band): from then on packets from another port
+    /// are dropped as `wrong_peer`, from the first packet on. Cleared when
+    /// the QP goes to RESET or its address vector names another peer.
+    pub fn set_peer_port(&mut self, qpn: Qpn, port: u16) -> VerbsResult<()> {
+        let idx = self.qp_idx(qpn)?;
+        let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
+        if qp.qp_type == QpType::Ud {
+            return Err(VerbsError::InvalidArgument("a UD QP has no peer"));
+        }
+        qp.peer_port = Some(port);
+        Ok(())
     }
 
     /// State of a QP.
@@ -814,6 +998,16 @@ impl Device {
         c
     }
 
+    /// How many received packets the device has refused so far: malformed,
+    /// bad ICRC or P_Key, another transport, not from the connected peer
+    /// (`wrong_peer`), READ/atomic beyond `max_dest_rd_atomic`, answers
+    /// not queued, UD Q_Key mismatches. One number kept as they happen, so
+    /// a driver can tell at the cost of a load whether to look at
+    /// [`Device::counters`] (which sums every QP's) and log.
+    pub fn refusals(&self) -> u64 {
+        self.refusals
+    }
+
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: Qpn) -> VerbsResult<Counters> {
         Ok(self
@@ -850,16 +1044,19 @@ impl Device {
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
         let Ok(pkt) = IbPacket::new_checked(data) else {
             self.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, None, DropReason::Malformed);
             return;
         };
         if !self.icrc_ok(meta, &pkt) {
             self.counters.icrc_errors += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadIcrc);
             return;
         }
         let Ok(repr) = PacketRepr::parse(&pkt) else {
             self.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::Malformed);
             return;
         };
@@ -870,6 +1067,7 @@ impl Device {
         }
         if !repr.bth.pkey.matches(PKey::DEFAULT) {
             self.counters.bad_pkey += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadPkey);
             return;
         }
@@ -900,27 +1098,37 @@ impl Device {
         );
         if !type_ok {
             qp.counters.malformed += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::WrongTransport);
             return;
         }
-        if qp.qp_type != QpType::Ud
-            && qp.state >= QpState::Rtr
-            && (meta.src.ip() != qp.attr.ah_attr.dest || meta.dst != self.cfg.local_ip)
-        {
+        // The address check comes first (rxe's check_addr, hdr_check):
+        // nothing from another source reaches the transport's checks.
+        let pins = qp.pins_peer();
+        if pins && !qp.is_from_peer(meta, self.cfg.local_ip) {
             qp.counters.wrong_peer += 1;
+            self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::WrongPeer);
             return;
+        }
+        let learn = pins && qp.peer_port.is_none() && qp.expects(&repr, info.is_request());
+        if learn {
+            qp.peer_port = Some(meta.src.port());
         }
         qp.counters.rx_packets += 1;
         qp.counters.rx_bytes += meta.len as u64;
         // Off (the usual case) this costs the one branch.
         let before = Self::notes_before(&self.notes, qp);
+        let refused = |c: &Counters| c.too_many_rd_atomic + c.resp_dropped + c.bad_qkey;
+        let refused_before = refused(&qp.counters);
         let mut ctx = ctx!(self, now);
         if info.is_request() {
             qp.handle_request(&repr, meta, &mut ctx);
+            qp.counters.resp_dropped += std::mem::take(&mut qp.resp.dropped);
         } else {
             qp.handle_response(&repr, &mut ctx);
         }
+        self.refusals += refused(&qp.counters) - refused_before;
         if let Some((c, st)) = before {
             let after = (&qp.counters, qp.state);
             let psn = Some(repr.bth.psn);
@@ -983,30 +1191,28 @@ impl Device {
             return false;
         };
         let covered = pkt.icrc_covered();
-        let computed = d.icrc(covered);
         let stored = pkt.icrc();
-        if computed == stored {
+        // One form per opcode, two for FLUSH: rxe's and the annex's
+        // (softrdma_wire::icrc).
+        if d.icrc_forms(covered).any(|(c, _)| c == stored) {
             return true;
         }
         if !self.cfg.infer_ipv4_ident || meta.src.ip().is_loopback() {
             return false;
         }
-        if let IpRepr::V4(v4) = d.ip {
-            // Bytes after the identification: IPv4 bytes 6..20, UDP, transport.
-            let after = 14 + 8 + covered.len();
+        if let IpRepr::V4(_) = d.ip {
             for df in [true, false] {
-                let base = if df == v4.dont_frag {
-                    computed
-                } else {
-                    let mut d2 = d;
-                    if let IpRepr::V4(r) = &mut d2.ip {
-                        r.dont_frag = df;
+                let mut d2 = d;
+                if let IpRepr::V4(r) = &mut d2.ip {
+                    r.dont_frag = df;
+                }
+                // `after`: bytes after the identification (IPv4 bytes
+                // 6..20, UDP, transport, for rxe's FLUSH form twice).
+                for (base, after) in d2.icrc_forms(covered) {
+                    if solve_ipv4_id(base, stored, after).is_some() {
+                        self.counters.icrc_ip_id_inferred += 1;
+                        return true;
                     }
-                    d2.icrc(covered)
-                };
-                if solve_ipv4_id(base, stored, after).is_some() {
-                    self.counters.icrc_ip_id_inferred += 1;
-                    return true;
                 }
             }
         }

@@ -4,7 +4,8 @@
 //!
 //! The core does not interpret MADs. A packet for QP 1 that passes rxe's
 //! checks (UD SEND_ONLY, the GSI Q_Key, a P_Key of the table — checked
-//! before — and a MAD-sized payload) is queued, bounded, for the driver
+//! before — and a payload of exactly one MAD, 256 bytes, as the CM wants)
+//! is queued, bounded, for the driver
 //! ([`Device::poll_gsi`](crate::Device::poll_gsi)); the driver sends a MAD
 //! with [`Device::emit_gsi`](crate::Device::emit_gsi), which writes the
 //! packet as rxe does (captured in `tests/data/rping_rdmacm.pcap`): BTH
@@ -12,8 +13,8 @@
 //! Q_Key and source QP 1; the 256-byte MAD; the ICRC.
 //!
 //! The data path never looks here: a datagram reaches the GSI check only
-//! after its destination QP was not found among the device's QPs (QP
-//! numbers start above 0x10), so an ordinary packet pays nothing for it.
+//! after its destination QP was not found among the device's QPs (no QP
+//! is ever numbered 0 or 1), so an ordinary packet pays nothing for it.
 
 use crate::device::{RecvMeta, Transmit};
 use crate::limits;
@@ -35,7 +36,7 @@ pub struct GsiMad {
     pub src_qpn: Qpn,
     /// The P_Key of the packet.
     pub pkey: PKey,
-    /// The MAD (the UD payload; at most [`MAD_LEN`] bytes).
+    /// The MAD (the UD payload: [`MAD_LEN`] bytes).
     pub mad: Vec<u8>,
 }
 
@@ -52,8 +53,7 @@ impl Gsi {
     pub fn receive(&mut self, meta: &RecvMeta, repr: &PacketRepr<'_>) -> bool {
         let ok = repr.bth.opcode == UD_SEND_ONLY
             && repr.deth.is_some_and(|d| d.qkey == QKey(GSI_QKEY))
-            && !repr.payload.is_empty()
-            && repr.payload.len() <= MAD_LEN
+            && repr.payload.len() == MAD_LEN
             && self.rx.len() < limits::GSI_RX_QUEUE;
         if ok {
             self.rx.push_back(GsiMad {

@@ -31,16 +31,20 @@ pub mod device;
 mod gsi;
 pub mod limits;
 pub mod memory;
+pub mod mw;
 pub mod note;
 mod qp;
+mod qpn;
 pub mod verbs;
 
 pub use counters::Counters;
 pub use device::{
-    Device, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
+    Advice, Device, DeviceConfig, Event, Gather, OdpCaps, RecvMeta, Transmit, WriteChunking,
+    MAX_GATHER,
 };
 pub use gsi::GsiMad;
-pub use memory::{RegionMemory, VecMemory};
+pub use memory::{Fault, RegionMemory, Rereg, VecMemory};
+pub use mw::BindError;
 pub use verbs::*;
 
 /// A point in time in nanoseconds since an arbitrary origin chosen by the
@@ -59,7 +63,7 @@ impl Instant {
     }
 }
 
-/// Unguessable numbers: memory keys, initial PSNs, the first QPN. ChaCha20
+/// Unguessable numbers: memory keys, initial PSNs, QP numbers. ChaCha20
 /// keyed with 256 bits the driver supplies (the engine from the operating
 /// system, the simulator and tests from their seed), so one key observed on
 /// the wire tells nothing about the next — SplitMix64 and its kind are

@@ -5,6 +5,13 @@
 
 /// Queue pairs per device.
 pub const MAX_QP: usize = 1 << 16;
+/// Destroyed QP numbers kept out of the draw (`qpn` module): a number is
+/// not given to a new QP before this many more QPs were destroyed, and
+/// with 2^24 numbers drawn at random, rarely for much longer.
+pub const QPN_QUARANTINE: usize = 1 << 16;
+/// Draws of a QP number before `create_qp` gives up (each is rejected with
+/// probability below 1 %: see the `qpn` module).
+pub const QPN_DRAW_TRIES: u32 = 300;
 /// Work requests per send or receive queue.
 pub const MAX_QP_WR: u32 = 16 * 1024;
 /// Scatter/gather entries per work request.
@@ -40,12 +47,6 @@ pub const MAX_MW: usize = 1 << 16;
 pub const MAX_MSG_SIZE: u32 = 1 << 31;
 /// Entries of the P_Key table (one: the default key).
 pub const PKEY_TABLE_LEN: u16 = 1;
-
-/// The first QP number a device hands out (0 and 1 are the special QPs;
-/// rxe starts its pool at 16 too).
-pub const FIRST_QPN: u32 = 0x11;
-/// The largest QP number (24 bits).
-pub const MAX_QPN: u32 = 0xff_ffff;
 
 /// Smallest path MTU in bytes.
 pub const MIN_MTU: u32 = 256;
@@ -84,6 +85,13 @@ pub const fn ack_timeout_ns(timeout: u8) -> Option<u64> {
         Some(TIMEOUT_BASE_NS << (timeout & 0x1f))
     }
 }
+
+/// Answers (ACKs, NAKs, READ responses, atomic ACKs) a QP's responder
+/// holds before the driver takes them. READ and atomic responses are
+/// bounded by `max_dest_rd_atomic` (at most [`MAX_RD_ATOMIC`]); past this,
+/// an ACK, RNR NAK or repeated response is dropped and counted
+/// (`resp_dropped`): the peer retransmits what it still needs.
+pub const MAX_RESP_QUEUE: usize = 2 * MAX_RD_ATOMIC as usize + 32;
 
 /// MADs received on QP 1 (the GSI) waiting for the driver's communication
 /// manager; more are dropped and counted (`gsi_dropped`: the CM's peers

@@ -44,7 +44,8 @@ pub enum DropReason {
     NoReceive,
     /// A request ahead of the expected PSN (IBTA 9.7.5.1.2).
     OutOfSequence,
-    /// A UC packet with an old PSN.
+    /// A request with an old PSN, already received: not executed again
+    /// (RC answers it again where IBA says so; UC drops it).
     Duplicate,
     /// A UC message of which a packet was lost (IBTA 9.8.3).
     UcMessageLost,
@@ -52,6 +53,9 @@ pub enum DropReason {
     StaleResponse,
     /// A packet for QP 1 that is not a MAD, or the MAD queue was full.
     GsiRejected,
+    /// A request whose answer the responder did not queue: its queue was
+    /// full, or already held the same answer.
+    ResponseQueueFull,
 }
 
 impl DropReason {
@@ -63,14 +67,15 @@ impl DropReason {
             DropReason::BadPkey => "wrong P_Key",
             DropReason::UnknownQp => "unknown QPN",
             DropReason::WrongTransport => "opcode of another transport than the QP's",
-            DropReason::WrongPeer => "not from the connected peer",
+            DropReason::WrongPeer => "not from the connected peer (address or UDP port)",
             DropReason::BadQkey => "wrong Q_Key",
             DropReason::NoReceive => "no receive posted (UD)",
             DropReason::OutOfSequence => "PSN out of sequence",
-            DropReason::Duplicate => "duplicate PSN (UC)",
+            DropReason::Duplicate => "duplicate PSN (already received)",
             DropReason::UcMessageLost => "UC message with a lost packet",
             DropReason::StaleResponse => "unexpected response",
             DropReason::GsiRejected => "not a MAD for QP 1, or the MAD queue is full",
+            DropReason::ResponseQueueFull => "answer not queued: the responder's queue is full",
         }
     }
 }
@@ -201,7 +206,8 @@ impl Notes {
         let (b, a) = (before.0, after.0);
         let grew = |f: fn(&Counters) -> u64| f(a) > f(b);
         if let Some(from) = from {
-            let drops: [(Field, DropReason); 6] = [
+            let drops: [(Field, DropReason); 7] = [
+                (|c| c.resp_dropped, DropReason::ResponseQueueFull),
                 (|c| c.bad_qkey, DropReason::BadQkey),
                 (|c| c.ud_drops, DropReason::NoReceive),
                 (|c| c.out_of_sequence, DropReason::OutOfSequence),

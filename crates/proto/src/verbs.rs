@@ -18,6 +18,68 @@ pub struct SrqId(pub u32);
 /// Handle of an address handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AhId(pub u32);
+/// Handle of a memory window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MwId(pub u32);
+
+/// Memory window type (`ibv_mw_type`, IBA 10.6.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MwType {
+    /// Type 1 (IBV_MW_TYPE_1 = 1): bound with `ibv_bind_mw`, tied to its
+    /// protection domain; a bind of length 0 unbinds it.
+    Type1,
+    /// Type 2 (IBV_MW_TYPE_2 = 2): bound by a BIND_MW work request on a QP
+    /// of its protection domain and usable through that QP only;
+    /// invalidated by LOCAL_INV or SEND_WITH_INV.
+    Type2,
+}
+
+impl MwType {
+    /// From the libibverbs number (type 3 and others: `None`).
+    pub const fn from_ibv(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(MwType::Type1),
+            2 => Some(MwType::Type2),
+            _ => None,
+        }
+    }
+    /// libibverbs number.
+    pub const fn to_ibv(self) -> u32 {
+        match self {
+            MwType::Type1 => 1,
+            MwType::Type2 => 2,
+        }
+    }
+}
+
+/// What a BIND_MW work request binds (`ibv_mw_bind_info` plus the key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window.
+    pub mw: MwId,
+    /// The window's new R_Key: only its low 8 bits count (IBA 10.6.7.1:
+    /// the consumer owns the key byte, the device the rest).
+    pub rkey: RKey,
+    /// L_Key of the region the window goes onto (ignored when `length` is 0).
+    pub mr_lkey: u32,
+    /// First address of the window (an address of the region).
+    pub addr: u64,
+    /// Length; 0 unbinds a type 1 window.
+    pub length: u64,
+    /// Rights the window grants (`mw_access_flags`).
+    pub access: Access,
+}
+
+/// The two fields of a FLUSH (`ibv_wr_flush`'s `type` and `level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FlushSpec {
+    /// Placement type bits: 1 global visibility, 2 persistence
+    /// (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_PERSISTENT`).
+    pub placement_type: u8,
+    /// Selectivity level: 0 the range, 1 the whole region
+    /// (`IBV_FLUSH_RANGE`, `IBV_FLUSH_MR`).
+    pub level: u8,
+}
 
 /// Queue pair transport type (`ibv_qp_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,12 +146,40 @@ impl Access {
     pub const REMOTE_ATOMIC: Access = Access(8);
     /// Memory windows may be bound to the region.
     pub const MW_BIND: Access = Access(16);
-    /// Zero-based virtual addresses.
+    /// Zero-based virtual addresses (memory windows of type 2: remote
+    /// addresses are offsets from the window's start).
     pub const ZERO_BASED: Access = Access(32);
+    /// On-demand paging: the region's pages are reached when an access
+    /// happens, and memory that is not mapped then is an access error.
+    pub const ON_DEMAND: Access = Access(1 << 6);
+    /// Huge pages back the region (a hint, with `ON_DEMAND`).
+    pub const HUGETLB: Access = Access(1 << 7);
+    /// FLUSH with global visibility may target the region (IBA A19).
+    pub const FLUSH_GLOBAL: Access = Access(1 << 8);
+    /// FLUSH with persistence may target the region (IBA A19).
+    pub const FLUSH_PERSISTENT: Access = Access(1 << 9);
+    /// Relaxed ordering (`IBV_ACCESS_RELAXED_ORDERING`, optional: ignored).
+    pub const RELAXED_ORDERING: Access = Access(1 << 20);
     /// Everything a region can grant.
     pub const ALL: Access = Access(1 | 2 | 4 | 8);
+    /// Both FLUSH rights.
+    pub const FLUSH: Access = Access((1 << 8) | (1 << 9));
     /// Bits softrdma accepts in `reg_mr`.
-    pub const SUPPORTED: u32 = 1 | 2 | 4 | 8 | 16 | 32 | (1 << 5) | (1 << 20);
+    pub const SUPPORTED: u32 =
+        1 | 2 | 4 | 8 | 16 | 32 | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 20);
+    /// Bits of a QP's `qp_access_flags` that mean something: the remote
+    /// rights, MW_BIND and the FLUSH rights (rdma-core 56's tests set them
+    /// all on every extended QP).
+    pub const QP_SUPPORTED: u32 = 1 | 2 | 4 | 8 | 16 | (1 << 8) | (1 << 9);
+    /// Bits `modify_qp` accepts in `qp_access_flags`: every access bit a
+    /// region knows (rdma-core's ODP tests pass a region's flags,
+    /// IBV_ACCESS_ON_DEMAND included; the kernel and rxe ignore the bits
+    /// that do not concern a QP, and so does softrdma).
+    pub const QP_ACCEPTED: u32 = Self::SUPPORTED;
+    /// Bits a memory window bind may grant (rxe's `RXE_ACCESS_SUPPORTED_MW`
+    /// plus the FLUSH rights): local write is accepted and means nothing
+    /// for a window.
+    pub const MW_SUPPORTED: u32 = 1 | 2 | 4 | 8 | 32 | (1 << 8) | (1 << 9);
 
     /// Union.
     pub const fn with(self, o: Access) -> Access {
@@ -102,6 +192,10 @@ impl Access {
     /// Only the bits that matter to a queue pair's remote access.
     pub const fn remote(self) -> Access {
         Access(self.0 & (2 | 4 | 8))
+    }
+    /// Some bit of `o` present.
+    pub const fn intersects(self, o: Access) -> bool {
+        self.0 & o.0 != 0
     }
 }
 
@@ -158,8 +252,15 @@ pub enum WrOpcode {
     AtomicFetchAndAdd,
     /// 7: local invalidate.
     LocalInv,
+    /// 8: bind a memory window.
+    BindMw,
     /// 9: SEND with invalidate.
     SendWithInv,
+    /// 14: FLUSH (IBA 1.5 Memory Placement Extensions).
+    Flush,
+    /// 15: ATOMIC WRITE (IBA 1.5 Memory Placement Extensions): 8 bytes
+    /// written as one.
+    AtomicWrite,
 }
 
 impl WrOpcode {
@@ -174,7 +275,10 @@ impl WrOpcode {
             WrOpcode::AtomicCmpAndSwp => 5,
             WrOpcode::AtomicFetchAndAdd => 6,
             WrOpcode::LocalInv => 7,
+            WrOpcode::BindMw => 8,
             WrOpcode::SendWithInv => 9,
+            WrOpcode::Flush => 14,
+            WrOpcode::AtomicWrite => 15,
         }
     }
     /// From the libibverbs number.
@@ -188,16 +292,33 @@ impl WrOpcode {
             5 => WrOpcode::AtomicCmpAndSwp,
             6 => WrOpcode::AtomicFetchAndAdd,
             7 => WrOpcode::LocalInv,
+            8 => WrOpcode::BindMw,
             9 => WrOpcode::SendWithInv,
+            14 => WrOpcode::Flush,
+            15 => WrOpcode::AtomicWrite,
             _ => return None,
         })
     }
-    /// RDMA READ or an atomic: needs a responder resource.
+    /// RDMA READ, an atomic or an ATOMIC WRITE: counts against
+    /// `max_rd_atomic` and is answered by a response, not an ACK.
     pub const fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
-            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::AtomicWrite
         )
+    }
+    /// Completed by a response packet (READ response, atomic ACK, or the
+    /// zero-length READ response that answers FLUSH and ATOMIC WRITE).
+    pub const fn has_response(self) -> bool {
+        self.is_read_or_atomic() || matches!(self, WrOpcode::Flush)
+    }
+    /// Executed by the local device alone, sending nothing (LOCAL_INV,
+    /// BIND_MW).
+    pub const fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
     }
     /// An atomic.
     pub const fn is_atomic(self) -> bool {
@@ -215,6 +336,9 @@ impl WrOpcode {
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
 }
@@ -258,6 +382,12 @@ pub struct SendWr {
     pub swap: u64,
     /// UD destination.
     pub ud: Option<UdDest>,
+    /// BIND_MW: what to bind.
+    pub bind: Option<MwBind>,
+    /// FLUSH: placement type and level (the length is `flush_len`).
+    pub flush: FlushSpec,
+    /// FLUSH: bytes from `remote_addr` (level range).
+    pub flush_len: u64,
 }
 
 impl SendWr {
@@ -276,6 +406,9 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
+            flush: FlushSpec::default(),
+            flush_len: 0,
         }
     }
     /// Total payload length.
@@ -351,6 +484,10 @@ pub enum WcOpcode {
     BindMw = 5,
     /// Local invalidate.
     LocalInv = 6,
+    /// FLUSH (IBV_WC_FLUSH).
+    Flush = 8,
+    /// ATOMIC WRITE (IBV_WC_ATOMIC_WRITE).
+    AtomicWrite = 9,
     /// A received SEND.
     Recv = 128,
     /// A received RDMA WRITE with immediate.
@@ -712,6 +849,14 @@ pub enum VerbsError {
     /// The work queue is full.
     #[error("work queue full")]
     QueueFull,
+    /// Memory is not mapped, out of a region's bounds, or a key does not
+    /// name a region that allows the access (EFAULT, as `ibv_advise_mr`).
+    #[error("bad address")]
+    Fault,
+    /// The object belongs to another protection domain, or lacks a right
+    /// (EPERM).
+    #[error("permission denied")]
+    PermissionDenied,
 }
 
 /// Result of a verb.

@@ -732,18 +732,24 @@ proptest! {
     }
 }
 
-/// ACKs with PSNs the device never sent: one before its oldest outstanding
-/// request is a duplicate and completes nothing; one after the last PSN it
-/// sent acknowledges what was sent, like rxe (rxe_comp.c check_psn:
-/// "response is past the oldest WQE" completes a SEND/WRITE), but never a
-/// READ or atomic, which need their responses: the READ goes out again.
+/// ACKs with PSNs around what the device sent (a WRITE at SQ_PSN, a READ
+/// at +1 and +2, a FETCH_ADD at +3): one before its oldest outstanding
+/// request is a duplicate and completes nothing; one at the last PSN it
+/// sent acknowledges the WRITE, but never a READ or atomic, which need
+/// their responses: the READ goes out again. One after the last PSN sent
+/// is ignored: no responder acknowledges a packet it never received, so it
+/// is forged or stray, and it must not complete requests (rxe's
+/// check_psn completes a fully sent SEND/WRITE for any later PSN in half
+/// the PSN space, which lets an injected ACK lose data).
 #[test]
 fn acks_for_unsent_psns() {
     for (psn, completes) in [
         (SQ_PSN - 1, false),
         (Psn::new(SQ_PSN).sub(0x40_0000).value(), false),
-        (SQ_PSN + 10, true),
-        (SQ_PSN + 0x40_0000, true),
+        (SQ_PSN + 3, true),
+        (SQ_PSN + 4, false),
+        (SQ_PSN + 10, false),
+        (SQ_PSN + 0x40_0000, false),
     ] {
         let mut t = Target::new();
         let mut p = PacketRepr::new(bth(0x11, t.rc, psn), &[]);

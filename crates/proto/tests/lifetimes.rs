@@ -45,21 +45,30 @@ impl RegionMemory for Tracked {
     fn len(&self) -> usize {
         TLEN
     }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> std::result::Result<(), Fault> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.bytes.read(offset, dst)
     }
-    fn write(&self, offset: usize, src: &[u8]) {
+    fn write(&self, offset: usize, src: &[u8]) -> std::result::Result<(), Fault> {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.bytes.write(offset, src)
     }
-    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+    fn fetch_add(&self, offset: usize, add: u64) -> std::result::Result<u64, Fault> {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.bytes.fetch_add(offset, add)
     }
-    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+    fn compare_swap(
+        &self,
+        offset: usize,
+        compare: u64,
+        swap: u64,
+    ) -> std::result::Result<u64, Fault> {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.bytes.compare_swap(offset, compare, swap)
+    }
+    fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> std::result::Result<(), Fault> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.bytes.atomic_write(offset, bytes)
     }
     fn address(&self) -> Option<NonNull<u8>> {
         self.lend.then(NonNull::dangling)

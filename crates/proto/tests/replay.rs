@@ -519,11 +519,30 @@ fn run(case: Case) -> Outcome {
     let mut now = now0;
     let mut fed_v4 = 0usize;
     let mut fed_v4_nonzero_id = 0usize;
+    // Batched: READ/atomic requests fed since the core's output was last
+    // taken. The requester of the capture never had more than
+    // max_dest_rd_atomic (16) outstanding; without draining, their
+    // responses would pile up beyond that and the core would refuse the
+    // next one (too_many_rd_atomic), which a real requester cannot cause.
+    let mut rd_atomic_fed: BTreeMap<u32, usize> = BTreeMap::new();
     for p in &reqs {
         let b = p.dqp();
         let qpn = softrdma_wire::Qpn::new(b);
         let t = Instant(p.f.ts_ns).max(now);
         now = t;
+        let rd_atomic = matches!(
+            p.info.operation,
+            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        );
+        if case.batched && rd_atomic {
+            let n = rd_atomic_fed.entry(b).or_default();
+            if *n == 16 {
+                let at = (case.file, p.f.index);
+                drain(&mut dev, now, &mut buf, (a_ip, b_ip), &b_of, at, &mut sent);
+                rd_atomic_fed.clear();
+            }
+            *rd_atomic_fed.entry(b).or_default() += 1;
+        }
         if dev.poll_timeout().is_some_and(|d| d <= now) {
             dev.handle_timeout(now);
         }

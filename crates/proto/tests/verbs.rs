@@ -472,9 +472,10 @@ fn port_mtu_of_a_link() {
 /// A device's first QP number is spread over the whole 24-bit space: a
 /// process that reconnects from the same address (the same CA GUID) would
 /// otherwise reuse, often, a QPN its peer still holds in timewait and get
-/// REJ 10 (stale connection). Among 64 seeds, the first QPNs are all
-/// different, none is 0 or 1, and they are not bunched in the low range
-/// the start used to be drawn from (0x11..0x410).
+/// REJ 10 (stale connection; with first QPNs among 1024 values, 6 of 80
+/// iSER logins in a row from new processes did). Among 64 seeds, the
+/// first QPNs are all different, none is 0, 1 or the multicast QPN, and
+/// they are not bunched in a low range.
 #[test]
 fn first_qpns_spread_over_24_bits() {
     let mut firsts = Vec::new();
@@ -493,7 +494,7 @@ fn first_qpns_spread_over_24_bits() {
                 sq_sig_all: false,
             })
             .unwrap();
-        assert!((0x11..=0xff_ffff).contains(&qpn.value()), "{qpn:?}");
+        assert!((2..0xff_ffff).contains(&qpn.value()), "{qpn:?}");
         firsts.push(qpn.value());
     }
     firsts.sort_unstable();

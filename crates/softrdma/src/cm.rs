@@ -6,8 +6,13 @@
 //! packet capture:
 //!
 //! ```text
-//! SOFTRDMA1 gid=00000000000000000000ffff7f000001 qpn=0x000123 psn=0x45a6b7 rkey=0x1a2b3c4d va=0x7f00c0000000 len=1048576 mtu=4096
+//! SOFTRDMA1 gid=00000000000000000000ffff7f000001 qpn=0x000123 psn=0x45a6b7 rkey=0x1a2b3c4d va=0x7f00c0000000 len=1048576 mtu=4096 port=4791
 //! ```
+//!
+//! `port` is the UDP port the side's packets come from (its device's
+//! socket): the peer's QP takes packets from that port only, from the
+//! first on. A line without it (0) leaves the QP to learn the port from
+//! the first packet it expects.
 //!
 //! [`Listener::accept_rc`] / [`connect_rc`] do the whole job for one RC (or
 //! UC) QP: create it, exchange, move it to RTS.
@@ -40,6 +45,8 @@ pub struct ConnInfo {
     pub len: u64,
     /// Path MTU this side wants (the smaller of the two is used).
     pub mtu: u32,
+    /// UDP port this side's packets come from (0: not said).
+    pub port: u16,
 }
 
 impl ConnInfo {
@@ -49,19 +56,22 @@ impl ConnInfo {
             gid: self.gid,
             qpn: self.qpn,
             psn: self.psn,
+            port: (self.port != 0).then_some(self.port),
         }
     }
 
     fn to_line(self) -> String {
         let gid: String = self.gid.iter().map(|b| format!("{b:02x}")).collect();
         format!(
-            "SOFTRDMA1 gid={gid} qpn={:#08x} psn={:#08x} rkey={:#010x} va={:#x} len={} mtu={}\n",
+            "SOFTRDMA1 gid={gid} qpn={:#08x} psn={:#08x} rkey={:#010x} va={:#x} len={} mtu={} \
+             port={}\n",
             self.qpn.value(),
             self.psn.value(),
             self.rkey.0,
             self.va,
             self.len,
-            self.mtu
+            self.mtu,
+            self.port
         )
     }
 
@@ -84,6 +94,7 @@ impl ConnInfo {
             va: 0,
             len: 0,
             mtu: 4096,
+            port: 0,
         };
         let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16);
         for kv in it {
@@ -104,6 +115,7 @@ impl ConnInfo {
                 "va" => info.va = hex(v).map_err(|_| bad("va"))?,
                 "len" => info.len = v.parse().map_err(|_| bad("len"))?,
                 "mtu" => info.mtu = v.parse().map_err(|_| bad("mtu"))?,
+                "port" => info.port = v.parse().map_err(|_| bad("port"))?,
                 _ => {} // forward compatible
             }
         }
@@ -347,6 +359,7 @@ pub fn local_info(
         va: mr.map_or(0, |m| m.addr()),
         len: mr.map_or(0, |m| m.len() as u64),
         mtu: mtu.bytes(),
+        port: dev.local_addr().port(),
     }
 }
 
@@ -386,6 +399,7 @@ mod tests {
             va: 0x7f00_0000_1000,
             len: 1 << 20,
             mtu: 1024,
+            port: 4791,
         };
         assert_eq!(ConnInfo::from_line(&i.to_line()).unwrap(), i);
         assert!(ConnInfo::from_line("HELLO").is_err());

@@ -217,6 +217,9 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// Entries of a port's GID table (see [`softrdma_config::GID_TABLE_LEN`]).
+pub const GID_TABLE_LEN: u32 = softrdma_config::GID_TABLE_LEN;
+
 /// Port attributes (`ibv_port_attr`, the parts that mean something here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortAttr {
@@ -224,7 +227,8 @@ pub struct PortAttr {
     pub active_mtu: u32,
     /// Largest MTU in bytes.
     pub max_mtu: u32,
-    /// Entries of the GID table (one).
+    /// Entries of the GID table ([`GID_TABLE_LEN`]; only index 0, the
+    /// device's address, is populated).
     pub gid_tbl_len: u32,
     /// Entries of the P_Key table (one: 0xffff).
     pub pkey_tbl_len: u16,
@@ -256,7 +260,7 @@ impl Device {
             };
         }
         let mtu = settings.mtu.value;
-        // Memory keys, initial PSNs and the first QPN come from a generator
+        // Memory keys, initial PSNs and QP numbers come from a generator
         // keyed by the operating system's randomness.
         let mut key = [0u8; 32];
         getrandom::fill(&mut key)
@@ -408,9 +412,18 @@ impl Device {
         PortAttr {
             active_mtu: mtu,
             max_mtu: 4096,
-            gid_tbl_len: 1,
+            gid_tbl_len: GID_TABLE_LEN,
             pkey_tbl_len: 1,
         }
+    }
+
+    /// The device's clock: nanoseconds since it was opened, the time base
+    /// of completion timestamps ([`CompletionQueue::poll_stamped`]); a
+    /// 64-bit counter that never wraps in practice.
+    ///
+    /// [`CompletionQueue::poll_stamped`]: crate::CompletionQueue::poll_stamped
+    pub fn clock_ns(&self) -> u64 {
+        self.shared().now().0
     }
 
     /// Counters of the device (every QP's included).

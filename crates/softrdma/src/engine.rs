@@ -225,6 +225,8 @@ pub(crate) struct Shared {
     cm_deadline: AtomicU64,
     /// rdma_cm keeps state for this device (told when the device goes).
     pub cm_used: AtomicBool,
+    /// Refused packets, reported at most once a second.
+    refusals: crate::log::RefusalLog,
 }
 
 /// Serial numbers of devices.
@@ -232,6 +234,14 @@ static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // Refusals not yet reported (the last period's): reported now.
+        let core = self.core.lock();
+        let refused = core.refusals();
+        if self.refusals.due(refused, None) {
+            let c = core.counters();
+            self.refusals.report(self.local.ip(), refused, 0, &c);
+        }
+        drop(core);
         if self.cm_used.load(Ordering::SeqCst) {
             crate::rdma_cm::driver::forget_device(self.serial);
         }
@@ -317,6 +327,7 @@ impl Shared {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
+            refusals: crate::log::RefusalLog::default(),
         })
     }
 
@@ -411,6 +422,31 @@ impl Shared {
             }
         }
         let r = core.dereg_mr(key);
+        self.after(core, now);
+        r
+    }
+
+    /// `ibv_rereg_mr`: like [`Self::dereg_mr`] when the memory changes
+    /// (queued datagrams reading the old memory get a copy first; the core
+    /// revokes it), otherwise the region's protection domain or rights
+    /// change in place. Returns the region's key, new when the memory
+    /// changed.
+    pub fn rereg_mr(
+        &self,
+        key: u32,
+        change: softrdma_proto::Rereg,
+    ) -> softrdma_proto::VerbsResult<u32> {
+        let now = self.now();
+        let mut core = lock(&self.core);
+        if change.translation.is_some() {
+            if let Some(region) = core.mr(key).map(|m| m.region.clone()) {
+                let mut tx = lock(&self.tx);
+                for d in tx.pending.iter_mut().filter(|d| d.reads(Some(&region))) {
+                    d.materialize();
+                }
+            }
+        }
+        let r = core.rereg_mr(key, change);
         self.after(core, now);
         r
     }
@@ -676,6 +712,11 @@ impl Shared {
                 core.handle_datagram(now, &meta, dgram);
                 count += 1;
             }
+        }
+        let refused = core.refusals();
+        if self.refusals.due(refused, Some(now.0)) {
+            let c = core.counters();
+            self.refusals.report(self.local.ip(), refused, now.0, &c);
         }
         // MADs for QP 1 (rdma_cm): rare, checked once per batch.
         let gsi = core.gsi_pending();

@@ -32,6 +32,10 @@ pub enum Error {
     /// An argument is out of range (checked before reaching the core).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The call needs a privilege the process does not have (a
+    /// controlled Q_Key without CAP_NET_RAW, as the kernel refuses it).
+    #[error("permission denied: {0}")]
+    Permission(String),
     /// An rdma_cm call failed with the errno librdmacm reports for it.
     #[error("{context}: {}", io::Error::from_raw_os_error(*errno))]
     Cm {
@@ -52,11 +56,14 @@ impl Error {
                 VerbsError::NoMemory | VerbsError::QueueFull => libc::ENOMEM,
                 VerbsError::Busy => libc::EBUSY,
                 VerbsError::NotSupported => libc::EOPNOTSUPP,
+                VerbsError::Fault => libc::EFAULT,
+                VerbsError::PermissionDenied => libc::EPERM,
             },
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Connect(_) => libc::ECONNREFUSED,
             Error::EngineStopped => libc::ENODEV,
             Error::InvalidArgument(_) | Error::Config(_) => libc::EINVAL,
+            Error::Permission(_) => libc::EPERM,
             Error::Cm { errno, .. } => *errno,
         }
     }

@@ -45,13 +45,14 @@ mod event;
 mod log;
 pub mod memory;
 pub mod pcap;
+mod privilege;
 pub mod rdma_cm;
 #[cfg(feature = "tokio")]
 mod stream;
 mod sync;
 mod verbs;
 
-pub use device::{Device, DeviceOptions, PortAttr, ROCE_PORT};
+pub use device::{Device, DeviceOptions, PortAttr, GID_TABLE_LEN, ROCE_PORT};
 pub use error::{ConnectError, Error, Result};
 pub use event::CompletionChannel;
 /// An epoll descriptor mirroring another one's readability with an
@@ -62,8 +63,9 @@ pub use softrdma_proto::device::{guid_of as node_guid_of, DeviceAttr};
 /// Limits of the device (queue depths, SGEs, inline data, message size).
 pub use softrdma_proto::limits;
 pub use softrdma_proto::{
-    Access, AddressVector, AsyncEvent, AttrMask, Counters, CqId, Mtu, QpAttr, QpCap, QpState,
-    QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Access, AddressVector, Advice, AsyncEvent, AttrMask, Counters, CqId, FlushSpec, Mtu, MwBind,
+    MwId, MwType, OdpCaps, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest,
+    Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 /// GIDs and the GRH area of UD receives: `gid_of`, `addr_of_gid`,
 /// `ud_grh_source`, `GRH_LEN`.
@@ -72,6 +74,6 @@ pub use softrdma_wire::{Psn, QKey, Qpn, RKey};
 #[cfg(feature = "tokio")]
 pub use stream::WcStream;
 pub use verbs::{
-    AddressHandle, CompletionQueue, ConnectOptions, MemoryRegion, ProtectionDomain, QpBuilder,
-    QpEndpoint, QueuePair, SharedReceiveQueue, EMPTY_WC,
+    AddressHandle, CompletionQueue, ConnectOptions, MemoryRegion, MemoryWindow, ProtectionDomain,
+    QpBuilder, QpEndpoint, QueuePair, SharedReceiveQueue, EMPTY_WC,
 };

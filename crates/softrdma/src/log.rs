@@ -104,3 +104,81 @@ pub(crate) fn note(dev: std::net::IpAddr, n: softrdma_proto::note::Note) {
         ),
     }
 }
+
+/// How often at most a device reports refused packets.
+pub(crate) const REFUSALS_EVERY_NS: u64 = 1_000_000_000;
+
+/// The counters that grow when a peer — or someone posing as one — sends
+/// what the device refuses: (name, value) of a device's counters.
+pub(crate) fn refusal_counters(c: &softrdma_proto::Counters) -> [(&'static str, u64); 7] {
+    [
+        ("wrong_peer", c.wrong_peer),
+        ("too_many_rd_atomic", c.too_many_rd_atomic),
+        ("resp_dropped", c.resp_dropped),
+        ("bad_qkey", c.bad_qkey),
+        ("bad_pkey", c.bad_pkey),
+        ("icrc_errors", c.icrc_errors),
+        ("malformed", c.malformed),
+    ]
+}
+
+/// Refusals logged at most once per [`REFUSALS_EVERY_NS`] per device: a
+/// flood of forged packets makes one warning a second, not one per packet
+/// (every packet has its own debug line in the notes, when they are on).
+/// The first refusal is logged at once; what comes within the period
+/// after a report waits for the next one, or for the device's close.
+#[derive(Default)]
+pub(crate) struct RefusalLog {
+    /// The core's refusal total at the last report (one load to compare).
+    total: std::sync::atomic::AtomicU64,
+    /// When the next report may be made (ns on the engine's clock).
+    next_ns: std::sync::atomic::AtomicU64,
+    /// The counters at the last report.
+    last: crate::sync::Mutex<[u64; 7]>,
+}
+
+impl RefusalLog {
+    /// Whether a report is due: the core refused something since the last
+    /// one (`total`: `Device::refusals`) and the period is over (`now_ns`;
+    /// `None`: now, whatever the period — the device closes).
+    pub(crate) fn due(&self, total: u64, now_ns: Option<u64>) -> bool {
+        use std::sync::atomic::Ordering;
+        total != self.total.load(Ordering::Relaxed)
+            && now_ns.is_none_or(|n| n >= self.next_ns.load(Ordering::Relaxed))
+    }
+
+    /// Logs what grew since the last report and starts a period.
+    pub(crate) fn report(
+        &self,
+        dev: std::net::IpAddr,
+        total: u64,
+        now_ns: u64,
+        c: &softrdma_proto::Counters,
+    ) {
+        use std::sync::atomic::Ordering;
+        self.total.store(total, Ordering::Relaxed);
+        self.next_ns
+            .store(now_ns.saturating_add(REFUSALS_EVERY_NS), Ordering::Relaxed);
+        let now = refusal_counters(c);
+        let mut last = self.last.lock();
+        let grew: Vec<String> = now
+            .iter()
+            .zip(last.iter())
+            .filter(|((_, n), l)| n > l)
+            .map(|((name, n), l)| format!("{name}+{}", n - l))
+            .collect();
+        for (l, (_, n)) in last.iter_mut().zip(now.iter()) {
+            *l = *n;
+        }
+        drop(last);
+        if !grew.is_empty() {
+            tracing::warn!(
+                target: ENGINE,
+                dev = %dev,
+                "refused packets (counters since the last report: {}); \
+                 wrong_peer: not from a connected QP's peer address and port",
+                grew.join(" ")
+            );
+        }
+    }
+}

@@ -49,8 +49,25 @@
 //!
 //! The program synchronises with peers the RDMA way: through completions,
 //! or by polling a flag byte with acquire ordering.
+//!
+//! # On-demand paging regions
+//!
+//! A region registered with `IBV_ACCESS_ON_DEMAND` ([`OdpRegion`]) is not
+//! touched directly: its bytes are copied through the kernel
+//! (`softrdma_io::mem::read_own` / `write_own`, `process_vm_readv` /
+//! `process_vm_writev` on this process), so a page the program has
+//! unmapped is an access error for the peer or the work request, never a
+//! fault in the program — what an RDMA NIC with on-demand paging gives.
+//! Atomics check the page is mapped and writable first
+//! (`MADV_POPULATE_WRITE`) and then use the CPU's atomic instruction on
+//! it: a program that unmaps the page in the instant between the two
+//! still takes the fault (a NIC would not; no system call does a 64-bit
+//! atomic through the kernel). Zero-copy transmission does not read ODP
+//! memory (its address is not lent); payload is copied into the packet.
+//! Implicit regions (address 0, length `SIZE_MAX`) are the whole address
+//! space: offsets are addresses.
 
-use softrdma_proto::RegionMemory;
+use softrdma_proto::{Fault, RegionMemory};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -250,32 +267,137 @@ impl RegionMemory for RawRegion {
     fn len(&self) -> usize {
         self.len
     }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Fault> {
         self.check(offset, dst.len());
         // SAFETY: in bounds (checked); valid while the region lives.
-        unsafe { copy_out(self.ptr.as_ptr().add(offset), dst) }
+        unsafe { copy_out(self.ptr.as_ptr().add(offset), dst) };
+        Ok(())
     }
-    fn write(&self, offset: usize, src: &[u8]) {
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), Fault> {
         self.check(offset, src.len());
         // SAFETY: in bounds (checked); valid while the region lives.
-        unsafe { copy_in(self.ptr.as_ptr().add(offset), src) }
+        unsafe { copy_in(self.ptr.as_ptr().add(offset), src) };
+        Ok(())
     }
-    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
-        self.atomic(offset).fetch_add(add, Ordering::SeqCst)
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, Fault> {
+        Ok(self.atomic(offset).fetch_add(add, Ordering::SeqCst))
     }
-    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Fault> {
         match self.atomic(offset).compare_exchange(
             compare,
             swap,
             Ordering::SeqCst,
             Ordering::SeqCst,
         ) {
-            Ok(v) | Err(v) => v,
+            Ok(v) | Err(v) => Ok(v),
         }
+    }
+    fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Result<(), Fault> {
+        // One 8-byte store: a reader sees all old or all new bytes.
+        self.atomic(offset)
+            .store(u64::from_ne_bytes(bytes), Ordering::Release);
+        Ok(())
+    }
+    fn flush(&self, offset: usize, len: usize, persistent: bool) -> Result<(), Fault> {
+        self.check(offset, len);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if persistent && len > 0 {
+            // A file mapping's pages go to the file; anonymous memory has
+            // no storage behind it and msync has nothing to do.
+            softrdma_io::mem::msync(self.ptr.as_ptr() as usize + offset, len).map_err(|_| Fault)?;
+        }
+        Ok(())
     }
     fn address(&self) -> Option<NonNull<u8>> {
         Some(self.ptr)
     }
+}
+
+/// The program's memory registered with on-demand paging: reached through
+/// the kernel, so that memory the program has unmapped is an error for the
+/// access and never a fault (see the module docs). `base` is the address of
+/// byte 0 (0 for an implicit region, whose length is the address space).
+pub(crate) struct OdpRegion {
+    base: usize,
+    len: usize,
+}
+
+impl OdpRegion {
+    /// The program's range `base .. base + len` (`len` may be `usize::MAX`
+    /// with `base` 0: the whole address space).
+    pub fn new(base: usize, len: usize) -> OdpRegion {
+        OdpRegion { base, len }
+    }
+
+    fn at(&self, offset: usize) -> usize {
+        self.base.wrapping_add(offset)
+    }
+
+    /// Checks that the 8 bytes at `offset` are mapped and writable (and
+    /// faults their page in), then gives the atomic over them.
+    fn atomic(&self, offset: usize) -> Result<&AtomicU64, Fault> {
+        let p = self.at(offset);
+        if !p.is_multiple_of(8) {
+            return Err(Fault);
+        }
+        softrdma_io::mem::populate(p, 8, true).map_err(|_| Fault)?;
+        // SAFETY: aligned, and mapped writable a moment ago (a program that
+        // unmaps it right now takes the fault: see the module docs); all
+        // concurrent accesses of these bytes by softrdma are atomics or
+        // kernel copies.
+        Ok(unsafe { AtomicU64::from_ptr(p as *mut u64) })
+    }
+}
+
+impl RegionMemory for OdpRegion {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Fault> {
+        // SAFETY: the registered range (offsets are checked by the core);
+        // the kernel copies, faults become errors.
+        unsafe { softrdma_io::mem::read_own(self.at(offset), dst) }.map_err(|_| Fault)
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), Fault> {
+        // SAFETY: the registered range, which the program let the device
+        // write; the kernel copies, faults become errors.
+        unsafe { softrdma_io::mem::write_own(self.at(offset), src) }.map_err(|_| Fault)
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, Fault> {
+        Ok(self.atomic(offset)?.fetch_add(add, Ordering::SeqCst))
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Fault> {
+        match self.atomic(offset)?.compare_exchange(
+            compare,
+            swap,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(v) | Err(v) => Ok(v),
+        }
+    }
+    fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Result<(), Fault> {
+        self.atomic(offset)?
+            .store(u64::from_ne_bytes(bytes), Ordering::Release);
+        Ok(())
+    }
+    fn flush(&self, offset: usize, len: usize, persistent: bool) -> Result<(), Fault> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if len == 0 {
+            return Ok(());
+        }
+        // The range must be there (a flush of unmapped memory is a remote
+        // access error, as any access of it).
+        softrdma_io::mem::populate(self.at(offset), len, false).map_err(|_| Fault)?;
+        if persistent {
+            softrdma_io::mem::msync(self.at(offset), len).map_err(|_| Fault)?;
+        }
+        Ok(())
+    }
+    fn prefetch(&self, offset: usize, len: usize, write: bool) -> Result<(), Fault> {
+        softrdma_io::mem::populate(self.at(offset), len, write).map_err(|_| Fault)
+    }
+    // No `address`: the I/O layer must not read memory that may be gone.
 }
 
 /// The program reads region bytes (after an acquire fence: what it
@@ -313,16 +435,16 @@ mod tests {
     fn allocated_region_round_trips() {
         let r = RawRegion::allocate(10_000).unwrap();
         assert_eq!(r.as_ptr() as usize % PAGE, 0);
-        r.write(100, b"hello");
+        r.write(100, b"hello").unwrap();
         let mut b = [0u8; 5];
         program_read(&r, 100, &mut b);
         assert_eq!(&b, b"hello");
         assert_eq!(load_u8(&r, 104), b'o');
-        r.fetch_add(8, 5);
-        assert_eq!(r.compare_swap(8, 5, 9), 5);
+        r.fetch_add(8, 5).unwrap();
+        assert_eq!(r.compare_swap(8, 5, 9), Ok(5));
         assert_eq!(atomic_u64(&r, 8).load(Ordering::SeqCst), 9);
         let mut z = [1u8; 3];
-        r.read(9997, &mut z);
+        r.read(9997, &mut z).unwrap();
         assert_eq!(z, [0, 0, 0]);
     }
 
@@ -332,27 +454,71 @@ mod tests {
         for off in 0..17 {
             for len in (0..40).chain([63, 64, 65, 127, 128, 129, 200, 300]) {
                 let src: Vec<u8> = (0..len).map(|i| (i * 7 + off + 1) as u8).collect();
-                r.write(off, &src);
+                r.write(off, &src).unwrap();
                 let mut back = vec![0u8; len];
-                r.read(off, &mut back);
+                r.read(off, &mut back).unwrap();
                 assert_eq!(back, src, "offset {off} length {len}");
             }
         }
         // Bytes around a write stay as they were.
         let r = RawRegion::allocate(64).unwrap();
-        r.write(0, &[0xee; 64]);
-        r.write(3, &[1; 11]);
+        r.write(0, &[0xee; 64]).unwrap();
+        r.write(3, &[1; 11]).unwrap();
         let mut all = [0u8; 64];
-        r.read(0, &mut all);
+        r.read(0, &mut all).unwrap();
         assert_eq!(&all[..3], &[0xee; 3]);
         assert_eq!(&all[3..14], &[1; 11]);
         assert_eq!(&all[14..], &[0xee; 50]);
     }
 
     #[test]
+    fn odp_region_faults_instead_of_crashing() {
+        let page = softrdma_io::mem::page_size();
+        let a = RawRegion::allocate(3 * page).unwrap();
+        let base = a.as_ptr() as usize;
+        let odp = OdpRegion::new(base, 3 * page);
+        odp.write(10, b"odp").unwrap();
+        let mut b = [0u8; 3];
+        odp.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"odp");
+        assert_eq!(odp.fetch_add(16, 2), Ok(0));
+        assert_eq!(odp.compare_swap(16, 2, 7), Ok(2));
+        odp.atomic_write(24, [1; 8]).unwrap();
+        odp.flush(0, 3 * page, true).unwrap();
+        odp.prefetch(0, 3 * page, true).unwrap();
+        // An implicit region: offsets are addresses.
+        let all = OdpRegion::new(0, usize::MAX);
+        all.read(base + 10, &mut b).unwrap();
+        assert_eq!(&b, b"odp");
+        // Unmapped memory: errors, no crash. (A fresh mapping, unmapped.)
+        // SAFETY: an anonymous mapping of our own, unmapped at once.
+        let hole = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::munmap(p, page);
+            p as usize
+        };
+        let gone = OdpRegion::new(hole, page);
+        assert_eq!(gone.read(0, &mut b), Err(Fault));
+        assert_eq!(gone.write(0, &b), Err(Fault));
+        assert_eq!(gone.fetch_add(8, 1), Err(Fault));
+        assert_eq!(gone.atomic_write(8, [0; 8]), Err(Fault));
+        assert_eq!(gone.flush(0, 8, false), Err(Fault));
+        assert_eq!(gone.prefetch(0, 8, false), Err(Fault));
+        assert!(gone.address().is_none());
+    }
+
+    #[test]
     #[should_panic(expected = "out of bounds")]
     fn out_of_bounds_panics_instead_of_touching_memory() {
         let r = RawRegion::allocate(16).unwrap();
-        r.write(10, &[0; 7]);
+        let _ = r.write(10, &[0; 7]);
     }
 }

@@ -9,7 +9,8 @@
 //! identification that makes the ICRC check (solved from the ICRC, see
 //! `softrdma_wire::icrc::solve_ipv4_id`). Every record therefore decodes in
 //! Wireshark (`tshark -d udp.port==4791,infiniband`) and `softrdma dump`
-//! with a valid ICRC.
+//! with a valid ICRC. The file is its owner's only (mode 0600), whatever
+//! the umask and whether it existed before.
 //!
 //! Every device of a process that captures to one path writes one file
 //! ([`open_shared`]): with `SOFTRDMA_PCAP` set, a program with two devices
@@ -94,10 +95,11 @@ pub struct Record<'a> {
 }
 
 impl PcapWriter {
-    /// Creates (truncates) `path` and writes the file header: nanosecond
-    /// timestamps, little-endian, link type RAW.
+    /// Creates (truncates) `path`, readable by its owner only (mode 0600:
+    /// a capture holds payloads, memory keys and PSNs), and writes the
+    /// file header: nanosecond timestamps, little-endian, link type RAW.
     pub fn create(path: &Path) -> io::Result<PcapWriter> {
-        let file = BufWriter::with_capacity(1 << 20, File::create(path)?);
+        let file = BufWriter::with_capacity(1 << 20, softrdma_pcap::create_private(path)?);
         let mut out = softrdma_pcap::PcapWriter::new(file, PcapHeader::new(linktype::RAW))?;
         // The header is in the file before the first packet.
         out.get_mut().flush()?;
@@ -170,7 +172,7 @@ fn fix_ipv4_ident(d: &mut DatagramRepr, payload: &[u8]) {
     };
     let covered = pkt.icrc_covered();
     let stored = pkt.icrc();
-    if d.icrc(covered) == stored {
+    if d.icrc_forms(covered).any(|(c, _)| c == stored) {
         return;
     }
     for df in [true, false] {
@@ -180,12 +182,14 @@ fn fix_ipv4_ident(d: &mut DatagramRepr, payload: &[u8]) {
         } else {
             return;
         }
-        let base = d.icrc(covered);
-        if let Some(id) = solve_ipv4_id(base, stored, 14 + 8 + covered.len()) {
-            if let IpRepr::V4(v) = &mut d.ip {
-                v.ident = id;
+        // For FLUSH, rxe's ICRC form or the annex's (softrdma_wire::icrc).
+        for (base, after) in d.icrc_forms(covered) {
+            if let Some(id) = solve_ipv4_id(base, stored, after) {
+                if let IpRepr::V4(v) = &mut d.ip {
+                    v.ident = id;
+                }
+                return;
             }
-            return;
         }
     }
     if let IpRepr::V4(v) = &mut d.ip {

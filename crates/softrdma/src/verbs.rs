@@ -5,12 +5,12 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event::CompletionChannel;
-use crate::memory::{self, RawRegion};
+use crate::memory::{self, OdpRegion, RawRegion};
 use softrdma_proto::*;
 use softrdma_wire::grh::addr_of_gid;
 use softrdma_wire::{Psn, QKey, Qpn, RKey};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 struct PdInner {
@@ -56,10 +56,13 @@ impl ProtectionDomain {
     }
 
     /// Allocates `len` zeroed, page-aligned bytes and registers them.
+    /// With `Access::ON_DEMAND` the device reaches them page by page
+    /// through the kernel (see the [`memory`](crate::memory) module).
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let r = RawRegion::allocate(len)
             .ok_or_else(|| Error::InvalidArgument(format!("cannot allocate {len} bytes")))?;
-        self.register(Arc::new(r), access)
+        let va = r.as_ptr() as u64;
+        self.register(Some(Arc::new(r)), va, len, access)
     }
 
     /// Registers the program's own memory.
@@ -70,23 +73,68 @@ impl ProtectionDomain {
     /// completed. The device may read and write those bytes at any time in
     /// between (remote peers, if `access` allows; local SGEs otherwise), so
     /// the program must not hold Rust references into them; see the
-    /// [`memory`](crate::memory) module for the rules.
+    /// [`memory`](crate::memory) module for the rules. With
+    /// `Access::ON_DEMAND` the memory need not stay mapped: an access of
+    /// memory that is gone is an access error, not a fault.
     pub unsafe fn register_mr(
         &self,
         ptr: *mut u8,
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion> {
+        // SAFETY: forwarded.
+        unsafe { self.register_mr_iova(ptr, len, ptr as u64, access) }
+    }
+
+    /// [`Self::register_mr`] with the region addressed by peers and SGEs
+    /// at `iova` instead of `ptr` (`ibv_reg_mr_iova`; iova 0 makes a
+    /// zero-based region).
+    ///
+    /// # Safety
+    /// As [`Self::register_mr`].
+    pub unsafe fn register_mr_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
         let p = NonNull::new(ptr).ok_or_else(|| Error::InvalidArgument("null pointer".into()))?;
         // SAFETY: forwarded from the caller's contract.
         let r = unsafe { RawRegion::borrowed(p, len) };
-        self.register(Arc::new(r), access)
+        self.register(Some(Arc::new(r)), iova, len, access)
     }
 
-    fn register(&self, r: Arc<RawRegion>, access: Access) -> Result<MemoryRegion> {
-        let va = r.as_ptr() as u64;
+    /// An implicit on-demand paging region: the whole address space of the
+    /// process (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | …)`),
+    /// addressed by plain addresses. Memory that is not mapped when a
+    /// request or a peer reaches it is an access error.
+    ///
+    /// # Safety
+    /// Whoever holds the key may read (and, with the write rights, write)
+    /// any mapped memory of the process, within `access`: only for
+    /// programs that mean it.
+    pub unsafe fn register_implicit_odp(&self, access: Access) -> Result<MemoryRegion> {
+        if !access.contains(Access::ON_DEMAND) {
+            return Err(Error::InvalidArgument(
+                "an implicit region needs on-demand paging".into(),
+            ));
+        }
+        self.register(None, 0, usize::MAX, access)
+    }
+
+    /// Registers `host` (the program-facing bytes; `None` for an implicit
+    /// region) at `va`: pinned memory is reached directly, on-demand
+    /// memory through the kernel.
+    fn register(
+        &self,
+        host: Option<Arc<RawRegion>>,
+        va: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        let mem = Self::core_memory(host.as_ref(), len, access);
         let pd = self.inner.id;
-        let mem: Arc<dyn RegionMemory> = r.clone();
         let key = self
             .inner
             .dev
@@ -95,10 +143,52 @@ impl ProtectionDomain {
         Ok(MemoryRegion {
             pd: self.clone(),
             key,
-            region: r,
+            region: host,
+            len,
             va,
             access,
+            gone: AtomicBool::new(false),
         })
+    }
+
+    fn core_memory(
+        host: Option<&Arc<RawRegion>>,
+        len: usize,
+        access: Access,
+    ) -> Arc<dyn RegionMemory> {
+        match host {
+            Some(r) if !access.contains(Access::ON_DEMAND) => r.clone(),
+            Some(r) => Arc::new(OdpRegion::new(r.as_ptr() as usize, len)),
+            None => Arc::new(OdpRegion::new(0, usize::MAX)),
+        }
+    }
+
+    /// `ibv_alloc_mw`: a memory window of `kind` in this protection domain.
+    pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
+        let pd = self.inner.id;
+        let (id, _) = self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.alloc_mw(pd, kind))?;
+        Ok(MemoryWindow {
+            pd: self.clone(),
+            id,
+            kind,
+        })
+    }
+
+    /// `ibv_advise_mr`: prefetch ranges of on-demand paging regions of this
+    /// protection domain (`sges` name them by lkey); with `flush` the call
+    /// returns once they are in and reports a range that is not mapped
+    /// (EFAULT), otherwise it is best effort.
+    pub fn advise_mr(&self, advice: Advice, flush: bool, sges: &[Sge]) -> Result<()> {
+        let pd = self.inner.id;
+        Ok(self
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.advise_mr(pd, advice, flush, sges))?)
     }
 
     /// A builder for a queue pair of type `qp_type` on these CQs.
@@ -174,9 +264,13 @@ impl ProtectionDomain {
 pub struct MemoryRegion {
     pd: ProtectionDomain,
     key: u32,
-    region: Arc<RawRegion>,
+    /// The bytes as the program sees them; `None` for an implicit region.
+    region: Option<Arc<RawRegion>>,
+    len: usize,
     va: u64,
     access: Access,
+    /// Deregistered already (by [`MemoryRegion::deregister`]).
+    gone: AtomicBool,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -193,13 +287,94 @@ impl std::fmt::Debug for MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if self.gone.load(Ordering::Acquire) {
+            return;
+        }
         // When this returns, softrdma never touches the bytes again (see
-        // the memory module's rules).
-        let _ = self.pd.inner.dev.shared().dereg_mr(self.key);
+        // the memory module's rules). Windows still bound to the region are
+        // unbound first: a drop cannot fail.
+        let key = self.key;
+        let sh = self.pd.inner.dev.shared();
+        sh.with_core(|c, _| c.unbind_region(key));
+        let _ = sh.dereg_mr(key);
     }
 }
 
 impl MemoryRegion {
+    /// `ibv_dereg_mr`, with its error: refused (the region stays, returned
+    /// with the error) while memory windows are bound to it (IBA
+    /// 10.6.7.2.6, EINVAL as rxe). Dropping the region deregisters it too,
+    /// unbinding its windows first.
+    pub fn deregister(self) -> std::result::Result<(), Box<(MemoryRegion, Error)>> {
+        match self.pd.inner.dev.shared().dereg_mr(self.key) {
+            Ok(()) => {
+                self.gone.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => Err(Box::new((self, e.into()))),
+        }
+    }
+
+    /// `ibv_rereg_mr`: moves the region to another protection domain,
+    /// changes its rights, and/or (`translation`: pointer, length, iova)
+    /// points it at other memory. A new memory gets new keys (the old ones
+    /// stop working, as after deregistration; nothing touches the old
+    /// memory once this returns); a PD or rights change keeps them. On an
+    /// error nothing changed.
+    ///
+    /// # Safety
+    /// A new memory follows the contract of
+    /// [`ProtectionDomain::register_mr`].
+    pub unsafe fn rereg(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        translation: Option<(*mut u8, usize, u64)>,
+        access: Option<Access>,
+    ) -> Result<()> {
+        let access_now = access.unwrap_or(self.access);
+        let mut host = None;
+        let mut change = softrdma_proto::Rereg {
+            pd: pd.map(|p| p.id()),
+            access,
+            translation: None,
+        };
+        if let Some((ptr, len, iova)) = translation {
+            let p =
+                NonNull::new(ptr).ok_or_else(|| Error::InvalidArgument("null pointer".into()))?;
+            // SAFETY: forwarded from the caller's contract.
+            let r = Arc::new(unsafe { RawRegion::borrowed(p, len) });
+            let mem = ProtectionDomain::core_memory(Some(&r), len, access_now);
+            change.translation = Some((iova, mem));
+            host = Some((r, len, iova));
+        } else if access.is_some_and(|a| {
+            a.contains(Access::ON_DEMAND) != self.access.contains(Access::ON_DEMAND)
+        }) {
+            // Paging mode changes: the same memory, reached the other way.
+            let mem = ProtectionDomain::core_memory(self.region.as_ref(), self.len, access_now);
+            change.translation = Some((self.va, mem));
+            host = Some((
+                self.region.clone().ok_or_else(|| {
+                    Error::InvalidArgument("an implicit region stays on demand".into())
+                })?,
+                self.len,
+                self.va,
+            ));
+        }
+        let key = self.key;
+        let new_key = self.pd.inner.dev.shared().rereg_mr(key, change)?;
+        self.key = new_key;
+        if let Some(pd) = pd {
+            self.pd = pd.clone();
+        }
+        if let Some((r, len, iova)) = host {
+            self.region = Some(r);
+            self.len = len;
+            self.va = iova;
+        }
+        self.access = access_now;
+        Ok(())
+    }
+
     /// Local key for SGEs.
     pub fn lkey(&self) -> u32 {
         self.key
@@ -212,9 +387,9 @@ impl MemoryRegion {
     pub fn addr(&self) -> u64 {
         self.va
     }
-    /// Length in bytes.
+    /// Length in bytes (`usize::MAX` for an implicit region).
     pub fn len(&self) -> usize {
-        self.region.len()
+        self.len
     }
     /// True for an empty region.
     pub fn is_empty(&self) -> bool {
@@ -236,19 +411,27 @@ impl MemoryRegion {
             lkey: self.key,
         }
     }
-    /// Raw pointer to the first byte (see the module rules).
+    fn host(&self) -> &RawRegion {
+        self.region
+            .as_ref()
+            .expect("an implicit region has no bytes of its own")
+    }
+    /// Raw pointer to the first byte (see the module rules; null for an
+    /// implicit region).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.region.as_ptr()
+        self.region
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |r| r.as_ptr())
     }
     /// Copies bytes out, with the atomic copies of the
     /// [`memory`](crate::memory) rules (panics out of bounds).
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        memory::program_read(&self.region, offset, dst)
+        memory::program_read(self.host(), offset, dst)
     }
     /// Copies bytes in, with the atomic copies of the
     /// [`memory`](crate::memory) rules (panics out of bounds).
     pub fn write(&self, offset: usize, src: &[u8]) {
-        memory::program_write(&self.region, offset, src)
+        memory::program_write(self.host(), offset, src)
     }
     /// `len` bytes at `offset`.
     pub fn to_vec(&self, offset: usize, len: usize) -> Vec<u8> {
@@ -258,12 +441,70 @@ impl MemoryRegion {
     }
     /// One byte, with acquire ordering: spin on it to see a remote WRITE land.
     pub fn load_u8(&self, offset: usize) -> u8 {
-        memory::load_u8(&self.region, offset)
+        memory::load_u8(self.host(), offset)
     }
     /// The 8 bytes at `offset` (8-byte aligned) as an atomic, coherent with
     /// remote atomics executed by the device.
     pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        memory::atomic_u64(&self.region, offset)
+        memory::atomic_u64(self.host(), offset)
+    }
+}
+
+/// A memory window (`ibv_mw`): a range of a region lent to peers under an
+/// R_Key of its own, bound by a BIND_MW work request
+/// ([`QueuePair::bind_mw`], or a [`SendWr`] with `bind`). Dropping it
+/// deallocates it: its keys stop working at once.
+pub struct MemoryWindow {
+    pd: ProtectionDomain,
+    id: MwId,
+    kind: MwType,
+}
+
+impl std::fmt::Debug for MemoryWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MemoryWindow({:?} {:?} {})",
+            self.kind,
+            self.id,
+            self.rkey()
+        )
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.dealloc_mw(id));
+    }
+}
+
+impl MemoryWindow {
+    /// The core's handle.
+    pub fn id(&self) -> MwId {
+        self.id
+    }
+    /// Type 1 or 2.
+    pub fn kind(&self) -> MwType {
+        self.kind
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+    /// The current R_Key (the last successful bind's key byte).
+    pub fn rkey(&self) -> RKey {
+        let id = self.id;
+        self.pd
+            .inner
+            .dev
+            .shared()
+            .peek_core(|c| c.mw(id).map_or(RKey(0), |m| m.0))
     }
 }
 
@@ -338,6 +579,26 @@ impl CompletionQueue {
             return Ok(sh.peek_core_mut(|c| c.poll_cq(id, out))?);
         }
         Ok(0)
+    }
+
+    /// [`CompletionQueue::poll`], with the device time each completion was
+    /// generated at ([`Device::clock_ns`]) in `at` (as long as `out`).
+    pub fn poll_stamped(&self, out: &mut [Wc], at: &mut [u64]) -> Result<usize> {
+        let sh = self.inner.dev.shared();
+        let id = self.id;
+        sh.note_app_poll();
+        let mut stamps = [Instant(0); 16];
+        let want = out.len().min(at.len()).min(stamps.len());
+        let mut n =
+            sh.peek_core_mut(|c| c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want]))?;
+        if n == 0 && sh.progress_inline() > 0 {
+            n =
+                sh.peek_core_mut(|c| c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want]))?;
+        }
+        for (t, s) in at.iter_mut().zip(&stamps[..n]) {
+            *t = s.0;
+        }
+        Ok(n)
     }
 
     /// Polls until `n` completions arrived or `timeout` passed; returns them.
@@ -557,6 +818,10 @@ impl<'a> QpBuilder<'a> {
     }
 }
 
+/// The bit of a controlled Q_Key (IBA's term: one a consumer may not
+/// choose freely; the kernel's `IB_QP_SET_QKEY`).
+const CONTROLLED_QKEY: u32 = 0x8000_0000;
+
 /// What a peer needs to know to connect to a QP (exchanged out of band).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpEndpoint {
@@ -566,6 +831,11 @@ pub struct QpEndpoint {
     pub qpn: Qpn,
     /// First PSN the QP sends.
     pub psn: Psn,
+    /// The UDP port its packets come from, when the peer says so (a
+    /// softrdma device sends from its socket's port): the QP then takes
+    /// packets only from that port from the first on. `None`: learned from
+    /// the first packet the QP expects (see `softrdma_proto`'s `qp::pin`).
+    pub port: Option<u16>,
 }
 
 /// Connection parameters for [`QueuePair::connect`].
@@ -667,10 +937,44 @@ impl QueuePair {
         self.pd.inner.dev.shared().with_core(f)
     }
 
-    /// `ibv_modify_qp`.
+    /// `ibv_modify_qp`. A controlled Q_Key (most significant bit set)
+    /// needs CAP_NET_RAW, as the kernel has required of user
+    /// programs since 2023 ("RDMA/uverbs: Restrict usage of privileged
+    /// QKEYs"): without it the call fails with EPERM
+    /// ([`Error::Permission`]).
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        if mask.contains(AttrMask::QKEY)
+            && attr.qkey.0 & CONTROLLED_QKEY != 0
+            && !crate::privilege::has_cap_net_raw()
+        {
+            return Err(Error::Permission(format!(
+                "Q_Key {:#010x} is a controlled Q_Key (most significant bit set): \
+                 setting one needs CAP_NET_RAW",
+                attr.qkey.0
+            )));
+        }
         let q = self.qpn;
         Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
+    }
+
+    /// The UDP port this RC/UC QP takes packets from: given at connect
+    /// time or learned from the first packet it expected after RTR;
+    /// `None` before (see [`QueuePair::set_peer_port`]).
+    pub fn peer_port(&self) -> Result<Option<u16>> {
+        let q = self.qpn;
+        Ok(self.pd.inner.dev.shared().peek_core(|c| c.peer_port(q))?)
+    }
+
+    /// Takes packets only from UDP port `port` of the peer's address from
+    /// now on, as when the peer said where it sends from (connect does it
+    /// when the endpoint has a port). Packets from another port are
+    /// dropped and counted (`wrong_peer`). Cleared by RESET or an address
+    /// vector naming another peer. A peer that later sends from another
+    /// port is cut off: its packets are dropped until the QP is connected
+    /// again.
+    pub fn set_peer_port(&self, port: u16) -> Result<()> {
+        let q = self.qpn;
+        Ok(self.core(|c, _| c.set_peer_port(q, port))?)
     }
 
     /// `ibv_query_qp`.
@@ -720,6 +1024,41 @@ impl QueuePair {
         })
     }
 
+    /// Binds `mw` to `len` bytes of `mr` at `addr` with rights `access`
+    /// through this QP (type 1 as `ibv_bind_mw` does it, type 2 as a
+    /// BIND_MW work request), with the key byte after the window's current
+    /// one (`ibv_inc_rkey`); returns that key. The bind happens in posting
+    /// order and completes with `WcOpcode::BindMw` (signaled with
+    /// `flags`), or `WcStatus::MwBindErr` when a rule of IBA 10.6.7 is
+    /// broken (the QP then goes to the error state). `len` 0 unbinds a
+    /// type 1 window.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw(
+        &self,
+        wr_id: u64,
+        mw: &MemoryWindow,
+        mr: Option<&MemoryRegion>,
+        addr: u64,
+        len: u64,
+        access: Access,
+        flags: SendFlags,
+    ) -> Result<RKey> {
+        let cur = mw.rkey();
+        let rkey = RKey(cur.0 & !0xff | (cur.0.wrapping_add(1) & 0xff));
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw);
+        wr.flags = flags;
+        wr.bind = Some(MwBind {
+            mw: mw.id(),
+            rkey,
+            mr_lkey: mr.map_or(0, |m| m.lkey()),
+            addr,
+            length: len,
+            access,
+        });
+        self.post_send(wr)?;
+        Ok(rkey)
+    }
+
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let q = self.qpn;
@@ -732,6 +1071,7 @@ impl QueuePair {
             gid: self.pd.inner.dev.gid(),
             qpn: self.qpn,
             psn,
+            port: Some(self.pd.inner.dev.local_addr().port()),
         }
     }
 
@@ -743,7 +1083,8 @@ impl QueuePair {
             qp_state: QpState::Init,
             port_num: 1,
             pkey_index: 0,
-            qp_access_flags: o.access.remote(),
+            // The remote rights, MW_BIND and the FLUSH rights.
+            qp_access_flags: Access(o.access.0 & Access::QP_SUPPORTED),
             qkey: o.qkey,
             ..Default::default()
         };
@@ -764,7 +1105,16 @@ impl QueuePair {
         };
         let m = AttrMask::required(self.qp_type, QpState::Init, QpState::Rtr)
             .expect("a bring-up transition");
-        self.modify(&rtr, m)?;
+        let q = self.qpn;
+        let pin = remote.port.filter(|_| self.qp_type != QpType::Ud);
+        // RTR and the peer's port in one step: no packet is taken between.
+        self.core(|c, now| {
+            c.modify_qp(now, q, &rtr, m)?;
+            match pin {
+                Some(port) => c.set_peer_port(q, port),
+                None => Ok(()),
+            }
+        })?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: local_psn,

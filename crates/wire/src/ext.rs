@@ -1,5 +1,6 @@
 //! Extension transport headers (IBA 9.3): RETH, AETH, AtomicETH,
-//! AtomicAckETH, ImmDt, IETH and DETH.
+//! AtomicAckETH, ImmDt, IETH and DETH, and the FLUSH ETH of the Memory
+//! Placement Extensions (IBA 1.5, annex A19).
 
 use crate::types::{Msn, QKey, Qpn, RKey};
 use crate::{be, view, Result};
@@ -421,6 +422,85 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ieth<T> {
     }
 }
 
+// ---------------------------------------------------------------- FETH ----
+
+/// FLUSH placement type bit: make the data globally visible (IBA A19,
+/// `IBV_FLUSH_GLOBAL`).
+pub const FLUSH_GLOBAL: u8 = 1;
+/// FLUSH placement type bit: make the data persistent (`IBV_FLUSH_PERSISTENT`).
+pub const FLUSH_PERSISTENT: u8 = 2;
+/// FLUSH selectivity level: the range the RETH names (`IBV_FLUSH_RANGE`).
+pub const FLUSH_RANGE: u8 = 0;
+/// FLUSH selectivity level: the whole memory region of the R_Key
+/// (`IBV_FLUSH_MR`); the RETH's address and length are not used.
+pub const FLUSH_MR: u8 = 1;
+
+mod feth {
+    /// Placement type: bits 3:0 of the big-endian word.
+    pub const PLT_MASK: u32 = 0x0f;
+    /// Selectivity level: bits 5:4.
+    pub const SEL_MASK: u32 = 0x30;
+    pub const SEL_SHIFT: u32 = 4;
+}
+
+view!(
+    /// FLUSH Extended Transport Header (IBA 1.5, annex A19, 4 bytes), the
+    /// first extension header of a FLUSH request (a RETH follows):
+    /// bits 31:6 reserved, 5:4 selectivity level, 3:0 placement type.
+    Feth,
+    4
+);
+
+impl<T: AsRef<[u8]>> Feth<T> {
+    fn word(&self) -> u32 {
+        be::u32(self.buffer.as_ref(), 0)
+    }
+    /// Placement type (4 bits: [`FLUSH_GLOBAL`], [`FLUSH_PERSISTENT`]).
+    pub fn placement_type(&self) -> u8 {
+        (self.word() & feth::PLT_MASK) as u8
+    }
+    /// Selectivity level (2 bits: [`FLUSH_RANGE`], [`FLUSH_MR`]).
+    pub fn selectivity_level(&self) -> u8 {
+        ((self.word() & feth::SEL_MASK) >> feth::SEL_SHIFT) as u8
+    }
+}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Feth<T> {
+    /// Sets both fields; the reserved bits become zero.
+    pub fn set_fields(&mut self, placement_type: u8, selectivity_level: u8) {
+        let w = (placement_type as u32 & feth::PLT_MASK)
+            | ((selectivity_level as u32) << feth::SEL_SHIFT & feth::SEL_MASK);
+        be::set_u32(self.buffer.as_mut(), 0, w)
+    }
+}
+
+/// Fields of a FETH (reserved bits dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FethRepr {
+    /// Placement type, 4 bits.
+    pub placement_type: u8,
+    /// Selectivity level, 2 bits.
+    pub selectivity_level: u8,
+}
+
+impl FethRepr {
+    /// Parses a view.
+    pub fn parse<T: AsRef<[u8]>>(v: &Feth<T>) -> Result<Self> {
+        v.check_len()?;
+        Ok(Self {
+            placement_type: v.placement_type(),
+            selectivity_level: v.selectivity_level(),
+        })
+    }
+    /// Emitted length.
+    pub const fn buffer_len(&self) -> usize {
+        4
+    }
+    /// Writes into a view (values wider than their field are cut to it).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Feth<T>) {
+        v.set_fields(self.placement_type, self.selectivity_level);
+    }
+}
+
 // ---------------------------------------------------------------- DETH ----
 
 mod deth {
@@ -580,6 +660,26 @@ mod tests {
         let mut o = [0xffu8; 8];
         d.emit(&mut Deth::new_unchecked(&mut o[..]));
         assert_eq!(o, b);
+    }
+
+    #[test]
+    fn feth_golden() {
+        // rxe's feth_init: (level << 4 & 0x30) | (type & 0xf), big-endian.
+        // A persistent flush of a whole MR: type 2, level 1.
+        let b = [0x00, 0x00, 0x00, 0x12];
+        let f = FethRepr::parse(&Feth::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(f.placement_type, FLUSH_PERSISTENT);
+        assert_eq!(f.selectivity_level, FLUSH_MR);
+        let mut o = [0xffu8; 4];
+        f.emit(&mut Feth::new_unchecked(&mut o[..]));
+        assert_eq!(o, b);
+        // Reserved bits are dropped on parse and written as zero.
+        let r = [0xff, 0xff, 0xff, 0xc1];
+        let f = FethRepr::parse(&Feth::new_checked(&r[..]).unwrap()).unwrap();
+        assert_eq!((f.placement_type, f.selectivity_level), (FLUSH_GLOBAL, 0));
+        f.emit(&mut Feth::new_unchecked(&mut o[..]));
+        assert_eq!(o, [0, 0, 0, 1]);
+        assert_eq!(Feth::new_checked(&b[..3]).unwrap_err(), Error::Truncated);
     }
 
     #[test]

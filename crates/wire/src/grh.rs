@@ -127,6 +127,24 @@ pub fn gid_of(addr: IpAddr) -> [u8; 16] {
     }
 }
 
+/// The node GUID of a device at `ip`: EUI-64 style, stable per address so
+/// it is known before a device is opened (IPv4: `02:50:56:ff:fe` and the
+/// last three octets; IPv6: the interface identifier with the
+/// universal/local bit flipped).
+pub fn node_guid_of(ip: IpAddr) -> u64 {
+    let b = match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            [0x02, 0x50, 0x56, 0xff, 0xfe, o[1], o[2], o[3]]
+        }
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            [o[8] ^ 2, o[9], o[10], o[11], o[12], o[13], o[14], o[15]]
+        }
+    };
+    u64::from_be_bytes(b)
+}
+
 /// The IP address a RoCE v2 GID stands for (IPv4-mapped GIDs give IPv4).
 pub fn addr_of_gid(gid: [u8; 16]) -> IpAddr {
     let a = Ipv6Addr::from(gid);

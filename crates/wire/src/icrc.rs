@@ -16,6 +16,20 @@
 //! The IPv4 *identification* and *flags* are covered. A receiver on a plain
 //! UDP socket never sees them; [`solve_ipv4_id`] recovers an identification
 //! that makes a packet check, for peers that do not send 0.
+//!
+//! # FLUSH as Linux rxe computes it
+//!
+//! rxe (Linux 6.2 and later, checked on Debian 13's 6.12) gives FLUSH
+//! (opcode 0x1C) no payload offset in its opcode table, so its ICRC code
+//! takes the "payload" to start at the BTH: after the masked headers it
+//! feeds BTH, FETH and RETH a second time, unmasked (`rxe_icrc_generate` /
+//! `rxe_icrc_check` with `payload_addr() == pkt->hdr`). Its receiver drops a
+//! FLUSH with the IBA ICRC, silently. [`icrc_datagram`] therefore computes a
+//! FLUSH's ICRC rxe's way (what softrdma sends); [`icrc_datagram_iba`] is the
+//! annex's; a receiver accepts either ([`icrc_forms`]). Every other opcode
+//! has one ICRC, the annex's. Measured against rxe in the rxe VM
+//! (`tests/rxe-vm/interop.sh placement`, `rig.sh capture` with
+//! `RIG_SUITE=trixie`).
 
 use crate::bth;
 use crate::ip::{IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
@@ -27,7 +41,9 @@ fn hasher() -> crc32fast::Hasher {
     PROTO.get_or_init(crc32fast::Hasher::new).clone()
 }
 
-/// Running ICRC computation. Feed the parts in wire order.
+/// Running ICRC computation. Feed the parts in wire order. This is the
+/// annex's ICRC; for a FLUSH as Linux rxe computes it, feed the transport
+/// bytes a second time with [`Icrc::update`] (module documentation).
 #[derive(Clone)]
 pub struct Icrc(crc32fast::Hasher);
 
@@ -120,12 +136,62 @@ const PREFIX_MAX: usize = 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + bth::HEADER_LEN
 /// packets take a single CRC call.
 const SMALL_TAIL: usize = 128;
 
+/// BTH opcode of RC FLUSH, whose ICRC rxe computes its own way.
+const RC_FLUSH: u8 = 0x1c;
+
+/// True when rxe computes the ICRC of this transport packet (BTH through
+/// pad) differently from the annex: FLUSH (see the module documentation).
+pub fn rxe_covers_headers_twice(covered: &[u8]) -> bool {
+    covered.first() == Some(&RC_FLUSH)
+}
+
 /// The ICRC of a datagram from its raw IP + UDP headers (`hdr`: 28 bytes
 /// for IPv4, 48 for IPv6) and its transport bytes BTH through pad
-/// (`covered`). Same result as feeding [`Icrc`] part by part, but the masked
-/// prefix (at most 68 bytes) is built once on the stack and the CRC runs in
-/// two calls, so small packets do not pay for five short updates.
+/// (`covered`), as Linux rxe computes it: the annex's for every opcode but
+/// FLUSH, whose transport bytes rxe feeds twice (module documentation).
 pub(crate) fn icrc_datagram(hdr: &[u8], covered: &[u8]) -> u32 {
+    if rxe_covers_headers_twice(covered) {
+        icrc_datagram_with(hdr, covered, true)
+    } else {
+        icrc_datagram_with(hdr, covered, false)
+    }
+}
+
+/// The ICRC of IBA annex A17.3.3 for every opcode, FLUSH included.
+pub(crate) fn icrc_datagram_iba(hdr: &[u8], covered: &[u8]) -> u32 {
+    icrc_datagram_with(hdr, covered, false)
+}
+
+/// The ICRCs a receiver accepts for a datagram, each with the number of
+/// ICRC input bytes after the IPv4 identification field (for
+/// [`solve_ipv4_id`]): rxe's (the one softrdma sends) first, then, for
+/// FLUSH, the annex's. `hdr` and `covered` as for [`icrc_datagram`].
+pub(crate) fn icrc_forms(hdr: &[u8], covered: &[u8]) -> impl Iterator<Item = (u32, usize)> {
+    let ip_after_id = if hdr.len() == IPV6_HEADER_LEN + UDP_HEADER_LEN {
+        // IPv6 has no identification; the count is never used for it.
+        hdr.len()
+    } else {
+        hdr.len() - 6
+    };
+    let twice = rxe_covers_headers_twice(covered);
+    let first = (
+        icrc_datagram_with(hdr, covered, twice),
+        ip_after_id + covered.len() * if twice { 2 } else { 1 },
+    );
+    let second = twice.then(|| {
+        (
+            icrc_datagram_with(hdr, covered, false),
+            ip_after_id + covered.len(),
+        )
+    });
+    std::iter::once(first).chain(second)
+}
+
+/// Same result as feeding [`Icrc`] part by part (then, with `twice`, the
+/// transport bytes again unmasked), but the masked prefix (at most 68
+/// bytes) is built once on the stack and the CRC runs in two calls, so
+/// small packets do not pay for five short updates.
+fn icrc_datagram_with(hdr: &[u8], covered: &[u8], twice: bool) -> u32 {
     let mut p = [0xffu8; PREFIX_MAX + SMALL_TAIL];
     let ip_len = if hdr.len() == IPV6_HEADER_LEN + UDP_HEADER_LEN {
         IPV6_HEADER_LEN
@@ -161,6 +227,9 @@ pub(crate) fn icrc_datagram(hdr: &[u8], covered: &[u8]) -> u32 {
     } else {
         h.update(&p[..at + n]);
         h.update(rest);
+    }
+    if twice {
+        h.update(covered);
     }
     h.finalize()
 }
@@ -240,10 +309,13 @@ pub fn solve_ipv4_id(computed_with_id0: u32, stored: u32, bytes_after_id: usize)
         let id = 1u16 << i;
         *row = (mul_mod_p(raw_crc_2(id.to_be_bytes()), shift), id);
     }
-    // Gaussian elimination over GF(2) on the 32-bit effects.
-    let mut basis: Vec<(u32, u16)> = Vec::with_capacity(16);
+    // Gaussian elimination over GF(2) on the 32-bit effects. On the
+    // stack: this runs for every IPv4 packet whose ICRC fails at first,
+    // damaged and forged ones included, and must not allocate.
+    let mut basis_buf: [(u32, u16); 16] = [(0, 0); 16];
+    let mut n = 0;
     for (mut v, mut id) in rows {
-        for &(bv, bid) in &basis {
+        for &(bv, bid) in &basis_buf[..n] {
             let pivot = 31 - bv.leading_zeros();
             if v >> pivot & 1 != 0 {
                 v ^= bv;
@@ -253,17 +325,18 @@ pub fn solve_ipv4_id(computed_with_id0: u32, stored: u32, bytes_after_id: usize)
         if v != 0 {
             // Keep the basis reduced so each pivot bit appears once.
             let pivot = 31 - v.leading_zeros();
-            for b in basis.iter_mut() {
+            for b in basis_buf[..n].iter_mut() {
                 if b.0 >> pivot & 1 != 0 {
                     b.0 ^= v;
                     b.1 ^= id;
                 }
             }
-            basis.push((v, id));
+            basis_buf[n] = (v, id);
+            n += 1;
         }
     }
     let (mut t, mut id) = (target, 0u16);
-    for &(bv, bid) in &basis {
+    for &(bv, bid) in &basis_buf[..n] {
         let pivot = 31 - bv.leading_zeros();
         if t >> pivot & 1 != 0 {
             t ^= bv;

@@ -249,13 +249,35 @@ impl DatagramRepr {
         icrc_begin_from_headers(&hdr[..hl])
     }
 
-    /// ICRC of `covered` (BTH through pad) sent with these headers.
+    /// ICRC of `covered` (BTH through pad) sent with these headers, as
+    /// softrdma and Linux rxe send it (for FLUSH rxe's form; see
+    /// [`crate::icrc`]).
     pub fn icrc(&self, covered: &[u8]) -> u32 {
         let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
         let hl = self.header_len();
         // As in icrc_begin: an overflowing length gives a wrong ICRC, never a panic.
         let _ = self.emit_headers_with(&mut hdr[..hl], covered.len() + ICRC_LEN, false);
         icrc::icrc_datagram(&hdr[..hl], covered)
+    }
+
+    /// The ICRC of IBA annex A17.3.3 for `covered`, which differs from
+    /// [`Self::icrc`] for FLUSH only.
+    pub fn icrc_iba(&self, covered: &[u8]) -> u32 {
+        let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+        let hl = self.header_len();
+        let _ = self.emit_headers_with(&mut hdr[..hl], covered.len() + ICRC_LEN, false);
+        icrc::icrc_datagram_iba(&hdr[..hl], covered)
+    }
+
+    /// The ICRCs a receiver accepts for `covered` with these headers (rxe's
+    /// first, then for FLUSH the annex's), each with the number of ICRC
+    /// input bytes after the IPv4 identification, the `bytes_after_id` of
+    /// [`icrc::solve_ipv4_id`].
+    pub fn icrc_forms(&self, covered: &[u8]) -> impl Iterator<Item = (u32, usize)> {
+        let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+        let hl = self.header_len();
+        let _ = self.emit_headers_with(&mut hdr[..hl], covered.len() + ICRC_LEN, false);
+        icrc::icrc_forms(&hdr[..hl], covered)
     }
 
     /// Writes a whole datagram — IP, UDP, the transport packet and its ICRC —
@@ -431,14 +453,17 @@ impl<T: AsRef<[u8]>> RoceDatagram<T> {
         &self.buffer.as_ref()[..self.end]
     }
 
-    /// Recomputes the ICRC over the datagram as it is.
+    /// Recomputes the ICRC over the datagram as it is (as softrdma and rxe
+    /// send it; for FLUSH rxe's form, see [`crate::icrc`]).
     pub fn compute_icrc(&self) -> u32 {
         icrc::icrc_datagram(self.headers(), self.ib().icrc_covered())
     }
 
-    /// True when the stored ICRC matches.
+    /// True when the stored ICRC matches (for FLUSH, rxe's form or the
+    /// annex's).
     pub fn icrc_ok(&self) -> bool {
-        self.compute_icrc() == self.ib().icrc()
+        let stored = self.ib().icrc();
+        icrc::icrc_forms(self.headers(), self.ib().icrc_covered()).any(|(c, _)| c == stored)
     }
 }
 
@@ -473,5 +498,91 @@ mod tests {
             RoceDatagram::new_checked(&tcp[..]).unwrap_err(),
             Error::Malformed
         );
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Frames of two Linux 6.12 rxe instances (Debian 13, `rig.sh capture
+    /// placement` with `RIG_SUITE=trixie`): ATOMIC WRITE and its zero-length
+    /// READ RESPONSE ONLY, a FLUSH of a range and a FLUSH of the whole MR.
+    const RXE_612: [&str; 4] = [
+        "45000044642b400040114a56c6120002c6120001c12112b7003000001d00ffff0000001180cdffa3\
+         00005573808310400000038b0000000841544f4d494357522bdf9e2d",
+        "45000030cb5140004011e343c6120001c6120002c12112b7001c00001000ffff0000001100cdffa3\
+         1f0000011974b075",
+        "45000040642f400040114a56c6120002c6120001c12112b7002c00001c00ffff0000001180cdffa6\
+         0000000100005573808310800000038b000000405a014913",
+        "450000406430400040114a55c6120002c6120001c12112b7002c00001c00ffff0000001180cdffa7\
+         0000001100000000000000000000038b00000000d758f378",
+    ];
+
+    #[test]
+    fn rxe_placement_frames_check_and_reemit_byte_for_byte() {
+        for (i, h) in RXE_612.iter().enumerate() {
+            let b = unhex(h);
+            let d = RoceDatagram::new_checked(&b[..]).unwrap();
+            assert!(d.icrc_ok(), "frame {i}");
+            assert_eq!(d.compute_icrc(), d.ib().icrc(), "frame {i}");
+            let repr = DatagramRepr::parse(&d);
+            let ib = d.ib();
+            let pkt = PacketRepr::parse(&ib).unwrap();
+            let mut out = vec![0u8; b.len()];
+            assert_eq!(repr.emit(&pkt, &mut out).unwrap(), b.len());
+            assert_eq!(out, b, "frame {i}");
+        }
+    }
+
+    #[test]
+    fn flush_icrc_is_rxes_and_the_annexes_is_accepted() {
+        let b = unhex(RXE_612[2]);
+        let d = RoceDatagram::new_checked(&b[..]).unwrap();
+        let repr = DatagramRepr::parse(&d);
+        let ib = d.ib();
+        let covered = ib.icrc_covered();
+        assert!(icrc::rxe_covers_headers_twice(covered));
+        // rxe's form: the annex's input followed by BTH..RETH again.
+        let stored = ib.icrc();
+        assert_eq!(repr.icrc(covered), stored);
+        let iba = repr.icrc_iba(covered);
+        assert_ne!(iba, stored);
+        let forms: Vec<_> = repr.icrc_forms(covered).collect();
+        assert_eq!(forms, vec![(stored, 14 + 8 + 2 * 32), (iba, 14 + 8 + 32)]);
+        // A FLUSH carrying the annex's ICRC checks as well.
+        let mut c = b.clone();
+        let n = c.len();
+        c[n - 4..].copy_from_slice(&iba.to_le_bytes());
+        assert!(RoceDatagram::new_checked(&c[..]).unwrap().icrc_ok());
+        // Every other opcode has one form, the annex's.
+        let a = unhex(RXE_612[0]);
+        let d = RoceDatagram::new_checked(&a[..]).unwrap();
+        let ib = d.ib();
+        let covered = ib.icrc_covered();
+        let repr = DatagramRepr::parse(&d);
+        assert_eq!(repr.icrc_forms(covered).count(), 1);
+        assert_eq!(repr.icrc_iba(covered), repr.icrc(covered));
+    }
+
+    #[test]
+    fn identification_solves_for_either_flush_form() {
+        let b = unhex(RXE_612[2]);
+        let d = RoceDatagram::new_checked(&b[..]).unwrap();
+        let mut repr = DatagramRepr::parse(&d);
+        let ib = d.ib();
+        let covered = ib.icrc_covered();
+        let IpRepr::V4(v) = &mut repr.ip else {
+            panic!()
+        };
+        let ident = v.ident;
+        v.ident = 0;
+        let solved: Vec<_> = repr
+            .icrc_forms(covered)
+            .filter_map(|(base, after)| icrc::solve_ipv4_id(base, ib.icrc(), after))
+            .collect();
+        assert_eq!(solved.first(), Some(&ident));
     }
 }

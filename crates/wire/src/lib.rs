@@ -34,8 +34,8 @@ pub mod types;
 
 pub use bth::{Bth, BthRepr};
 pub use ext::{
-    Aeth, AethRepr, AtomicAckEth, AtomicEth, AtomicEthRepr, Deth, DethRepr, NakCode, Reth,
-    RethRepr, Syndrome,
+    Aeth, AethRepr, AtomicAckEth, AtomicEth, AtomicEthRepr, Deth, DethRepr, Feth, FethRepr,
+    NakCode, Reth, RethRepr, Syndrome,
 };
 pub use grh::{Grh, GrhRepr};
 pub use icrc::Icrc;

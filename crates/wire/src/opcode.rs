@@ -82,6 +82,10 @@ pub enum Operation {
     CompareSwap,
     /// ATOMIC FetchAdd request.
     FetchAdd,
+    /// FLUSH request (IBA 1.5, annex A19): FETH + RETH, no payload.
+    Flush,
+    /// ATOMIC WRITE request (IBA 1.5, annex A19): RETH + 8 bytes.
+    AtomicWrite,
     /// Congestion notification packet.
     Cnp,
 }
@@ -96,6 +100,8 @@ impl Operation {
                 | Operation::ReadRequest
                 | Operation::CompareSwap
                 | Operation::FetchAdd
+                | Operation::Flush
+                | Operation::AtomicWrite
         )
     }
     /// True for atomic requests.
@@ -127,10 +133,14 @@ impl Headers {
     pub const IETH: Headers = Headers(1 << 6);
     /// The 16 reserved bytes after the BTH of a CNP.
     pub const CNP_PAD: Headers = Headers(1 << 7);
+    /// FLUSH ETH (4 bytes): placement type, selectivity level. Before the
+    /// RETH of a FLUSH (IBA 1.5, annex A19).
+    pub const FETH: Headers = Headers(1 << 8);
 
     /// Every header in wire order with its length, the order they follow the BTH.
-    pub const ORDER: [(Headers, usize); 8] = [
+    pub const ORDER: [(Headers, usize); 9] = [
         (Headers::DETH, 8),
+        (Headers::FETH, 4),
         (Headers::RETH, 16),
         (Headers::ATOMIC_ETH, 28),
         (Headers::AETH, 4),
@@ -186,8 +196,9 @@ impl Headers {
 
 impl fmt::Debug for Headers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [&str; 8] = [
+        const NAMES: [&str; 9] = [
             "DETH",
+            "FETH",
             "RETH",
             "AtomicETH",
             "AETH",
@@ -425,6 +436,25 @@ const TABLE_DATA: [Option<OpcodeInfo>; 256] = {
         Headers::ATOMIC_ETH,
         false,
     );
+    // Memory Placement Extensions (IBA 1.5, annex A19): FETH then RETH,
+    // and a RETH with 8 bytes of data; answered with a zero-length
+    // RDMA READ RESPONSE ONLY, as rxe does.
+    t[0x1c] = e(
+        "RC_FLUSH",
+        T::Rc,
+        O::Flush,
+        P::Only,
+        Headers::FETH.with(Headers::RETH),
+        false,
+    );
+    t[0x1d] = e(
+        "RC_ATOMIC_WRITE",
+        T::Rc,
+        O::AtomicWrite,
+        P::Only,
+        RETH,
+        true,
+    );
     t[0x16] = e(
         "RC_SEND_LAST_WITH_INVALIDATE",
         T::Rc,
@@ -631,14 +661,23 @@ mod tests {
                 Transport::Ud => "UD_",
                 Transport::Cnp => "CNP",
             }));
-            // RETH only at the start of writes and on read requests.
+            // RETH only at the start of writes, on read requests and on
+            // the memory placement requests.
             if i.headers.contains(Headers::RETH) {
                 assert!(i.position.starts());
                 assert!(matches!(
                     i.operation,
-                    Operation::RdmaWrite | Operation::ReadRequest
+                    Operation::RdmaWrite
+                        | Operation::ReadRequest
+                        | Operation::Flush
+                        | Operation::AtomicWrite
                 ));
             }
+            // FETH only on FLUSH, right before its RETH.
+            assert_eq!(
+                i.headers.contains(Headers::FETH),
+                i.operation == Operation::Flush
+            );
             if i.operation == Operation::RdmaWrite && i.position.starts() {
                 assert!(i.headers.contains(Headers::RETH), "{op:?}");
             }
@@ -672,8 +711,8 @@ mod tests {
                 Some(op)
             );
         }
-        // 23 RC, 12 UC, 2 UD, 1 CNP.
-        assert_eq!(known, 38);
+        // 25 RC, 12 UC, 2 UD, 1 CNP.
+        assert_eq!(known, 40);
         // Combinations with no opcode find none.
         assert_eq!(
             Opcode::find(
@@ -685,7 +724,7 @@ mod tests {
             ),
             None
         );
-        assert_eq!(FIND.iter().filter(|o| o.is_some()).count(), 38);
+        assert_eq!(FIND.iter().filter(|o| o.is_some()).count(), 40);
     }
 
     #[test]
@@ -700,5 +739,15 @@ mod tests {
         assert_eq!(Opcode(0x65).info().unwrap().ext_len(), 12);
         assert_eq!(Opcode(0x13).info().unwrap().ext_len(), 28);
         assert_eq!(Opcode::CNP.info().unwrap().ext_len(), 16);
+        // rxe_opcode.c: FLUSH is BTH + FETH (4) + RETH (16); ATOMIC WRITE
+        // is BTH + RETH, then the 8-byte payload.
+        let flush = Opcode(0x1c).info().unwrap();
+        assert_eq!(flush.ext_len(), 20);
+        assert_eq!(flush.headers.offset_of(Headers::FETH), Some(0));
+        assert_eq!(flush.headers.offset_of(Headers::RETH), Some(4));
+        assert!(!flush.payload);
+        let aw = Opcode(0x1d).info().unwrap();
+        assert_eq!(aw.ext_len(), 16);
+        assert!(aw.payload && aw.is_request());
     }
 }

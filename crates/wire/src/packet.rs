@@ -6,8 +6,8 @@
 
 use crate::bth::{self, Bth, BthRepr};
 use crate::ext::{
-    Aeth, AethRepr, AtomicAckEth, AtomicEth, AtomicEthRepr, Deth, DethRepr, Ieth, ImmDt, Reth,
-    RethRepr,
+    Aeth, AethRepr, AtomicAckEth, AtomicEth, AtomicEthRepr, Deth, DethRepr, Feth, FethRepr, Ieth,
+    ImmDt, Reth, RethRepr,
 };
 use crate::opcode::{Headers, OpcodeInfo};
 use crate::types::RKey;
@@ -99,6 +99,10 @@ impl<T: AsRef<[u8]>> IbPacket<T> {
     pub fn deth(&self) -> Option<Deth<&[u8]>> {
         self.ext(Headers::DETH, 8).map(Deth::new_unchecked)
     }
+    /// The FETH, when the opcode carries one (FLUSH).
+    pub fn feth(&self) -> Option<Feth<&[u8]>> {
+        self.ext(Headers::FETH, 4).map(Feth::new_unchecked)
+    }
 
     /// Length of BTH plus extension headers.
     pub fn header_len(&self) -> usize {
@@ -157,7 +161,9 @@ pub struct PacketRepr<'a> {
     pub bth: BthRepr,
     /// DETH (UD).
     pub deth: Option<DethRepr>,
-    /// RETH (RDMA WRITE first/only, READ request).
+    /// FETH (FLUSH).
+    pub feth: Option<FethRepr>,
+    /// RETH (RDMA WRITE first/only, READ request, FLUSH, ATOMIC WRITE).
     pub reth: Option<RethRepr>,
     /// AtomicETH (CompareSwap, FetchAdd).
     pub atomic_eth: Option<AtomicEthRepr>,
@@ -185,6 +191,7 @@ impl<'a> PacketRepr<'a> {
         PacketRepr {
             bth,
             deth: None,
+            feth: None,
             reth: None,
             atomic_eth: None,
             aeth: None,
@@ -203,6 +210,7 @@ impl<'a> PacketRepr<'a> {
         Ok(PacketRepr {
             bth,
             deth: p.deth().map(|v| DethRepr::parse(&v)).transpose()?,
+            feth: p.feth().map(|v| FethRepr::parse(&v)).transpose()?,
             reth: p.reth().map(|v| RethRepr::parse(&v)).transpose()?,
             atomic_eth: p
                 .atomic_eth()
@@ -231,6 +239,7 @@ impl<'a> PacketRepr<'a> {
             .ok_or(Error::UnknownOpcode(self.bth.opcode.0))?;
         let h = info.headers;
         let ok = h.contains(Headers::DETH) == self.deth.is_some()
+            && h.contains(Headers::FETH) == self.feth.is_some()
             && h.contains(Headers::RETH) == self.reth.is_some()
             && h.contains(Headers::ATOMIC_ETH) == self.atomic_eth.is_some()
             && h.contains(Headers::AETH) == self.aeth.is_some()
@@ -273,6 +282,10 @@ impl<'a> PacketRepr<'a> {
         if let Some(d) = &self.deth {
             let o = at(Headers::DETH);
             d.emit(&mut Deth::new_unchecked(&mut ext[o..o + 8]));
+        }
+        if let Some(f) = &self.feth {
+            let o = at(Headers::FETH);
+            f.emit(&mut Feth::new_unchecked(&mut ext[o..o + 4]));
         }
         if let Some(r) = &self.reth {
             let o = at(Headers::RETH);
@@ -322,6 +335,7 @@ impl<'a> PacketRepr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ext::FethRepr;
     use crate::ext::Syndrome;
     use crate::opcode::Opcode;
     use crate::types::{Msn, PKey, Psn, Qpn};
@@ -361,6 +375,65 @@ mod tests {
         assert_eq!(p.pad(), &[0, 0, 0]);
         assert_eq!(PacketRepr::parse_bytes(&buf).unwrap(), r);
         assert_eq!(PacketRepr::parse(&p).unwrap(), r);
+    }
+
+    /// A FLUSH as rxe's requester builds it (rxe_req.c init_req_packet:
+    /// `feth_init` then the RETH with the flush's rkey, the iova and the
+    /// length; AckReq set on the only packet; no payload).
+    #[test]
+    fn flush_golden() {
+        let mut r = PacketRepr::new(bth(0x1c, 0), &[]);
+        r.feth = Some(FethRepr {
+            placement_type: crate::ext::FLUSH_GLOBAL,
+            selectivity_level: crate::ext::FLUSH_RANGE,
+        });
+        r.reth = Some(RethRepr {
+            va: 0x7f00_1234_5000,
+            rkey: RKey(0x0000_1a2b),
+            dma_len: 4096,
+        });
+        let mut buf = vec![0xaa; r.buffer_len()];
+        assert_eq!(r.emit(&mut buf).unwrap(), 12 + 4 + 16 + 4);
+        let want: [u8; 32] = [
+            0x1c, 0x00, 0xff, 0xff, // opcode, SE/M/pad/tver, P_Key
+            0x00, 0x00, 0x00, 0x11, // reserved, dest QP
+            0x80, 0x00, 0x00, 0x05, // AckReq, PSN
+            0x00, 0x00, 0x00, 0x01, // FETH: level 0 (range), type 1 (global)
+            0x00, 0x00, 0x7f, 0x00, 0x12, 0x34, 0x50, 0x00, // RETH va
+            0x00, 0x00, 0x1a, 0x2b, // R_Key
+            0x00, 0x00, 0x10, 0x00, // length
+        ];
+        assert_eq!(&buf[..32], &want);
+        let back = PacketRepr::parse_bytes(&buf).unwrap();
+        assert_eq!(back, r);
+        // A FLUSH carries no payload.
+        let mut long = buf.clone();
+        long.splice(32..32, [0u8; 4]);
+        assert_eq!(
+            IbPacket::new_checked(&long[..]).unwrap_err(),
+            Error::Malformed
+        );
+    }
+
+    /// An ATOMIC WRITE: RETH (length 8) then the 8 bytes verbatim.
+    #[test]
+    fn atomic_write_golden() {
+        let data = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let mut r = PacketRepr::new(bth(0x1d, 0), &data);
+        r.reth = Some(RethRepr {
+            va: 0x1000,
+            rkey: RKey(0x77),
+            dma_len: 8,
+        });
+        let mut buf = vec![0; r.buffer_len()];
+        assert_eq!(r.emit(&mut buf).unwrap(), 12 + 16 + 8 + 4);
+        assert_eq!(buf[0], 0x1d);
+        assert_eq!(
+            &buf[12..28],
+            &[0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0x77, 0, 0, 0, 8]
+        );
+        assert_eq!(&buf[28..36], &data);
+        assert_eq!(PacketRepr::parse_bytes(&buf).unwrap(), r);
     }
 
     #[test]

@@ -50,6 +50,14 @@ pub fn write_packet<W: Write, T: AsRef<[u8]>>(out: &mut W, p: &IbPacket<T>) -> f
     if let Some(d) = p.deth() {
         write!(out, " DETH(qkey={} srcqp={})", d.qkey(), d.src_qp())?;
     }
+    if let Some(f) = p.feth() {
+        write!(
+            out,
+            " FETH(type={} level={})",
+            f.placement_type(),
+            f.selectivity_level()
+        )?;
+    }
     if let Some(r) = p.reth() {
         write!(
             out,

@@ -21,8 +21,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use softrdma_wire::ip::{Ipv4Repr, Ipv6Repr, UdpRepr};
 use softrdma_wire::opcode::Headers;
 use softrdma_wire::{
-    pretty, AethRepr, AtomicEthRepr, BthRepr, DatagramRepr, DethRepr, Icrc, IpRepr, Msn, Opcode,
-    PKey, PacketRepr, Psn, QKey, Qpn, RKey, RethRepr, RoceDatagram, Syndrome,
+    pretty, AethRepr, AtomicEthRepr, BthRepr, DatagramRepr, DethRepr, FethRepr, Icrc, IpRepr, Msn,
+    Opcode, PKey, PacketRepr, Psn, QKey, Qpn, RKey, RethRepr, RoceDatagram, Syndrome,
 };
 use std::cell::Cell;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -97,6 +97,13 @@ fn build<'a>(
             va: f.reth.0,
             rkey: RKey(f.reth.1),
             dma_len: f.reth.2,
+        });
+    }
+    if h.contains(Headers::FETH) {
+        // The FETH's two fields (4 + 2 bits) come from the misc word.
+        p.feth = Some(FethRepr {
+            placement_type: (f.misc.1 & 0xf) as u8,
+            selectivity_level: (f.misc.1 >> 4 & 3) as u8,
         });
     }
     if h.contains(Headers::ATOMIC_ETH) {
@@ -197,6 +204,12 @@ fn icrc_at_layout(b: &[u8], v6: bool) -> u32 {
     };
     c.udp_header(b[ip_len..ip_len + 8].try_into().unwrap());
     c.transport(&b[ip_len + 8..b.len() - 4]);
+    // Linux rxe's FLUSH (opcode 0x1C): the transport bytes once more,
+    // unmasked (its opcode table gives FLUSH no payload offset; see the
+    // crate's icrc module).
+    if b[ip_len + 8] == 0x1c {
+        c.update(&b[ip_len + 8..b.len() - 4]);
+    }
     c.finish()
 }
 
@@ -257,9 +270,10 @@ fn emit_then_parse_is_identity_for_every_opcode_pad_and_ip_version() {
             }
         }
     }
-    // 32 opcodes with payload x 4 pads + 6 without (READ request, ACK, atomic
-    // ACK, the two atomics, CNP) x 1, times 2 IP versions.
-    assert_eq!(combos, (32 * 4 + 6) * 2);
+    // 33 opcodes with payload (ATOMIC WRITE among them) x 4 pads + 7
+    // without (READ request, ACK, atomic ACK, the two atomics, FLUSH, CNP)
+    // x 1, times 2 IP versions.
+    assert_eq!(combos, (33 * 4 + 7) * 2);
 }
 
 #[test]
@@ -282,7 +296,13 @@ fn any_single_bit_flip_outside_the_masked_fields_breaks_the_icrc() {
                     .run(&strat, |(f, payload)| {
                         let (d, p) = build(op, pad, &payload, &f, v6);
                         let bytes = emit(&d, &p);
-                        let masked = masked_bits(v6);
+                        let mut masked = masked_bits(v6);
+                        if op == Opcode(0x1c) {
+                            // rxe's FLUSH form covers the BTH a second
+                            // time, byte 4 unmasked.
+                            let bth4 = if v6 { 40 } else { 20 } + 8 + 4;
+                            masked.retain(|&(o, _)| o != bth4);
+                        }
                         let n = bytes.len();
                         for bit in 0..n * 8 {
                             let (at, m) = (bit / 8, 1u8 << (bit % 8));
@@ -353,6 +373,12 @@ fn canonical(x: &[u8]) -> bool {
     }
     if let Some(o) = info.headers.offset_of(Headers::CNP_PAD) {
         if x[ext + o..ext + o + 16].iter().any(|&b| b != 0) {
+            return false;
+        }
+    }
+    // FETH bits 31:6 are reserved.
+    if let Some(o) = info.headers.offset_of(Headers::FETH) {
+        if x[ext + o..ext + o + 3] != [0, 0, 0] || x[ext + o + 3] & 0xc0 != 0 {
             return false;
         }
     }

@@ -346,13 +346,20 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_destroy_ah(h) == 0, "ibv_destroy_ah");
 
 	/* Queries. */
-	union ibv_gid g;
-	CHECK(ibv_query_gid(ctx, 1, 1, &g) == -1, "GID index 1 of 1 -> -1");
+	union ibv_gid g, zero = { 0 };
+	struct ibv_port_attr pa0;
+	CHECK(ibv_query_port(ctx, 1, &pa0) == 0 && pa0.gid_tbl_len > 1, "GID table of several entries");
+	CHECK(ibv_query_gid(ctx, 1, 1, &g) == 0 && memcmp(&g, &zero, 16) == 0,
+	      "empty GID index 1 -> zeros");
+	CHECK(ibv_query_gid(ctx, 1, pa0.gid_tbl_len, &g) == -1, "GID index past the table -> -1");
 	CHECK(ibv_query_gid(ctx, 2, 0, &g) == -1, "GID on port 2 -> -1");
 	struct ibv_gid_entry e;
 	CHECK(ibv_query_gid_ex(ctx, 1, 0, &e, 0) == 0 && e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
 		      memcmp(&e.gid, gid, 16) == 0,
 	      "ibv_query_gid_ex: RoCE v2, the port's GID");
+	CHECK(ibv_query_gid_ex(ctx, 1, 1, &e, 0) == ENODATA, "ibv_query_gid_ex(empty index) -> ENODATA");
+	CHECK(ibv_query_gid_ex(ctx, 1, pa0.gid_tbl_len, &e, 0) == EINVAL,
+	      "ibv_query_gid_ex(past the table) -> EINVAL");
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL, "ibv_query_port(port 2) -> EINVAL");
 	struct ibv_device_attr_ex dx;
@@ -362,18 +369,20 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_query_device_ex(ctx, NULL, &dx) == 0 &&
 		      dx.orig_attr.atomic_cap == IBV_ATOMIC_HCA,
 	      "ibv_query_device_ex: atomic_cap HCA");
-	/* Verbs the device does not have. */
+	/* Memory windows: types 1 and 2 only (tests/c/mw.c has the rest). */
 	errno = 0;
-	CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP,
-	      "ibv_alloc_mw -> EOPNOTSUPP");
+	CHECK(ibv_alloc_mw(pd, 3) == NULL && errno == EINVAL, "ibv_alloc_mw(type 3) -> EINVAL");
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(mw != NULL && ibv_dealloc_mw(mw) == 0, "ibv_alloc_mw(type 2), ibv_dealloc_mw");
+	/* Verbs the device does not have. */
 	struct ibv_xrcd_init_attr xa = { 0 };
 	errno = 0;
 	CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP,
 	      "ibv_open_xrcd -> EOPNOTSUPP");
-	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_CVLAN };
 	errno = 0;
 	CHECK(ibv_create_cq_ex(ctx, &cx) == NULL && errno == EOPNOTSUPP,
-	      "CQ with completion timestamps -> EOPNOTSUPP");
+	      "CQ with VLAN in its completions -> EOPNOTSUPP");
 
 	ibv_destroy_qp(qp);
 	ibv_destroy_cq(cq);

@@ -70,7 +70,7 @@ impl Qp {
             if w.first_psn.after(psn) {
                 break;
             }
-            if w.is_read_or_atomic() {
+            if w.has_response() {
                 let resume = w.first_psn.add(w.acked_pkts);
                 if self.req.retrying_from != Some(resume) {
                     self.rewind_to(resume);
@@ -154,6 +154,13 @@ impl Qp {
             return;
         };
         let psn = pkt.bth.psn;
+        // Every response names a PSN this QP sent: an ACK, NAK or response
+        // beyond the highest one is forged or from another connection, and
+        // must not complete requests whose packets never left.
+        if self.req.max_sent.is_none_or(|m| psn.after(m)) {
+            self.counters.stale_responses += 1;
+            return;
+        }
         let mut progress = 0;
         match info.operation {
             Operation::Acknowledge => {
@@ -248,7 +255,7 @@ impl Qp {
         let Some(i) = self
             .sq
             .iter()
-            .position(|w| w.contains(psn) && w.done.is_none() && w.is_read_or_atomic())
+            .position(|w| w.contains(psn) && w.done.is_none() && w.has_response())
         else {
             self.counters.stale_responses += 1;
             return 0;
@@ -269,6 +276,23 @@ impl Qp {
         if is_atomic != w.wr.opcode.is_atomic() {
             self.counters.stale_responses += 1;
             return progress;
+        }
+        // FLUSH and ATOMIC WRITE are answered by a zero-length RDMA READ
+        // RESPONSE ONLY (IBA A19; rxe's send_read_response_ack); anything
+        // else in its place is an unexpected response (rxe completes a
+        // mismatched READ response with an error too).
+        if matches!(w.wr.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite) {
+            if psn != w.first_psn {
+                self.counters.stale_responses += 1;
+                return progress;
+            }
+            w.acked_pkts = 1;
+            w.done = Some(if pos == Position::Only && pkt.payload.is_empty() {
+                WcStatus::Success
+            } else {
+                WcStatus::BadRespErr
+            });
+            return progress + 1;
         }
         if let Some(orig) = pkt.atomic_ack {
             if psn != w.first_psn.add(w.acked_pkts) {

@@ -8,6 +8,7 @@
 //!   queues ACKs, NAKs and read/atomic responses.
 
 pub(crate) mod comp;
+mod pin;
 pub(crate) mod req;
 pub(crate) mod resp;
 
@@ -16,6 +17,7 @@ use crate::cq::{Cq, Pushed};
 use crate::memory::{MrTable, SgList};
 use crate::verbs::*;
 use crate::{Instant, Slab};
+use softrdma_wire::ext::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT};
 use softrdma_wire::{PKey, Psn, Qpn};
 use std::collections::VecDeque;
 
@@ -62,6 +64,11 @@ impl SendWqe {
     }
     pub fn is_read_or_atomic(&self) -> bool {
         self.wr.opcode.is_read_or_atomic()
+    }
+    /// Completed by a response packet, not by an ACK (READ, atomics,
+    /// ATOMIC WRITE, FLUSH).
+    pub fn has_response(&self) -> bool {
+        self.wr.opcode.has_response()
     }
     /// Response `idx` of a READ already arrived (out of order).
     pub fn rx_has(&self, idx: u32) -> bool {
@@ -137,7 +144,7 @@ impl Ctx<'_> {
         if after > released {
             *self.gated += 1;
         }
-        match c.push_gated(wc, after, released) {
+        match c.push_gated(wc, after, released, self.now) {
             Pushed::Ok => true,
             Pushed::Notified => {
                 self.events.push_back(crate::device::Event::Completion(cq));
@@ -185,6 +192,8 @@ pub(crate) struct Qp {
     /// The gather sequence number the last send completion waited for:
     /// later ones wait at least as long, so they stay in order.
     pub comp_floor: u64,
+    /// The UDP port the peer sends from, once known (RC/UC; see `pin`).
+    pub peer_port: Option<u16>,
 }
 
 /// Attribute masks allowed per transition (IBA table 91 / `ib_modify_qp_is_ok`).
@@ -307,6 +316,7 @@ impl Qp {
             sqd_notify: false,
             armed: None,
             comp_floor: 0,
+            peer_port: None,
         }
     }
 
@@ -372,7 +382,7 @@ impl Qp {
             return Err(VerbsError::InvalidArgument("max_dest_rd_atomic too large"));
         }
         if mask.contains(AttrMask::ACCESS_FLAGS)
-            && attr.qp_access_flags.0 & !Access::ALL.0 & !Access::MW_BIND.0 != 0
+            && attr.qp_access_flags.0 & !Access::QP_ACCEPTED != 0
         {
             return Err(VerbsError::InvalidArgument("unsupported access flag"));
         }
@@ -408,6 +418,10 @@ impl Qp {
         set!(AttrMask::PORT, port_num);
         set!(AttrMask::QKEY, qkey);
         set!(AttrMask::ACCESS_FLAGS, qp_access_flags);
+        if mask.contains(AttrMask::AV) && attr.ah_attr.dest != a.ah_attr.dest {
+            // Another peer: its port is learned again.
+            self.peer_port = None;
+        }
         set!(AttrMask::AV, ah_attr);
         set!(AttrMask::PATH_MTU, path_mtu);
         set!(AttrMask::DEST_QPN, dest_qp_num);
@@ -438,7 +452,7 @@ impl Qp {
         self.attr.qp_state = to;
         self.attr.cur_qp_state = to;
         match to {
-            QpState::Reset => self.reset(),
+            QpState::Reset => self.reset(ctx),
             QpState::Err if cur != QpState::Err => self.enter_error(ctx),
             QpState::Sqd => {
                 self.sqd_notify = self.attr.en_sqd_async_notify;
@@ -450,8 +464,16 @@ impl Qp {
         Ok(())
     }
 
-    /// Back to RESET: everything is forgotten, no completion is generated.
-    fn reset(&mut self) {
+    /// Back to RESET: everything is forgotten, no completion is generated,
+    /// and the completions of this QP still in its CQs are removed (as
+    /// mlx5 does: a program that resets a QP after an error and polls on
+    /// does not meet the flushes of its previous life).
+    fn reset(&mut self, ctx: &mut Ctx) {
+        for cq in [self.send_cq, self.recv_cq] {
+            if let Some(c) = ctx.cqs.get_mut(cq.0) {
+                *ctx.gated -= c.remove_qp(self.qpn);
+            }
+        }
         self.state = QpState::Reset;
         self.sq.clear();
         self.rq.clear();
@@ -464,6 +486,7 @@ impl Qp {
             ..attr
         };
         self.sqd_notify = false;
+        self.peer_port = None;
     }
 
     /// Enters ERR: every outstanding work request completes — the ones
@@ -504,7 +527,9 @@ impl Qp {
     pub fn send_wc(&self, w: &SendWqe, status: WcStatus) -> Wc {
         let byte_len = match w.wr.opcode {
             WrOpcode::RdmaRead => w.len,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
+            // rxe reports the FLUSH's length (its wqe->dma.length).
+            WrOpcode::Flush => w.wr.flush_len as u32,
             _ => w.len,
         };
         Wc {
@@ -564,6 +589,7 @@ impl Qp {
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
                     | WrOpcode::LocalInv
+                    | WrOpcode::BindMw
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -574,6 +600,26 @@ impl Qp {
         }
         if inline && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
             return Err(VerbsError::InvalidArgument("inline READ or atomic"));
+        }
+        let well_formed = match wr.opcode {
+            // rxe's validate_send_wr: a bind carries no data.
+            WrOpcode::BindMw => wr.bind.is_some() && wr.sg_list.is_empty() && wr.length() == 0,
+            // The 8 bytes travel with the request (copied at post time).
+            WrOpcode::AtomicWrite => inline && wr.inline_data.len() == 8,
+            WrOpcode::Flush => {
+                let f = wr.flush;
+                f.placement_type & !(FLUSH_GLOBAL | FLUSH_PERSISTENT) == 0
+                    && f.level <= FLUSH_MR
+                    && wr.sg_list.is_empty()
+                    && !inline
+                    && wr.flush_len <= crate::limits::MAX_MSG_SIZE as u64
+            }
+            _ => true,
+        };
+        if !well_formed {
+            return Err(VerbsError::InvalidArgument(
+                "BIND_MW carries no data, ATOMIC WRITE exactly 8 bytes, FLUSH a type, a level and a length",
+            ));
         }
         if self.qp_type == QpType::Ud {
             let Some(ud) = wr.ud else {

@@ -10,7 +10,9 @@ use crate::memory::{Piece, Revoked, SgList, Span};
 use crate::verbs::*;
 use crate::Instant;
 use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
-use softrdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, Psn, QKey, RethRepr};
+use softrdma_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, PacketRepr, Psn, QKey, RethRepr,
+};
 
 /// Requester state of a QP.
 #[derive(Debug)]
@@ -205,7 +207,8 @@ fn request_opcode(qp_type: QpType, op: WrOpcode, first: bool, last: bool) -> Opt
         QpType::Ud => T::Ud,
     };
     let (operation, imm, inv) = match op {
-        Send | LocalInv => (O::Send, false, false), // LOCAL_INV is never sent
+        // LOCAL_INV and BIND_MW are local: never sent.
+        Send | LocalInv | BindMw => (O::Send, false, false),
         SendWithImm => (O::Send, true, false),
         SendWithInv => (O::Send, false, true),
         RdmaWrite => (O::RdmaWrite, false, false),
@@ -213,6 +216,8 @@ fn request_opcode(qp_type: QpType, op: WrOpcode, first: bool, last: bool) -> Opt
         RdmaRead => (O::ReadRequest, false, false),
         AtomicCmpAndSwp => (O::CompareSwap, false, false),
         AtomicFetchAndAdd => (O::FetchAdd, false, false),
+        Flush => (O::Flush, false, false),
+        AtomicWrite => (O::AtomicWrite, false, false),
     };
     let position = Position::of(first, last);
     // Immediate data and the invalidated R_Key ride on the last packet.
@@ -242,7 +247,11 @@ impl Qp {
         let w = &mut self.sq[idx];
         let inline = w.wr.flags.contains(SendFlags::INLINE);
         if !inline {
-            let need = if w.wr.opcode.is_read_or_atomic() {
+            // READ and atomics write their result into the local buffers.
+            let need = if matches!(
+                w.wr.opcode,
+                WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+            ) {
                 Access::LOCAL_WRITE
             } else {
                 Access(0)
@@ -313,12 +322,8 @@ impl Qp {
             {
                 return None;
             }
-            if w.wr.opcode == WrOpcode::LocalInv {
-                let key = w.wr.invalidate_rkey.0;
-                let status = match ctx.mrs.invalidate(key, self.pd) {
-                    Ok(()) => WcStatus::Success,
-                    Err(_) => WcStatus::LocProtErr,
-                };
+            if w.wr.opcode.is_local() {
+                let status = self.local_op(idx, ctx);
                 let w = &mut self.sq[idx];
                 w.started = true;
                 w.npkts = 0;
@@ -410,6 +415,35 @@ impl Qp {
         Some(tx)
     }
 
+    /// Executes a local work request (LOCAL_INV, BIND_MW) when the
+    /// requester reaches it, in posting order, and returns its status:
+    /// a failed LOCAL_INV is `LocQpOpErr` and a failed bind `MwBindErr`,
+    /// as rxe's `rxe_do_local_ops` reports them.
+    fn local_op(&mut self, idx: usize, ctx: &mut Ctx) -> WcStatus {
+        let wr = &self.sq[idx].wr;
+        match wr.opcode {
+            WrOpcode::LocalInv => {
+                match ctx
+                    .mrs
+                    .invalidate(wr.invalidate_rkey.0, self.pd, self.qpn, false)
+                {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocQpOpErr,
+                }
+            }
+            WrOpcode::BindMw => {
+                let Some(b) = wr.bind else {
+                    return WcStatus::MwBindErr;
+                };
+                match ctx.mrs.bind_mw(self.pd, self.qpn, &b) {
+                    Ok(_) => WcStatus::Success,
+                    Err(_) => WcStatus::MwBindErr,
+                }
+            }
+            _ => WcStatus::LocQpOpErr,
+        }
+    }
+
     fn build_request(
         &self,
         idx: usize,
@@ -432,9 +466,18 @@ impl Qp {
         else {
             return Ok(None);
         };
+        // rxe sets SE on the last packet of a SEND or WRITE with immediate
+        // only (init_req_packet); the flag means nothing to other requests.
+        let se_op = matches!(
+            op,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWriteWithImm
+        );
         let mut bth = BthRepr {
             opcode,
-            solicited: last && w.wr.flags.contains(SendFlags::SOLICITED),
+            solicited: last && se_op && w.wr.flags.contains(SendFlags::SOLICITED),
             mig_req: false,
             pad_count: 0,
             pkey: self.pkey(),
@@ -449,7 +492,7 @@ impl Qp {
         }
         let mut repr = PacketRepr::new(bth, &[]);
         let mut av = self.attr.ah_attr;
-        let payload_len = if is_read || op.is_atomic() {
+        let payload_len = if is_read || op.is_atomic() || op == WrOpcode::Flush {
             0
         } else {
             (w.len as u64 - offset.min(w.len as u64)).min(mtu as u64) as usize
@@ -476,6 +519,26 @@ impl Qp {
                     rkey: w.wr.rkey,
                     swap_add: w.wr.compare_add,
                     compare: 0,
+                });
+            }
+            // rxe's init_req_packet: FETH, then the RETH with the flush's
+            // R_Key, address and length.
+            WrOpcode::Flush => {
+                repr.feth = Some(FethRepr {
+                    placement_type: w.wr.flush.placement_type,
+                    selectivity_level: w.wr.flush.level,
+                });
+                repr.reth = Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: w.wr.flush_len as u32,
+                });
+            }
+            WrOpcode::AtomicWrite => {
+                repr.reth = Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: 8,
                 });
             }
             WrOpcode::RdmaWrite if chunked => {
@@ -586,6 +649,8 @@ mod tests {
             (QpType::Ud, SendWithImm, true, true, 0x65),
             (QpType::Rc, RdmaRead, true, true, 0x0c),
             (QpType::Rc, AtomicFetchAndAdd, true, true, 0x14),
+            (QpType::Rc, Flush, true, true, 0x1c),
+            (QpType::Rc, AtomicWrite, true, true, 0x1d),
         ];
         for (t, op, f, l, want) in cases {
             let o = request_opcode(t, op, f, l).unwrap();

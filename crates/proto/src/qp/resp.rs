@@ -8,7 +8,7 @@ use super::{Ctx, Qp, RecvWqe};
 use crate::device::{RecvMeta, Transmit};
 use crate::memory::{SgList, Span};
 use crate::verbs::*;
-use softrdma_wire::ext::CREDITS_UNLIMITED;
+use softrdma_wire::ext::{CREDITS_UNLIMITED, FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT};
 use softrdma_wire::{
     AethRepr, BthRepr, Msn, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr, Position, Psn,
     Syndrome, Transport,
@@ -24,8 +24,17 @@ pub(crate) enum RespJob {
         msn: Msn,
         syndrome: Syndrome,
     },
-    /// Atomic ACK with the original value.
-    AtomicAck { psn: Psn, msn: Msn, orig: u64 },
+    /// Atomic ACK with the original value (`replay`: answering a
+    /// duplicate).
+    AtomicAck {
+        psn: Psn,
+        msn: Msn,
+        orig: u64,
+        replay: bool,
+    },
+    /// The zero-length RDMA READ RESPONSE ONLY that acknowledges a FLUSH
+    /// or an ATOMIC WRITE (IBA A19; rxe's `send_read_response_ack`).
+    PlacementAck { psn: Psn, msn: Msn },
     /// READ responses still to send.
     Read(ReadJob),
 }
@@ -40,6 +49,8 @@ pub(crate) struct ReadJob {
     offset: usize,
     len: usize,
     msn: Msn,
+    /// Answering a duplicate request (re-executed from its PSN).
+    replay: bool,
 }
 
 /// A READ or atomic the responder remembers for duplicates (IBA 9.7.5.1.3,
@@ -51,6 +62,9 @@ struct Resource {
     npkts: u32,
     /// `Some(original value)` for an atomic.
     atomic: Option<u64>,
+    /// A FLUSH or ATOMIC WRITE: a duplicate is acknowledged again, never
+    /// executed again (oA19-14, oA19-15).
+    placement: bool,
     msn: Msn,
 }
 
@@ -84,9 +98,14 @@ pub(crate) struct Responder {
     uc_drop: bool,
     resources: VecDeque<Resource>,
     max_resources: usize,
+    /// `max_dest_rd_atomic` as negotiated: READ/atomic requests whose
+    /// responses may wait to be sent at once (0: none accepted).
+    max_dest_rd_atomic: u8,
     next_res_id: u64,
     pub out: VecDeque<RespJob>,
     comm_est: bool,
+    /// Answers not queued (see `has_room`), for the QP's counters.
+    pub dropped: u64,
 }
 
 /// How a request failed at the responder (IBA 9.7.5.2.2 classes).
@@ -105,6 +124,7 @@ impl Responder {
         self.nak_sent = false;
     }
     pub fn set_max_resources(&mut self, n: u8) {
+        self.max_dest_rd_atomic = n;
         self.max_resources = (n as usize).max(1);
         while self.resources.len() > self.max_resources {
             self.resources.pop_front();
@@ -116,6 +136,33 @@ impl Responder {
         self.out.retain(|j| !matches!(j, RespJob::Read(_)));
         self.resources.clear();
     }
+    /// READ and atomic requests (first executions, not duplicates) whose
+    /// responses have not all been handed out yet. A requester that keeps
+    /// to `max_rd_atomic` has that many outstanding at most; answers to
+    /// duplicates (one per responder resource at most: a duplicate
+    /// replaces its resource's job) are not counted, since a duplicate the
+    /// network delayed may come after its request completed.
+    fn rd_atomic_pending(&self) -> usize {
+        self.out
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j,
+                    RespJob::Read(ReadJob { replay: false, .. })
+                        | RespJob::AtomicAck { replay: false, .. }
+                )
+            })
+            .count()
+    }
+
+    /// Whether one more ACK, RNR NAK or repeated response fits the queue
+    /// ([`MAX_RESP_QUEUE`](crate::limits::MAX_RESP_QUEUE)); a peer that
+    /// keeps sending without reading its answers gets no more of them (it
+    /// retransmits what it still needs).
+    fn has_room(&self) -> bool {
+        self.out.len() < crate::limits::MAX_RESP_QUEUE
+    }
+
     /// Queues an ACK, merging it with an ACK already at the tail.
     fn queue_ack(&mut self, psn: Psn) {
         let msn = self.msn;
@@ -129,20 +176,37 @@ impl Responder {
             *m = msn;
             return;
         }
+        if !self.has_room() {
+            self.dropped += 1;
+            return;
+        }
         self.out.push_back(RespJob::Ack {
             psn,
             msn,
             syndrome: Syndrome::ACK,
         });
     }
+    /// Queues a NAK. One that ends the connection always goes out; an RNR
+    /// or sequence NAK only while the queue has room.
     fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
+        let fatal = matches!(syndrome, Syndrome::Nak(c) if c != NakCode::PsnSequenceError);
+        if !fatal && !self.has_room() {
+            self.dropped += 1;
+            return;
+        }
         self.out.push_back(RespJob::Ack {
             psn,
             msn: self.msn,
             syndrome,
         });
     }
-    fn add_resource(&mut self, first_psn: Psn, npkts: u32, atomic: Option<u64>) -> u64 {
+    fn add_resource(
+        &mut self,
+        first_psn: Psn,
+        npkts: u32,
+        atomic: Option<u64>,
+        placement: bool,
+    ) -> u64 {
         if self.resources.len() >= self.max_resources.max(1) {
             self.resources.pop_front();
         }
@@ -153,16 +217,30 @@ impl Responder {
             first_psn,
             npkts,
             atomic,
+            placement,
             msn: self.msn,
         });
         id
     }
 }
 
+/// The rights a FLUSH of placement type `t` needs, of the QP and of the
+/// region (rxe's check_qp_attr_access and check_rkey).
+fn flush_access(t: u8) -> Access {
+    let mut a = Access(0);
+    if t & FLUSH_GLOBAL != 0 {
+        a = a.with(Access::FLUSH_GLOBAL);
+    }
+    if t & FLUSH_PERSISTENT != 0 {
+        a = a.with(Access::FLUSH_PERSISTENT);
+    }
+    a
+}
+
 /// Right the QP's own access flags must grant for an operation.
 fn qp_access_needed(op: Operation) -> Option<Access> {
     match op {
-        Operation::RdmaWrite => Some(Access::REMOTE_WRITE),
+        Operation::RdmaWrite | Operation::AtomicWrite => Some(Access::REMOTE_WRITE),
         Operation::ReadRequest => Some(Access::REMOTE_READ),
         Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
         _ => None,
@@ -359,6 +437,19 @@ impl Qp {
             }
         }
 
+        // 4. Responder resources of a READ or atomic (IBA 9.7.5.1.3,
+        // rxe's check_resource): no more than `max_dest_rd_atomic` whose
+        // responses still wait; a requester that sends more did not keep
+        // to what was negotiated (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
+        if matches!(
+            info.operation,
+            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        ) && self.resp.rd_atomic_pending() >= self.resp.max_dest_rd_atomic as usize
+        {
+            self.counters.too_many_rd_atomic += 1;
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+
         // 5. Length of this packet (IBA 9.7.5.1.1 / C9-89).
         let len_ok = match info.position {
             Position::First | Position::Middle => plen == mtu,
@@ -386,7 +477,7 @@ impl Qp {
                 )?;
                 let npkts = (reth.dma_len as usize).div_ceil(mtu).max(1) as u32;
                 self.resp.msn = self.resp.msn.next();
-                let id = self.resp.add_resource(psn, npkts, None);
+                let id = self.resp.add_resource(psn, npkts, None, false);
                 self.resp.out.push_back(RespJob::Read(ReadJob {
                     res_id: id,
                     psn,
@@ -394,6 +485,7 @@ impl Qp {
                     offset: 0,
                     len: reth.dma_len as usize,
                     msn: self.resp.msn,
+                    replay: false,
                 }));
                 self.resp.epsn = psn.add(npkts);
                 self.resp.nak_sent = false;
@@ -414,14 +506,23 @@ impl Qp {
                 }
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
                 self.resp.msn = self.resp.msn.next();
-                self.resp.add_resource(psn, 1, Some(orig));
+                self.resp.add_resource(psn, 1, Some(orig), false);
                 self.resp.out.push_back(RespJob::AtomicAck {
                     psn,
                     msn: self.resp.msn,
                     orig,
+                    replay: false,
                 });
                 self.resp.epsn = psn.next();
                 self.resp.nak_sent = false;
+                return Ok(());
+            }
+            Operation::AtomicWrite => {
+                self.exec_atomic_write(pkt, ctx)?;
+                return Ok(());
+            }
+            Operation::Flush => {
+                self.exec_flush(pkt, ctx)?;
                 return Ok(());
             }
             _ => return Err(Fail::Nak(NakCode::InvalidRequest)),
@@ -450,9 +551,86 @@ impl Qp {
             return Ok(None);
         }
         ctx.mrs
-            .resolve_remote(self.pd, rkey, va, len, need)
+            .resolve_remote(self.pd, self.qpn, rkey, va, len, need)
             .map(Some)
             .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))
+    }
+
+    /// ATOMIC WRITE (IBA A19, rxe's atomic_write_reply): exactly 8 bytes
+    /// (oA19-28), written as one store at an 8-byte aligned address the
+    /// R_Key allows writing; acknowledged with a zero-length READ response.
+    fn exec_atomic_write(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx) -> Result<(), Fail> {
+        let psn = pkt.bth.psn;
+        let reth = pkt.reth.ok_or(Fail::Nak(NakCode::InvalidRequest))?;
+        if reth.dma_len != 8 || pkt.payload.len() != 8 {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        let span = self
+            .check_rkey(reth.rkey, reth.va, 8, Access::REMOTE_WRITE, ctx)?
+            .ok_or(Fail::Nak(NakCode::RemoteAccessError))?;
+        // rxe_mr_do_atomic_write: a misaligned address is an invalid request.
+        if reth.va & 7 != 0 {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(pkt.payload);
+        span.region
+            .atomic_write(span.offset, bytes)
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
+        self.placement_done(psn);
+        Ok(())
+    }
+
+    /// FLUSH (IBA A19, rxe's process_flush): the QP and the R_Key must
+    /// grant the FLUSH rights of the placement type; the range (or, at the
+    /// memory-region level, the whole region or window) is made visible,
+    /// and durable for a persistent flush; acknowledged with a zero-length
+    /// READ response.
+    fn exec_flush(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx) -> Result<(), Fail> {
+        let psn = pkt.bth.psn;
+        let (Some(feth), Some(reth)) = (pkt.feth, pkt.reth) else {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        };
+        let need = flush_access(feth.placement_type);
+        if !self.attr.qp_access_flags.contains(need) {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        // IBA C9-94 (rxe_resp_check_length): a RETH length above 2^31.
+        if reth.dma_len > crate::limits::MAX_MSG_SIZE {
+            return Err(Fail::Nak(NakCode::InvalidRequest));
+        }
+        let whole = feth.selectivity_level == FLUSH_MR;
+        let (region, offset, len) = ctx
+            .mrs
+            .resolve_flush(
+                self.pd,
+                self.qpn,
+                reth.rkey,
+                reth.va,
+                reth.dma_len as u64,
+                need,
+                whole,
+            )
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
+        let persistent = feth.placement_type & FLUSH_PERSISTENT != 0;
+        region
+            .flush(offset, len, persistent)
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError))?;
+        self.placement_done(psn);
+        Ok(())
+    }
+
+    /// A FLUSH or ATOMIC WRITE at `psn` executed: a responder resource for
+    /// duplicates, the zero-length READ response, the next PSN.
+    fn placement_done(&mut self, psn: Psn) {
+        self.resp.msn = self.resp.msn.next();
+        self.resp.add_resource(psn, 1, None, true);
+        self.resp.out.push_back(RespJob::PlacementAck {
+            psn,
+            msn: self.resp.msn,
+        });
+        self.resp.epsn = psn.next();
+        self.resp.nak_sent = false;
     }
 
     fn exec_send(
@@ -507,7 +685,7 @@ impl Qp {
         *offset = end;
         if info.position.ends() {
             if let Some(rkey) = pkt.ieth {
-                if ctx.mrs.invalidate(rkey.0, self.pd).is_err() {
+                if ctx.mrs.invalidate(rkey.0, self.pd, self.qpn, true).is_err() {
                     if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
                         self.recv_error(&wqe, WcStatus::RemInvReqErr, ctx);
                     }
@@ -637,7 +815,11 @@ impl Qp {
                     .resp
                     .resources
                     .iter()
-                    .find(|r| r.atomic.is_none() && psn.distance_from(r.first_psn) < r.npkts)
+                    .find(|r| {
+                        r.atomic.is_none()
+                            && !r.placement
+                            && psn.distance_from(r.first_psn) < r.npkts
+                    })
                     .copied()
                 else {
                     return;
@@ -674,7 +856,20 @@ impl Qp {
                     offset: 0,
                     len: reth.dma_len as usize,
                     msn: res.msn,
+                    replay: true,
                 }));
+            }
+            Operation::Flush | Operation::AtomicWrite => {
+                // Acknowledge again; never execute again (oA19-14, -15).
+                if let Some(res) = self
+                    .resp
+                    .resources
+                    .iter()
+                    .find(|r| r.first_psn == psn && r.placement)
+                {
+                    let msn = res.msn;
+                    self.resp.out.push_back(RespJob::PlacementAck { psn, msn });
+                }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 // Replay the saved result; never execute twice.
@@ -686,9 +881,22 @@ impl Qp {
                 {
                     let orig = res.atomic.unwrap_or(0);
                     let msn = res.msn;
-                    self.resp
+                    // Once in the queue is enough.
+                    let queued = self
+                        .resp
                         .out
-                        .push_back(RespJob::AtomicAck { psn, msn, orig });
+                        .iter()
+                        .any(|j| matches!(j, RespJob::AtomicAck { psn: p, .. } if *p == psn));
+                    if queued || !self.resp.has_room() {
+                        self.resp.dropped += 1;
+                        return;
+                    }
+                    self.resp.out.push_back(RespJob::AtomicAck {
+                        psn,
+                        msn,
+                        orig,
+                        replay: true,
+                    });
                 }
             }
             _ => {}
@@ -820,7 +1028,7 @@ impl Qp {
                 self.resp.out.pop_front();
                 tx
             }
-            RespJob::AtomicAck { psn, msn, orig } => {
+            RespJob::AtomicAck { psn, msn, orig, .. } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn), &[]);
                 r.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
@@ -829,6 +1037,23 @@ impl Qp {
                     msn: *msn,
                 });
                 r.atomic_ack = Some(*orig);
+                let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()?;
+                self.resp.out.pop_front();
+                tx
+            }
+            RespJob::PlacementAck { psn, msn } => {
+                let code = Opcode::find(
+                    Transport::Rc,
+                    Operation::ReadResponse,
+                    Position::Only,
+                    false,
+                    false,
+                )?;
+                let mut r = PacketRepr::new(bth(code, *psn), &[]);
+                r.aeth = Some(AethRepr {
+                    syndrome: Syndrome::ACK,
+                    msn: *msn,
+                });
                 let tx = build_packet(ctx, &av, r, Payload::None, buf).ok()?;
                 self.resp.out.pop_front();
                 tx

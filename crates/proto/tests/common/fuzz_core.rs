@@ -548,7 +548,9 @@ impl Target {
         for (i, r) in self.regions.iter().enumerate() {
             let old = &self.snapshots[i];
             self.scratch.resize(old.len(), 0);
-            r.mem.read(0, &mut self.scratch);
+            r.mem
+                .read(0, &mut self.scratch)
+                .expect("vector memory never faults");
             if self.scratch == *old {
                 changed.push(0);
                 continue;

@@ -35,6 +35,7 @@ pub struct Out {
     pub imm: Option<u32>,
     pub ieth: Option<u32>,
     pub deth: Option<DethRepr>,
+    pub feth: Option<FethRepr>,
     pub payload: Vec<u8>,
 }
 
@@ -195,8 +196,19 @@ impl Rig {
     }
 
     pub fn deliver_raw(&mut self, bytes: &[u8], src: IpAddr) {
+        self.deliver_raw_from(bytes, SocketAddr::new(src, 4791));
+    }
+
+    /// Delivers a packet from `src` (address and UDP port: the ICRC covers
+    /// both, so it is computed for them).
+    pub fn deliver_from_port(&mut self, p: &PacketRepr<'_>, src: SocketAddr) {
+        let bytes = encode_from(p, src, SocketAddr::new(ip(DEV_IP), 4791));
+        self.deliver_raw_from(&bytes, src);
+    }
+
+    pub fn deliver_raw_from(&mut self, bytes: &[u8], src: SocketAddr) {
         let meta = RecvMeta {
-            src: SocketAddr::new(src, 4791),
+            src,
             dst: ip(DEV_IP),
             len: bytes.len(),
             traffic_class: 0,
@@ -241,6 +253,7 @@ impl Rig {
                 imm: r.imm,
                 ieth: r.ieth.map(|k| k.0),
                 deth: r.deth,
+                feth: r.feth,
                 payload: r.payload.to_vec(),
             });
         }
@@ -331,15 +344,20 @@ impl Rig {
 
 /// Encodes a packet from `src` to `dst` with its ICRC.
 pub fn encode(p: &PacketRepr<'_>, src: IpAddr, dst: IpAddr) -> Vec<u8> {
+    encode_from(p, SocketAddr::new(src, 4791), SocketAddr::new(dst, 4791))
+}
+
+/// Encodes a packet between two UDP endpoints with its ICRC.
+pub fn encode_from(p: &PacketRepr<'_>, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
     let mut p = *p;
     p.bth.pad_count = PacketRepr::pad_for(p.payload.len());
     let mut buf = vec![0u8; p.buffer_len()];
     let n = p.emit(&mut buf).unwrap();
     let d = DatagramRepr {
-        ip: IpRepr::between(src, dst, 0).unwrap(),
+        ip: IpRepr::between(src.ip(), dst.ip(), 0).unwrap(),
         udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
+            src_port: src.port(),
+            dst_port: dst.port(),
             checksum: 0,
         },
     };

@@ -87,6 +87,17 @@ pub(super) fn post_ops(
                 p.shadow[toff..toff + op.len].copy_from_slice(&data);
                 wr.sg_list = split_sges(rng, p.c_va + coff as u64, op.len, p.c_key);
             }
+            Kind::AtomicWrite => {
+                wr.flags = wr.flags.with(SendFlags::INLINE);
+                wr.inline_data = data.clone();
+            }
+            Kind::Flush => {
+                wr.flush = FlushSpec {
+                    placement_type: softrdma_wire::ext::FLUSH_GLOBAL,
+                    level: softrdma_wire::ext::FLUSH_RANGE,
+                };
+                wr.flush_len = op.len as u64;
+            }
             Kind::FetchAdd | Kind::CmpSwap => {
                 p.c_mem.fill_from(coff, &[0xee; 8]);
                 wr.sg_list = vec![Sge {
@@ -97,7 +108,7 @@ pub(super) fn post_ops(
             }
         }
         match op.kind {
-            Kind::Write | Kind::WriteImm | Kind::Read => {
+            Kind::Write | Kind::WriteImm | Kind::Read | Kind::AtomicWrite | Kind::Flush => {
                 wr.remote_addr = p.s_va + target_off(p, i) as u64;
                 wr.rkey = RKey(p.s_key);
             }
@@ -118,7 +129,7 @@ pub(super) fn post_ops(
             }
             _ => {}
         }
-        if matches!(op.kind, Kind::Write | Kind::WriteImm) {
+        if matches!(op.kind, Kind::Write | Kind::WriteImm | Kind::AtomicWrite) {
             let toff = target_off(p, i);
             p.shadow[toff..toff + op.len].copy_from_slice(&data);
         }

@@ -19,6 +19,10 @@ pub(super) enum Kind {
     Read,
     FetchAdd,
     CmpSwap,
+    /// ATOMIC WRITE of 8 bytes into a target slot (IBA A19).
+    AtomicWrite,
+    /// FLUSH (global visibility) of a target slot's range.
+    Flush,
 }
 
 impl Kind {
@@ -34,6 +38,8 @@ impl Kind {
             Kind::Read => WrOpcode::RdmaRead,
             Kind::FetchAdd => WrOpcode::AtomicFetchAndAdd,
             Kind::CmpSwap => WrOpcode::AtomicCmpAndSwp,
+            Kind::AtomicWrite => WrOpcode::AtomicWrite,
+            Kind::Flush => WrOpcode::Flush,
         }
     }
 }
@@ -155,9 +161,15 @@ pub(super) fn split_sges(rng: &mut Rng, va: u64, len: usize, lkey: u32) -> Vec<S
 /// The GRH area in front of a UD message.
 pub(super) const GRH: usize = 40;
 
-/// Offset of operation `op`'s WRITE/READ target in the server region.
+/// Offset of operation `op`'s WRITE/READ/ATOMIC WRITE/FLUSH target in the
+/// server region (8-byte aligned for an ATOMIC WRITE, inside the slot).
 pub(super) fn target_off(p: &Pair, op: usize) -> usize {
-    p.ops[op].slot * p.slot_len
+    let o = p.ops[op].slot * p.slot_len;
+    if p.ops[op].kind == Kind::AtomicWrite {
+        (o + 7) & !7
+    } else {
+        o
+    }
 }
 
 /// Offset of receive `n` in the server region.
@@ -168,7 +180,7 @@ pub(super) fn recv_off(p: &Pair, n: usize) -> usize {
 /// `len` bytes of a region at `off`.
 pub(super) fn bytes(mem: &VecMemory, off: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0; len];
-    mem.read(off, &mut v);
+    mem.read(off, &mut v).expect("vector memory never faults");
     v
 }
 
@@ -304,7 +316,7 @@ fn bring_up(sim: &mut Sim, rng: &mut Rng, p: &Pair, mtu: Mtu, access: Access, pd
     for (node, qpn) in [(p.client, p.cqpn), (p.server, p.sqpn)] {
         let a = QpAttr {
             qp_state: QpState::Init,
-            qp_access_flags: access.remote(),
+            qp_access_flags: access.remote().with(Access(access.0 & Access::FLUSH.0)),
             qkey: QKey(0x1111_1111),
             ..Default::default()
         };
@@ -357,7 +369,8 @@ pub(super) fn pair(sim: &mut Sim, rng: &mut Rng, cfg: &Config, p: usize, pds: &[
     let access = Access::LOCAL_WRITE
         .with(Access::REMOTE_WRITE)
         .with(Access::REMOTE_READ)
-        .with(Access::REMOTE_ATOMIC);
+        .with(Access::REMOTE_ATOMIC)
+        .with(Access::FLUSH_GLOBAL);
     let c_mem = Arc::new(VecMemory::new(c_len));
     let s_mem = Arc::new(VecMemory::new(s_len));
     let background = pattern(op_tag(cfg.seed, p, usize::MAX), s_len);
@@ -439,13 +452,15 @@ pub(super) fn pair(sim: &mut Sim, rng: &mut Rng, cfg: &Config, p: usize, pds: &[
 fn op(rng: &mut Rng, cfg: &Config, ty: QpType, depth: usize, max_len: usize, i: usize) -> Op {
     let kind = match ty {
         QpType::Rc => match rng.below(100) {
-            0..=19 => Kind::Send,
-            20..=29 => Kind::SendImm,
-            30..=49 => Kind::Write,
-            50..=59 => Kind::WriteImm,
-            60..=79 => Kind::Read,
-            80..=91 => Kind::FetchAdd,
-            _ => Kind::CmpSwap,
+            0..=18 => Kind::Send,
+            19..=28 => Kind::SendImm,
+            29..=46 => Kind::Write,
+            47..=56 => Kind::WriteImm,
+            57..=75 => Kind::Read,
+            76..=86 => Kind::FetchAdd,
+            87..=93 => Kind::CmpSwap,
+            94..=96 => Kind::AtomicWrite,
+            _ => Kind::Flush,
         },
         QpType::Uc => match rng.below(4) {
             0 => Kind::Send,
@@ -461,7 +476,7 @@ fn op(rng: &mut Rng, cfg: &Config, ty: QpType, depth: usize, max_len: usize, i: 
             }
         }
     };
-    let len = if matches!(kind, Kind::FetchAdd | Kind::CmpSwap) {
+    let len = if matches!(kind, Kind::FetchAdd | Kind::CmpSwap | Kind::AtomicWrite) {
         8
     } else {
         let cap = max_len as u64;

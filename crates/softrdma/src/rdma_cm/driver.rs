@@ -28,7 +28,14 @@ pub(crate) struct DevState {
     pub listeners: HashMap<ServiceId, softrdma_cm::CmId>,
     /// Requests for service IDs nobody listens on yet (see [`PARK_NS`]).
     parked: VecDeque<Parked>,
+    /// Requests refused for their source's half-open limit, as last logged.
+    refused_logged: u64,
+    /// When the next such warning may be logged.
+    refused_log_at: Instant,
 }
+
+/// How often at most refused connection requests are logged.
+const REFUSED_LOG_EVERY_NS: u64 = 1_000_000_000;
 
 /// How long a REQ or SIDR_REQ for a service ID nobody listens on is held
 /// before the CM answers it (REJ 8, SIDR_REP "unsupported"), in case a
@@ -80,6 +87,26 @@ impl DevState {
             }
         }
         self.cm.handle_mad(t, m.src, m.src_qpn, &m.mad);
+        self.log_refused(t, m.src);
+    }
+
+    /// A warning, at most once a second, when requests were refused for
+    /// their source's half-open limit.
+    fn log_refused(&mut self, t: Instant, src: IpAddr) {
+        let refused = self.cm.counters().rx_refused_half_open;
+        if refused > self.refused_logged && t >= self.refused_log_at {
+            tracing::warn!(
+                target: "softrdma::rdma_cm",
+                dev = %self.ip,
+                last_from = %src,
+                "refused {} connection requests (REJ no resources): their source had \
+                 {} requests waiting (counter rx_refused_half_open)",
+                refused - self.refused_logged,
+                softrdma_cm::limits::MAX_HALF_OPEN_PER_SOURCE
+            );
+            self.refused_logged = refused;
+            self.refused_log_at = t.add_ns(REFUSED_LOG_EVERY_NS);
+        }
     }
 
     /// Hands the held requests that are due (or, with `sid`, those for a
@@ -132,6 +159,8 @@ pub(crate) fn dev_state<'a>(g: &'a mut Guard, shared: &Shared) -> &'a mut DevSta
             ip,
             listeners: HashMap::new(),
             parked: VecDeque::new(),
+            refused_logged: 0,
+            refused_log_at: Instant(0),
         }
     })
 }

@@ -1,0 +1,44 @@
+//! The memory features seen from C, through libibverbs.so.1 with
+//! AddressSanitizer and UBSan: memory windows (`tests/c/mw.c`), FLUSH and
+//! ATOMIC WRITE (`tests/c/placement.c`), on-demand paging, implicit
+//! regions, `ibv_advise_mr` and `ibv_rereg_mr` (`tests/c/odp.c`). Each
+//! program prints one line per check and exits with its number of
+//! failures; the device sits on its own loopback address (127.63.0.x).
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn run_c(name: &str, addr: &str) {
+    let exe = build_c(name);
+    let _s = serial();
+    let o = run(
+        &exe,
+        &[],
+        &[
+            ("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1"),
+            ("SOFTRDMA_ADDR", addr),
+        ],
+        Duration::from_secs(120),
+    );
+    println!("{}", o.out);
+    assert!(!o.out.contains("Sanitizer"), "sanitizer report:\n{}", o.out);
+    assert!(o.out.contains(" checks, 0 failures"), "{}", o.out);
+    assert_eq!(o.status, Some(0), "{}", o.out);
+}
+
+#[test]
+fn c_memory_windows() {
+    run_c("mw", "127.63.0.1");
+}
+
+#[test]
+fn c_flush_and_atomic_write() {
+    run_c("placement", "127.63.0.2");
+}
+
+#[test]
+fn c_on_demand_paging_advise_and_rereg() {
+    run_c("odp", "127.63.0.3");
+}
