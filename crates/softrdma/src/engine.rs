@@ -54,6 +54,9 @@ const RX_BATCH: usize = 32;
 /// Datagrams received per batch by a program thread driving progress: it
 /// usually finds none or a few, and a smaller batch costs less to set up.
 const INLINE_RX_BATCH: usize = 8;
+/// Batches [`Shared::receive_arrived`] takes at most before a modify to
+/// ERR or RESET (a full batch is [`RX_BATCH`] buffers).
+const ARRIVED_BATCHES: usize = 8;
 /// Receive buffer per batch slot: a GRO super-datagram.
 const RX_BUF: usize = 64 * 1024;
 /// Packets pulled from the core per flush before they are sent.
@@ -668,12 +671,35 @@ impl Shared {
         self.poll_rx_with(RX_BATCH, true)
     }
 
+    /// Receives and processes what has already arrived, waiting for a
+    /// thread that is receiving now to finish its batch first. A QP moved
+    /// to ERR or RESET flushes its outstanding work requests; an ACK or a
+    /// response that reached the device before the program's modify must
+    /// complete its request instead, as a NIC has processed it long
+    /// before the driver hands it the modify (uDAPL's dapltest: the peer
+    /// receives a SEND, ACKs it, says so over TCP and disconnects; told
+    /// over TCP, the sender moves its QP to ERR while the ACK waits in the
+    /// socket). Bounded: a peer that keeps sending does not hold the
+    /// caller for more than [`ARRIVED_BATCHES`] batches.
+    pub fn receive_arrived(&self) {
+        for _ in 0..ARRIVED_BATCHES {
+            if self.rx_batch(lock(&self.rx), RX_BATCH, true) == 0 {
+                break;
+            }
+        }
+    }
+
     /// Receives up to `batch` buffers and processes them; with `send`, also
     /// sends what that produced (ACKs, responses) before returning.
     fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
-        let Some(mut rx_guard) = self.rx.try_lock() else {
+        let Some(rx_guard) = self.rx.try_lock() else {
             return 0;
         };
+        self.rx_batch(rx_guard, batch, send)
+    }
+
+    /// [`Self::poll_rx_with`] with the receive buffers taken.
+    fn rx_batch(&self, mut rx_guard: MutexGuard<'_, RxBufs>, batch: usize, send: bool) -> usize {
         let rx = &mut *rx_guard;
         // On the stack: this runs on every poll of a spinning program.
         let mut bufs = rx.bufs.iter_mut();

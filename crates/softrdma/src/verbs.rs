@@ -954,6 +954,12 @@ impl QueuePair {
             )));
         }
         let q = self.qpn;
+        if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
+        {
+            // What has arrived counts first: an ACK in the socket
+            // completes its SEND rather than seeing it flushed.
+            self.pd.inner.dev.shared().receive_arrived();
+        }
         Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
     }
 
