@@ -681,9 +681,11 @@ impl Shared {
     /// over TCP, the sender moves its QP to ERR while the ACK waits in the
     /// socket). Bounded: a peer that keeps sending does not hold the
     /// caller for more than [`ARRIVED_BATCHES`] batches.
+    /// MADs for QP 1 that this brings go to rdma_cm through the progress
+    /// thread (the caller may hold rdma_cm's lock: `rdma_disconnect`).
     pub fn receive_arrived(&self) {
         for _ in 0..ARRIVED_BATCHES {
-            if self.rx_batch(lock(&self.rx), RX_BATCH, true) == 0 {
+            if self.rx_batch(lock(&self.rx), RX_BATCH, true, false) == 0 {
                 break;
             }
         }
@@ -695,11 +697,19 @@ impl Shared {
         let Some(rx_guard) = self.rx.try_lock() else {
             return 0;
         };
-        self.rx_batch(rx_guard, batch, send)
+        self.rx_batch(rx_guard, batch, send, true)
     }
 
-    /// [`Self::poll_rx_with`] with the receive buffers taken.
-    fn rx_batch(&self, mut rx_guard: MutexGuard<'_, RxBufs>, batch: usize, send: bool) -> usize {
+    /// [`Self::poll_rx_with`] with the receive buffers taken. With
+    /// `gsi_here`, MADs received for QP 1 go to rdma_cm from this thread;
+    /// otherwise the progress thread takes them (`driver::on_timer`).
+    fn rx_batch(
+        &self,
+        mut rx_guard: MutexGuard<'_, RxBufs>,
+        batch: usize,
+        send: bool,
+        gsi_here: bool,
+    ) -> usize {
         let rx = &mut *rx_guard;
         // On the stack: this runs on every poll of a spinning program.
         let mut bufs = rx.bufs.iter_mut();
@@ -754,8 +764,10 @@ impl Shared {
             drop(core);
         }
         drop(rx_guard);
-        if gsi {
+        if gsi && gsi_here {
             crate::rdma_cm::driver::on_gsi(self);
+        } else if gsi {
+            self.set_cm_deadline(Some(self.now()));
         }
         count
     }

@@ -172,30 +172,41 @@ pub(crate) fn on_gsi(shared: &Shared) {
         return;
     }
     let mut g = lock();
+    receive_mads(&mut g, shared, &mads);
+    pump(&mut g, shared);
+}
+
+/// Hands received MADs to the device's CM (no pump).
+fn receive_mads(g: &mut Guard, shared: &Shared, mads: &[softrdma_proto::GsiMad]) {
     let t = now(shared);
     let serial = shared.serial;
-    dev_state(&mut g, shared);
-    for m in &mads {
+    dev_state(g, shared);
+    for m in mads {
         // A request for a port a wildcard listener took before this device
         // opened: the device listens on it now (`cma_listen_on_dev` when
         // a device is added).
         if let Some(sid) = request_sid(&m.mad) {
-            cm_listen(&mut g, serial, sid);
+            cm_listen(g, serial, sid);
         }
-        let ds = dev_state(&mut g, shared);
+        let ds = dev_state(g, shared);
         tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm {}: <- {} {}",
                 ds.ip,
                 m.src,
                 softrdma_wire::pretty::mad_line(&m.mad));
         ds.receive(t, m);
     }
-    pump(&mut g, shared);
 }
 
-/// The CM's deadline passed (called by the progress thread).
+/// The CM's deadline passed (called by the progress thread); MADs a
+/// thread that could not hand them over left in QP 1's queue are taken
+/// too (`Shared::receive_arrived`).
 pub(crate) fn on_timer(shared: &Shared) {
+    let mads = shared.take_gsi();
     let mut g = lock();
     let t = now(shared);
+    if !mads.is_empty() {
+        receive_mads(&mut g, shared, &mads);
+    }
     if let Some(ds) = g.st().devs.get_mut(&shared.serial) {
         ds.release_parked(t, None);
         ds.cm.handle_timeout(t);
