@@ -228,6 +228,9 @@ pub(crate) struct Shared {
     cm_deadline: AtomicU64,
     /// rdma_cm keeps state for this device (told when the device goes).
     pub cm_used: AtomicBool,
+    /// MADs for QP 1 wait in the core for the progress thread to hand
+    /// them to rdma_cm (`receive_arrived` received them).
+    gsi_waiting: AtomicBool,
     /// Refused packets, reported at most once a second.
     refusals: crate::log::RefusalLog,
 }
@@ -330,6 +333,7 @@ impl Shared {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
+            gsi_waiting: AtomicBool::new(false),
             refusals: crate::log::RefusalLog::default(),
         })
     }
@@ -682,7 +686,8 @@ impl Shared {
     /// socket). Bounded: a peer that keeps sending does not hold the
     /// caller for more than [`ARRIVED_BATCHES`] batches.
     /// MADs for QP 1 that this brings go to rdma_cm through the progress
-    /// thread (the caller may hold rdma_cm's lock: `rdma_disconnect`).
+    /// thread (the caller may hold rdma_cm's lock: `rdma_disconnect`),
+    /// which it wakes.
     pub fn receive_arrived(&self) {
         for _ in 0..ARRIVED_BATCHES {
             if self.rx_batch(lock(&self.rx), RX_BATCH, true, false) == 0 {
@@ -702,7 +707,7 @@ impl Shared {
 
     /// [`Self::poll_rx_with`] with the receive buffers taken. With
     /// `gsi_here`, MADs received for QP 1 go to rdma_cm from this thread;
-    /// otherwise the progress thread takes them (`driver::on_timer`).
+    /// otherwise the progress thread takes them (`cm_timers`).
     fn rx_batch(
         &self,
         mut rx_guard: MutexGuard<'_, RxBufs>,
@@ -767,7 +772,8 @@ impl Shared {
         if gsi && gsi_here {
             crate::rdma_cm::driver::on_gsi(self);
         } else if gsi {
-            self.set_cm_deadline(Some(self.now()));
+            self.gsi_waiting.store(true, Ordering::SeqCst);
+            self.waker.wake();
         }
         count
     }
@@ -831,6 +837,9 @@ impl Shared {
     /// Runs the CM's timers if they are due; returns the earlier of `next`
     /// and the CM's deadline. One atomic load when no CM is in use.
     fn cm_timers(&self, next: Option<Instant>) -> Option<Instant> {
+        if self.gsi_waiting.swap(false, Ordering::SeqCst) {
+            crate::rdma_cm::driver::on_gsi(self);
+        }
         let d = self.cm_deadline.load(Ordering::SeqCst);
         if d == u64::MAX {
             return next;

@@ -197,16 +197,10 @@ fn receive_mads(g: &mut Guard, shared: &Shared, mads: &[softrdma_proto::GsiMad])
     }
 }
 
-/// The CM's deadline passed (called by the progress thread); MADs a
-/// thread that could not hand them over left in QP 1's queue are taken
-/// too (`Shared::receive_arrived`).
+/// The CM's deadline passed (called by the progress thread).
 pub(crate) fn on_timer(shared: &Shared) {
-    let mads = shared.take_gsi();
     let mut g = lock();
     let t = now(shared);
-    if !mads.is_empty() {
-        receive_mads(&mut g, shared, &mads);
-    }
     if let Some(ds) = g.st().devs.get_mut(&shared.serial) {
         ds.release_parked(t, None);
         ds.cm.handle_timeout(t);
