@@ -326,7 +326,7 @@ fn rping_at(site: &Site, extra: &[&str]) {
 #[test]
 fn a_qp_the_program_puts_in_the_id() {
     let _s = serial();
-    let exe = build_c_with("cm_own_qp", &["-lrdmacm", "-libverbs"]);
+    let exe = build_c_libs("cm_own_qp", &["-lrdmacm"]);
     let (so, co) = cm_pair(
         (&exe, &["server", SERVER, "7471"]),
         (&exe, &["client", SERVER, "7471"]),

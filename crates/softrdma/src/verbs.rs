@@ -20,6 +20,9 @@ struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.dealloc_pd(id));
     }
@@ -290,6 +293,9 @@ impl Drop for MemoryRegion {
         if self.gone.load(Ordering::Acquire) {
             return;
         }
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         // When this returns, softrdma never touches the bytes again (see
         // the memory module's rules). Windows still bound to the region are
         // unbound first: a drop cannot fail.
@@ -474,6 +480,9 @@ impl std::fmt::Debug for MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -516,6 +525,9 @@ struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.destroy_cq(id));
         if self.channel.is_some() {
@@ -665,6 +677,9 @@ struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -728,6 +743,9 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -898,6 +916,9 @@ impl std::fmt::Debug for QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let q = self.qpn;
         let sh = self.pd.inner.dev.shared();
         // ACKs and responses a polling thread received but left for its next
@@ -953,14 +974,9 @@ impl QueuePair {
                 attr.qkey.0
             )));
         }
-        let q = self.qpn;
-        if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
-        {
-            // What has arrived counts first: an ACK in the socket
-            // completes its SEND rather than seeing it flushed.
-            self.pd.inner.dev.shared().receive_arrived();
-        }
-        Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
+        // What the QP can send now leaves, and what has arrived is taken,
+        // before it goes to ERR or RESET (`Shared::modify_qp`).
+        Ok(self.pd.inner.dev.shared().modify_qp(self.qpn, attr, mask)?)
     }
 
     /// The UDP port this RC/UC QP takes packets from: given at connect
