@@ -423,3 +423,40 @@ fn an_ipv6_wildcard_listens_with_no_ipv6_device() {
         .unwrap_err();
     assert_eq!(e.errno(), libc::EADDRNOTAVAIL, "{e}");
 }
+
+fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+/// The channel's descriptor is readable only while events wait on it, as
+/// the kernel's: the queued events of an id destroyed, or migrated to
+/// another channel, take their readability with them (an epoll loop
+/// would otherwise wake for an event that is not there, and its next
+/// `rdma_get_cm_event` block — librpma's 06scch example did).
+#[test]
+fn a_channel_is_readable_only_for_events_that_are_there() {
+    let a = Device::open(DeviceOptions::at("127.66.1.5".parse().unwrap())).unwrap();
+    let dst = SocketAddr::new(a.local_addr().ip(), 9);
+    let ch = EventChannel::new().unwrap();
+    let gone = CmId::new(&ch, PortSpace::Tcp, None).unwrap();
+    gone.resolve_addr(None, dst).unwrap();
+    assert!(readable(ch.fd(), 10_000));
+    gone.destroy().unwrap();
+    assert!(!readable(ch.fd(), 0), "readable for a destroyed id's event");
+
+    let moved = CmId::new(&ch, PortSpace::Tcp, None).unwrap();
+    moved.resolve_addr(None, dst).unwrap();
+    assert!(readable(ch.fd(), 10_000));
+    let ch2 = EventChannel::new().unwrap();
+    moved.migrate(&ch2).unwrap();
+    assert!(!readable(ch.fd(), 0), "readable for a migrated id's event");
+    assert!(readable(ch2.fd(), 0));
+    assert_eq!(events(&ch2).event, EventType::AddrResolved);
+    assert!(!readable(ch2.fd(), 0));
+}

@@ -1064,6 +1064,9 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
     tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
             e.st, e.cm);
     release_port(g.st(), num, &e);
+    // Its queued events go, with their counts (`ucma_cleanup_ctx_events`):
+    // the channel is readable only for events that are there.
+    drop(e.chan.take_of(num));
     // In a forked child, the parent's connections are the parent's: its
     // ids are forgotten here, nothing is sent (no DREQ, no REJ).
     if e.dev.as_ref().is_some_and(Device::forked_away) {
