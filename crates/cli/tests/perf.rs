@@ -690,7 +690,8 @@ fn devinfo_text_verbose_and_json() {
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
             .unwrap_or_else(|| panic!("no {name} row in\n{t}"))
     };
-    assert_eq!(row(&v, "mtu"), "mtu 4096 (default)");
+    // Nothing set: the port MTU follows the interface (loopback: 4096).
+    assert_eq!(row(&v, "mtu"), "mtu 4096 (interface lo)");
     assert_eq!(row(&v, "address"), "address auto (default)");
     let out = cmd(&["devinfo", "-v"])
         .env("SOFTRDMA_MTU", "1024")

@@ -15,7 +15,7 @@
 //! | --- | --- | --- |
 //! | `SOFTRDMA_ADDR` | the one device `softrdma0`'s `ADDRESS` (see below); the config file is then not read | none |
 //! | `SOFTRDMA_CONFIG` | the config file | `/etc/softrdma.conf` if it exists |
-//! | `SOFTRDMA_MTU` | active MTU in bytes, 256–4096, of devices that do not name one | 4096 |
+//! | `SOFTRDMA_MTU` | active MTU in bytes, 256–4096, of devices that do not name one | the interface's: its MTU less 80 bytes of RoCE headers, rounded down (1500 → 1024, 9000 or `lo` → 4096), as rxe; 4096 if unknown |
 //! | `SOFTRDMA_PCAP` | capture every packet to this file (`{addr}`: the device's address) | none |
 //! | `SOFTRDMA_SPIN_US` | progress thread's busy-poll window in µs, 0–1000000 | 20 |
 //! | `SOFTRDMA_REFUSE_SENDS` | fault injection: fraction 0–1 of send calls refused | 0 |
@@ -97,6 +97,9 @@ pub enum Source {
     },
     /// The program's options (`DeviceOptions`, a command-line flag).
     Option,
+    /// The network interface the device's address is on (its MTU: the
+    /// port MTU follows it, as rxe's follows its netdev's).
+    Interface(String),
 }
 
 impl fmt::Display for Source {
@@ -106,6 +109,7 @@ impl fmt::Display for Source {
             Source::Env(v) => write!(f, "env {v}"),
             Source::File { path, line } => write!(f, "{}:{line}", path.display()),
             Source::Option => f.write_str("option"),
+            Source::Interface(n) => write!(f, "interface {n}"),
         }
     }
 }

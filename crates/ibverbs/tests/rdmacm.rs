@@ -317,6 +317,33 @@ fn rping_at(site: &Site, extra: &[&str]) {
     assert!(so.contains("DISCONNECT EVENT"), "{so}");
 }
 
+/// A QP the program created with `ibv_create_qp` and put in the id
+/// itself (`id->qp = qp`, as uDAPL's cma provider does before
+/// `rdma_accept`): the REQ and REP carry its number (not conn_param's,
+/// not 0), accept and the REP move it to RTS (ESTABLISHED, not
+/// CONNECT_RESPONSE), disconnect moves it to ERR, and a message goes each
+/// way (tests/c/cm_own_qp.c, built with ASan/UBSan).
+#[test]
+fn a_qp_the_program_puts_in_the_id() {
+    let _s = serial();
+    let exe = build_c_libs("cm_own_qp", &["-lrdmacm"]);
+    let (so, co) = cm_pair(
+        (&exe, &["server", SERVER, "7471"]),
+        (&exe, &["client", SERVER, "7471"]),
+        Ready::Device,
+        ServerEnds::Exits,
+    );
+    let qpn = |out: &str, what: &str| -> u32 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(what))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} in\n{out}"))
+    };
+    assert_eq!(qpn(&so, "peer qpn "), qpn(&co, "own qpn "), "{so}\n{co}");
+    assert_eq!(qpn(&co, "peer qpn "), qpn(&so, "own qpn "), "{so}\n{co}");
+    assert!(so.ends_with("ok\n") && co.ends_with("ok\n"), "{so}\n{co}");
+}
+
 #[test]
 fn rping() {
     let _s = serial();

@@ -166,6 +166,7 @@ compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO,
 
 mod fd;
 pub mod mem;
+mod netdev;
 mod poll;
 mod process;
 mod recv;
@@ -174,10 +175,11 @@ mod socket;
 mod sys;
 
 pub use fd::{EventFd, FdWatch};
+pub use netdev::interface_mtu;
 pub use poll::{Poller, Readiness, Waker};
 pub use process::{
-    at_exit, at_fork, fork_generation, read_blocking, sys_read, sys_write, wait_readable,
-    watch_forks, with_signals_blocked, NoCancel,
+    at_exit, at_fork, fork_generation, is_nonblocking, read_blocking, readable_now, sys_read,
+    sys_write, wait_readable, watch_forks, with_signals_blocked, NoCancel,
 };
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};

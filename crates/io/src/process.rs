@@ -129,6 +129,51 @@ pub fn sys_read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Whether `fd` is readable now (ppoll(2) with a zero timeout, as a raw
+/// system call: never a cancellation point, never a wait).
+pub fn readable_now(fd: RawFd) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        // SAFETY: one live pollfd and a live timespec; no signal mask.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                &mut p as *mut libc::pollfd,
+                1 as libc::nfds_t,
+                &zero as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        };
+        if r >= 0 {
+            return Ok(r > 0 && p.revents & libc::POLLIN != 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether `fd` is in non-blocking mode (`O_NONBLOCK`, which the program
+/// may set on a descriptor softrdma gave it).
+pub fn is_nonblocking(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: F_GETFL takes no argument; not a cancellation point.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if fl < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fl & libc::O_NONBLOCK != 0)
+}
+
 /// Thread cancellation disabled while it lives (`pthread_setcancelstate`),
 /// the caller's state restored when it drops: a cancellation request that
 /// comes meanwhile stays pending until the program's next cancellation

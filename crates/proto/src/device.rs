@@ -399,6 +399,13 @@ impl Device {
         &self.cfg
     }
 
+    /// The port's active MTU changed (its interface's did): UD messages
+    /// from now on are limited by it (rxe's `rxe_set_mtu`). Connected QPs
+    /// keep their path MTU. Clamped to 256..=4096 bytes.
+    pub fn set_port_mtu(&mut self, bytes: u32) {
+        self.cfg.port_mtu = bytes.clamp(limits::MIN_MTU, limits::MAX_MTU);
+    }
+
     /// Attributes for `query_device`.
     pub fn query_device(&self) -> DeviceAttr {
         DeviceAttr {

@@ -52,6 +52,12 @@ pub const PKEY_TABLE_LEN: u16 = 1;
 pub const MIN_MTU: u32 = 256;
 /// Largest path MTU in bytes.
 pub const MAX_MTU: u32 = 4096;
+/// Bytes of a RoCE v2 packet around its payload that the link MTU must
+/// also carry, as Linux rxe counts them when it derives its port MTU from
+/// the netdev's (`RXE_MAX_HDR_LENGTH` in rxe_param.h: IP, UDP, BTH, the
+/// largest extension headers, ICRC): a 1500-byte link gives 1024, 9000
+/// gives 4096 ([`crate::Mtu::of_link`]).
+pub const ROCE_MAX_HDR_LEN: u32 = 80;
 
 /// Packets a requester keeps unacknowledged per QP before it waits. RoCE
 /// has no credit-based flow control in practice (rxe sends credits 31,

@@ -603,6 +603,17 @@ impl Mtu {
             _ => return None,
         })
     }
+    /// The port MTU a link of `link_mtu` bytes carries, as rxe derives it
+    /// from its netdev (`rxe_set_mtu`): the largest IB MTU that fits with
+    /// [`ROCE_MAX_HDR_LEN`](crate::limits::ROCE_MAX_HDR_LEN) bytes of
+    /// headers, at least 256, at most 4096.
+    pub const fn of_link(link_mtu: u32) -> Mtu {
+        match Mtu::from_bytes_floor(link_mtu.saturating_sub(crate::limits::ROCE_MAX_HDR_LEN)) {
+            Some(m) => m,
+            None => Mtu::M256,
+        }
+    }
+
     /// The largest MTU not above `bytes`.
     pub const fn from_bytes_floor(bytes: u32) -> Option<Mtu> {
         Some(if bytes >= 4096 {

@@ -1,6 +1,8 @@
 //! Opening a device: address selection, the socket, the progress thread.
 
-use crate::config::{interfaces, AddrSpec, ConfigError, DeviceSettings, Setting, MTU_RANGE};
+use crate::config::{
+    interfaces, AddrSpec, ConfigError, DeviceSettings, Setting, Source, MTU_RANGE,
+};
 use crate::engine::{self, Shared};
 use crate::error::{Error, Result};
 use crate::event::CompletionChannel;
@@ -36,7 +38,10 @@ pub struct DeviceOptions {
     /// UDP port (4791: RoCE v2 peers always send there).
     pub port: u16,
     /// Active MTU of the port in bytes (256–4096). `None`: the configured
-    /// device's (its `mtu=`, else `SOFTRDMA_MTU`, else 4096).
+    /// device's (its `mtu=`, else `SOFTRDMA_MTU`), else the interface's:
+    /// the port MTU then follows the MTU of the interface the address is
+    /// on (less 80 bytes of RoCE headers, rounded down: 1500 → 1024, 9000
+    /// → 4096; loopback 4096), also when it changes, as rxe's does.
     pub mtu: Option<u32>,
     /// Capture every packet to this pcap file (`SOFTRDMA_PCAP` when `None`);
     /// `{addr}` in the path is replaced by the device's address.
@@ -176,6 +181,20 @@ pub(crate) struct DeviceInner {
     thread: Mutex<Option<JoinHandle<()>>>,
     pub name: String,
     settings: DeviceSettings,
+    /// The interface whose MTU the port's follows (no MTU configured).
+    link: Option<String>,
+}
+
+/// The interface `ip` is on (every 127/8 address is on loopback).
+fn netdev_of(ip: IpAddr) -> Option<String> {
+    AddrSpec::Ip(ip).netdev(&interfaces())
+}
+
+/// The port MTU in bytes interface `name` carries now (rxe's rule).
+fn link_port_mtu(name: &str) -> Option<u32> {
+    softrdma_io::interface_mtu(name)
+        .ok()
+        .map(|m| softrdma_proto::Mtu::of_link(m).bytes())
 }
 
 impl Drop for DeviceInner {
@@ -240,7 +259,7 @@ pub struct PortAttr {
 impl Device {
     /// Opens a device (binds the socket, starts the progress thread).
     pub fn open(opts: DeviceOptions) -> Result<Device> {
-        let settings = DeviceSettings::new(&opts, crate::config::global()?)?;
+        let mut settings = DeviceSettings::new(&opts, crate::config::global()?)?;
         let mtu = settings.mtu.value;
         if !MTU_RANGE.contains(&mtu) {
             return Err(Error::InvalidArgument(format!(
@@ -250,6 +269,20 @@ impl Device {
         crate::fork::watch();
         let socket = bind(&opts, &settings.addr)?;
         let local = socket.local_addr();
+        // Nothing set the MTU: the port's follows the interface's.
+        let link = (settings.mtu.source == Source::Default)
+            .then(|| netdev_of(local.ip()))
+            .flatten();
+        if let Some((name, m)) = link
+            .as_ref()
+            .and_then(|n| Some((n.clone(), link_port_mtu(n)?)))
+        {
+            settings.mtu = Setting {
+                value: m,
+                source: Source::Interface(name),
+            };
+        }
+        let mtu = settings.mtu.value;
         // Memory keys, initial PSNs and QP numbers come from a generator
         // keyed by the operating system's randomness.
         let mut key = [0u8; 32];
@@ -317,6 +350,7 @@ impl Device {
                 thread: Mutex::new(Some(thread)),
                 name,
                 settings,
+                link,
             }),
         };
         let mut open = open_list();
@@ -412,8 +446,14 @@ impl Device {
         self.shared().peek_core(|c| c.query_device())
     }
 
-    /// Port attributes.
+    /// Port attributes. The active MTU follows the interface's now, unless
+    /// an MTU was configured ([`DeviceOptions::mtu`]).
     pub fn query_port(&self) -> PortAttr {
+        if let Some(m) = self.inner.link.as_deref().and_then(link_port_mtu) {
+            if self.shared().peek_core(|c| c.config().port_mtu) != m {
+                self.shared().peek_core_mut(|c| c.set_port_mtu(m));
+            }
+        }
         let mtu = self.shared().peek_core(|c| c.config().port_mtu);
         PortAttr {
             active_mtu: mtu,

@@ -65,6 +65,9 @@ const RX_BATCH: usize = 32;
 /// Datagrams received per batch by a program thread driving progress: it
 /// usually finds none or a few, and a smaller batch costs less to set up.
 const INLINE_RX_BATCH: usize = 8;
+/// Batches [`Shared::receive_arrived`] takes at most before a modify to
+/// ERR or RESET (a full batch is [`RX_BATCH`] buffers).
+const ARRIVED_BATCHES: usize = 8;
 /// Receive buffer per batch slot: a GRO super-datagram.
 const RX_BUF: usize = 64 * 1024;
 /// Packets pulled from the core per flush before they are sent.
@@ -236,6 +239,9 @@ pub(crate) struct Shared {
     cm_deadline: AtomicU64,
     /// rdma_cm keeps state for this device (told when the device goes).
     pub cm_used: AtomicBool,
+    /// MADs for QP 1 wait in the core for the progress thread to hand
+    /// them to rdma_cm (`receive_arrived` received them).
+    gsi_waiting: AtomicBool,
     /// The process's fork generation when the device opened: in a forked
     /// child the device is the parent's (`forked_away`).
     generation: u64,
@@ -341,6 +347,7 @@ impl Shared {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
+            gsi_waiting: AtomicBool::new(false),
             generation: softrdma_io::fork_generation(),
             refusals: crate::log::RefusalLog::default(),
         })
@@ -420,7 +427,9 @@ impl Shared {
     /// queues are flushed or forgotten: what the core can send now leaves
     /// first, so a disconnect, an error or a reset never overtakes work
     /// posted before it (a SEND posted, unsignaled, right before
-    /// `rdma_disconnect` reaches the peer before the DREQ).
+    /// `rdma_disconnect` reaches the peer before the DREQ); and what has
+    /// arrived is processed first (`receive_arrived`), so an ACK already
+    /// in the socket completes its SEND instead of it being flushed.
     pub fn modify_qp(
         &self,
         qpn: Qpn,
@@ -430,6 +439,9 @@ impl Shared {
         use softrdma_proto::{AttrMask, QpState};
         if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
         {
+            // What has arrived counts first: an ACK in the socket
+            // completes its SEND rather than seeing it flushed.
+            self.receive_arrived();
             self.flush_now();
         }
         self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask))
@@ -748,12 +760,46 @@ impl Shared {
         self.poll_rx_with(RX_BATCH, true)
     }
 
+    /// Receives and processes what has already arrived, waiting for a
+    /// thread that is receiving now to finish its batch first. A QP moved
+    /// to ERR or RESET flushes its outstanding work requests; an ACK or a
+    /// response that reached the device before the program's modify must
+    /// complete its request instead, as a NIC has processed it long
+    /// before the driver hands it the modify (uDAPL's dapltest: the peer
+    /// receives a SEND, ACKs it, says so over TCP and disconnects; told
+    /// over TCP, the sender moves its QP to ERR while the ACK waits in the
+    /// socket). Bounded: a peer that keeps sending does not hold the
+    /// caller for more than [`ARRIVED_BATCHES`] batches.
+    /// MADs for QP 1 that this brings go to rdma_cm through the progress
+    /// thread (the caller may hold rdma_cm's lock: `rdma_disconnect`),
+    /// which it wakes.
+    pub fn receive_arrived(&self) {
+        for _ in 0..ARRIVED_BATCHES {
+            if self.rx_batch(lock(&self.rx), RX_BATCH, true, false) == 0 {
+                break;
+            }
+        }
+    }
+
     /// Receives up to `batch` buffers and processes them; with `send`, also
     /// sends what that produced (ACKs, responses) before returning.
     fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
-        let Some(mut rx_guard) = self.rx.try_lock() else {
+        let Some(rx_guard) = self.rx.try_lock() else {
             return 0;
         };
+        self.rx_batch(rx_guard, batch, send, true)
+    }
+
+    /// [`Self::poll_rx_with`] with the receive buffers taken. With
+    /// `gsi_here`, MADs received for QP 1 go to rdma_cm from this thread;
+    /// otherwise the progress thread takes them (`cm_timers`).
+    fn rx_batch(
+        &self,
+        mut rx_guard: MutexGuard<'_, RxBufs>,
+        batch: usize,
+        send: bool,
+        gsi_here: bool,
+    ) -> usize {
         let rx = &mut *rx_guard;
         // On the stack: this runs on every poll of a spinning program.
         let mut bufs = rx.bufs.iter_mut();
@@ -807,12 +853,15 @@ impl Shared {
             self.leave_for_next_call(core, now);
         }
         drop(rx_guard);
-        if gsi {
+        if gsi && gsi_here {
             // The CM may write to event channels and read files: inside a
             // program's CQ poll, no cancellation point (see
             // `softrdma_io::NoCancel`).
             let _nc = softrdma_io::NoCancel::new();
             crate::rdma_cm::driver::on_gsi(self);
+        } else if gsi {
+            self.gsi_waiting.store(true, Ordering::SeqCst);
+            self.waker.wake();
         }
         count
     }
@@ -876,6 +925,9 @@ impl Shared {
     /// Runs the CM's timers if they are due; returns the earlier of `next`
     /// and the CM's deadline. One atomic load when no CM is in use.
     fn cm_timers(&self, next: Option<Instant>) -> Option<Instant> {
+        if self.gsi_waiting.swap(false, Ordering::SeqCst) {
+            crate::rdma_cm::driver::on_gsi(self);
+        }
         let d = self.cm_deadline.load(Ordering::SeqCst);
         if d == u64::MAX {
             return next;

@@ -974,8 +974,8 @@ impl QueuePair {
                 attr.qkey.0
             )));
         }
-        // What the QP can send now leaves before it goes to ERR or RESET
-        // (`Shared::modify_qp`).
+        // What the QP can send now leaves, and what has arrived is taken,
+        // before it goes to ERR or RESET (`Shared::modify_qp`).
         Ok(self.pd.inner.dev.shared().modify_qp(self.qpn, attr, mask)?)
     }
 

@@ -321,3 +321,142 @@ fn reqs_rdma_cm_cannot_take_get_rej_28_and_leave_the_backlog_alone() {
     child.destroy().unwrap();
     lid.destroy().unwrap();
 }
+
+/// Connects a fresh id to `dst`:`port` with a made-up QPN (no QP: the
+/// request is all that matters) and returns its channel and id.
+fn request_to(dst: std::net::IpAddr, port: u16) -> (EventChannel, CmId) {
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp, None).unwrap();
+    id.resolve_addr(None, SocketAddr::new(dst, port)).unwrap();
+    assert_eq!(events(&ch).event, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    assert_eq!(events(&ch).event, EventType::RouteResolved);
+    id.connect(Some(&ConnParam {
+        qp_num: 0x321,
+        ..Default::default()
+    }))
+    .unwrap();
+    (ch, id)
+}
+
+/// Listening on a wildcard works as with the kernel's rdma_cm
+/// (`cma_listen_on_all`), the way tgtd does it: `0.0.0.0` (AFONLY by
+/// default for IPv4) and `[::]` with AFONLY on one port, although no
+/// device has an IPv6 address; requests reach the listener of their
+/// address family, on the devices open when it listened and on a device
+/// opened afterwards; when the listeners go, nothing listens any more.
+#[test]
+fn wildcard_listeners_cover_every_device_present_and_future() {
+    let a = Device::open(DeviceOptions::at("127.66.1.1".parse().unwrap())).unwrap();
+    let _client = Device::open(DeviceOptions::at("127.66.1.2".parse().unwrap())).unwrap();
+    let lch = EventChannel::new().unwrap();
+    let v4 = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    v4.bind_addr("0.0.0.0:0".parse().unwrap()).unwrap();
+    let port = v4.addr_info().unwrap().src.unwrap().port();
+    v4.listen(0).unwrap();
+    let v6 = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    v6.set_afonly(true).unwrap();
+    v6.bind_addr(SocketAddr::new("::".parse().unwrap(), port))
+        .unwrap();
+    v6.listen(0).unwrap();
+    // Without AFONLY the IPv6 wildcard would take IPv4 requests too: the
+    // port is taken.
+    let both = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    let e = both
+        .bind_addr(SocketAddr::new("::".parse().unwrap(), port))
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EADDRNOTAVAIL, "{e}");
+
+    let (_ch, _id) = request_to(a.local_addr().ip(), port);
+    let req = events(&lch);
+    assert_eq!(req.event, EventType::ConnectRequest);
+    assert_eq!(req.listen_id.as_ref(), Some(&v4));
+    assert_eq!(
+        req.id.addr_info().unwrap().src,
+        Some(SocketAddr::new(a.local_addr().ip(), port))
+    );
+    req.id.reject(&[]).unwrap();
+    drop(req);
+
+    // A device that opens after the listen.
+    let later = Device::open(DeviceOptions::at("127.66.1.3".parse().unwrap())).unwrap();
+    let (ch2, _id2) = request_to(later.local_addr().ip(), port);
+    let req = events(&lch);
+    assert_eq!(req.event, EventType::ConnectRequest);
+    assert_eq!(req.listen_id.as_ref(), Some(&v4));
+    assert_eq!(
+        req.id.addr_info().unwrap().src.map(|s| s.ip()),
+        Some(later.local_addr().ip())
+    );
+    req.id.reject(&[]).unwrap();
+    drop(req);
+    let ev = events(&ch2);
+    assert_eq!((ev.event, ev.status), (EventType::Rejected, 28));
+    drop(ev);
+
+    // The listeners go: a request now finds nobody (REJ 8, once the
+    // CM's wait for a late listener is over).
+    v4.destroy().unwrap();
+    v6.destroy().unwrap();
+    let (ch3, _id3) = request_to(later.local_addr().ip(), port);
+    let ev = events(&ch3);
+    assert_eq!((ev.event, ev.status), (EventType::Rejected, 8));
+}
+
+/// A wildcard listener also listens when no device is open or configured
+/// for its family: `[::]` AFONLY listens (the kernel's rdma_cm listens
+/// on no device and succeeds), and a later bind of the same port to
+/// IPv6 conflicts with it.
+#[test]
+fn an_ipv6_wildcard_listens_with_no_ipv6_device() {
+    let _a = Device::open(DeviceOptions::at("127.66.1.4".parse().unwrap())).unwrap();
+    let lch = EventChannel::new().unwrap();
+    let v6 = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    v6.set_afonly(true).unwrap();
+    v6.bind_addr("[::]:0".parse().unwrap()).unwrap();
+    let port = v6.addr_info().unwrap().src.unwrap().port();
+    v6.listen(0).unwrap();
+    let other = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    other.set_afonly(true).unwrap();
+    let e = other
+        .bind_addr(SocketAddr::new("::".parse().unwrap(), port))
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EADDRNOTAVAIL, "{e}");
+}
+
+fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+/// The channel's descriptor is readable only while events wait on it, as
+/// the kernel's: the queued events of an id destroyed, or migrated to
+/// another channel, take their readability with them (an epoll loop
+/// would otherwise wake for an event that is not there, and its next
+/// `rdma_get_cm_event` block — librpma's 06scch example did).
+#[test]
+fn a_channel_is_readable_only_for_events_that_are_there() {
+    let a = Device::open(DeviceOptions::at("127.66.1.5".parse().unwrap())).unwrap();
+    let dst = SocketAddr::new(a.local_addr().ip(), 9);
+    let ch = EventChannel::new().unwrap();
+    let gone = CmId::new(&ch, PortSpace::Tcp, None).unwrap();
+    gone.resolve_addr(None, dst).unwrap();
+    assert!(readable(ch.fd(), 10_000));
+    gone.destroy().unwrap();
+    assert!(!readable(ch.fd(), 0), "readable for a destroyed id's event");
+
+    let moved = CmId::new(&ch, PortSpace::Tcp, None).unwrap();
+    moved.resolve_addr(None, dst).unwrap();
+    assert!(readable(ch.fd(), 10_000));
+    let ch2 = EventChannel::new().unwrap();
+    moved.migrate(&ch2).unwrap();
+    assert!(!readable(ch.fd(), 0), "readable for a migrated id's event");
+    assert!(readable(ch2.fd(), 0));
+    assert_eq!(events(&ch2).event, EventType::AddrResolved);
+    assert!(!readable(ch2.fd(), 0));
+}

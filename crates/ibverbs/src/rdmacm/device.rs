@@ -134,7 +134,10 @@ impl DeviceProvider for IbvProvider {
 /// Installs the provider (once).
 pub fn init() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| softrdma::rdma_cm::set_device_provider(Arc::new(IbvProvider)));
+    ONCE.call_once(|| {
+        softrdma::rdma_cm::set_device_provider(Arc::new(IbvProvider));
+        softrdma::rdma_cm::set_read_back(super::id::read_back_num);
+    });
 }
 
 /// Device lists handed out by `rdma_get_devices`.

@@ -43,6 +43,9 @@ pub struct IdC {
     pub path_rec: usize,
     /// `rdma_set_local_ece`.
     pub local_ece: (u32, u32),
+    /// `rdma_create_ep`'s `ai_connect`: private data put before the
+    /// caller's in the next connect (librdmacm's `id_priv->connect`).
+    pub connect_data: Vec<u8>,
 }
 
 /// A copy of `ibv_qp_init_attr` (its pointers are the program's).
@@ -90,9 +93,39 @@ fn lock(o: &Obj<Id>) -> std::sync::MutexGuard<'_, IdC> {
     o.c.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The id behind a program's pointer, its public fields read back.
 fn get(p: *mut rdma_cm_id) -> Result<Arc<Obj<Id>>, i32> {
     init();
-    Obj::<Id>::get(p).ok_or(libc::EINVAL)
+    let o = Obj::<Id>::get(p).ok_or(libc::EINVAL)?;
+    read_back(&o);
+    Ok(o)
+}
+
+/// Reads back what the program may have set in the public structure and
+/// softrdma's id uses, as librdmacm reads the structure in each call and
+/// while processing each event: `id->qp` (the QP connect, accept, the REP
+/// and disconnect move and whose number and SRQ the REQ/REP carry; uDAPL
+/// assigns it itself). The other fields librdmacm reads — `verbs`, `pd`,
+/// `send_cq`, `recv_cq`, their channels, `srq`, `context`, `event`,
+/// `route.addr` — are read from the structure where they are used
+/// (`qp.rs`, `c_id_of_event`, `get_src_port`). A pointer that is not a
+/// live QP of this library counts as none.
+fn read_back(o: &Obj<Id>) {
+    // SAFETY: our allocation; the program may write `qp` at any time, as
+    // with librdmacm (a pointer-sized read).
+    let qp = unsafe { std::ptr::addr_of!((*o.repr()).qp).read_volatile() };
+    let q = if qp.is_null() { None } else { qp_obj(qp) };
+    // A QP of another device or type: the call that uses it fails as
+    // librdmacm's modify would; until then the id keeps what it had.
+    let _ = o.cm.use_qp(q.as_ref().map(|q| &q.qp));
+}
+
+/// [`read_back`] for softrdma's id number `num` (called before its events
+/// are processed).
+pub fn read_back_num(num: u64) {
+    if let Some(o) = ids_get(num).and_then(Obj::<Id>::get) {
+        read_back(&o);
+    }
 }
 
 fn ps_of(ps: c_int) -> Option<PortSpace> {
@@ -508,7 +541,16 @@ pub unsafe extern "C-unwind" fn connect(id: *mut rdma_cm_id, param: *mut rdma_co
     let o = guarded(|| {
         let o = get(id)?;
         // SAFETY: the caller's parameters.
-        let p = unsafe { conn_param(param) };
+        let mut p = unsafe { conn_param(param) };
+        // ucma_copy_conn_param_to_kern: rdma_create_ep's connect data
+        // first, then the caller's.
+        let pre = std::mem::take(&mut lock(&o).connect_data);
+        if !pre.is_empty() {
+            let q = p.get_or_insert_with(ConnParam::default);
+            let mut d = pre;
+            d.extend_from_slice(&q.private_data);
+            q.private_data = d;
+        }
         o.cm.connect(p.as_ref()).map_err(|e| e.errno())?;
         Ok(o)
     });

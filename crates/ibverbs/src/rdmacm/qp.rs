@@ -318,6 +318,12 @@ pub unsafe extern "C" fn create_ep(
             Err(e)
         };
         let o = Obj::<Id>::get(c).ok_or(libc::EINVAL)?;
+        if r.ai_connect_len > 0 && !r.ai_connect.is_null() {
+            // SAFETY: the caller's connect data of the length it gives.
+            let d =
+                unsafe { std::slice::from_raw_parts(r.ai_connect.cast::<u8>(), r.ai_connect_len) };
+            o.c.lock().unwrap_or_else(|e| e.into_inner()).connect_data = d.to_vec();
+        }
         if r.ai_flags & RAI_PASSIVE != 0 {
             // SAFETY: the caller's address.
             let Some(src) = (unsafe { sockaddr_in(r.ai_src_addr) }) else {

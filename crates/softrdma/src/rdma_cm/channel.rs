@@ -5,9 +5,14 @@
 //! program made the descriptor non-blocking, as the kernel's does.
 //!
 //! Invariant: the count equals the queue's length (push adds one to both,
-//! a reader takes one count then one event). Events of ids destroyed while
-//! queued stay in the queue and are skipped by the reader that takes them
-//! (the count stays right; a non-blocking reader may then see EAGAIN once).
+//! a reader takes one count then one event). Events that leave the queue
+//! otherwise — moved by `rdma_migrate_id`, discarded by `rdma_destroy_id`
+//! — take their counts with them (`ChanInner::take_of`): the descriptor is
+//! never readable for events that are not there (an epoll loop would take
+//! it for a new one, and a blocking `rdma_get_cm_event` would then block).
+//! Counts are read only by a holder of `reads` that saw the descriptor
+//! readable, so taking one back never blocks; waiting is a poll() with no
+//! lock held.
 
 use super::{CmEvent, ConnParam, EventType, UdParam};
 use crate::error::{Error, Result};
@@ -47,6 +52,10 @@ impl Queued {
 pub(crate) struct ChanInner {
     pub q: Mutex<VecDeque<Queued>>,
     fd: OwnedFd,
+    /// Held while a count is taken: whoever holds it and sees the
+    /// descriptor readable takes a count without blocking, so counts of
+    /// events that left the queue can be taken back ([`ChanInner::uncount`]).
+    reads: Mutex<()>,
 }
 
 impl ChanInner {
@@ -61,6 +70,7 @@ impl ChanInner {
             q: Mutex::new(VecDeque::new()),
             // SAFETY: a fresh descriptor we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            reads: Mutex::new(()),
         }))
     }
 
@@ -85,12 +95,48 @@ impl ChanInner {
 
     /// Takes one count: blocks while there is none, unless the descriptor
     /// is non-blocking (EAGAIN). A cancellation point, as the kernel
-    /// descriptor's `read()` librdmacm blocks in.
+    /// descriptor's `read()` librdmacm blocks in: it waits in poll() with
+    /// no lock held, and reads only a count it saw (never blocking), so
+    /// that [`ChanInner::uncount`] can take counts back.
     pub fn take_count(&self) -> io::Result<()> {
+        let fd = self.fd.as_raw_fd();
+        loop {
+            if self.try_take()? {
+                return Ok(());
+            }
+            if softrdma_io::is_nonblocking(fd)? {
+                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+            }
+            softrdma_io::wait_readable(fd, None)?;
+        }
+    }
+
+    /// Takes one count if there is one now (never blocks).
+    pub fn try_take(&self) -> io::Result<bool> {
+        let _g = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = self.fd.as_raw_fd();
+        if !softrdma_io::readable_now(fd)? {
+            return Ok(false);
+        }
+        // Readable, and no other reader while we hold `reads`: one count
+        // (semaphore mode) without blocking.
         let mut v = [0u8; 8];
-        match softrdma_io::read_blocking(self.fd.as_raw_fd(), &mut v)? {
-            8 => Ok(()),
-            _ => Err(io::Error::from_raw_os_error(libc::EIO)),
+        match softrdma_io::sys_read(fd, &mut v) {
+            Ok(8) => Ok(true),
+            Ok(_) => Err(io::Error::from_raw_os_error(libc::EIO)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes back the counts of `n` events that left the queue (moved to
+    /// another channel, or of an id destroyed), so that the descriptor is
+    /// readable only while events wait, as the kernel's is.
+    pub fn uncount(&self, n: usize) {
+        for _ in 0..n {
+            if !matches!(self.try_take(), Ok(true)) {
+                break;
+            }
         }
     }
 
@@ -99,9 +145,15 @@ impl ChanInner {
     }
 
     /// Takes the queued events of `num` (requests counted against a
-    /// listener included) out of the queue, for `rdma_migrate_id`; the
-    /// count keeps them (see the module documentation).
+    /// listener included) out of the queue, with their counts
+    /// (`rdma_migrate_id`, `rdma_destroy_id`).
     pub fn take_of(&self, num: u64) -> Vec<Queued> {
+        let out = self.take_queued_of(num);
+        self.uncount(out.len());
+        out
+    }
+
+    fn take_queued_of(&self, num: u64) -> Vec<Queued> {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         let mut keep = VecDeque::with_capacity(q.len());
@@ -182,9 +234,17 @@ impl EventChannel {
             if !ready {
                 return Ok(None);
             }
-            self.0.take_count().map_err(|e| {
+            // Another reader may have taken the count meanwhile: then wait
+            // again, for what is left of the time.
+            let took = self.0.try_take().map_err(|e| {
                 Error::cm(e.raw_os_error().unwrap_or(libc::EIO), "rdma_get_cm_event")
             })?;
+            if !took {
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                continue;
+            }
             if let Some(q) = self.0.pop() {
                 if let Some(ev) = super::id::deliver(&self.0, q) {
                     return Ok(Some(ev));

@@ -12,7 +12,7 @@ use softrdma_cm::{Cm, CmConfig, Event, Instant, ServiceId, SidrStatus};
 use softrdma_proto::QpType;
 use softrdma_wire::cm::CMA_HDR_LEN;
 use softrdma_wire::cm::{CmMadRepr, CmMsg};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 /// A device's CM and the maps from its ids to rdma_cm ids.
@@ -22,8 +22,10 @@ pub(crate) struct DevState {
     pub by_cm: HashMap<u32, u64>,
     /// The device's address.
     pub ip: IpAddr,
-    /// Service IDs with a listener on this device.
-    pub listening: HashSet<ServiceId>,
+    /// The CM listener of each service ID some rdma_cm listener covering
+    /// this device listens on (shared by the rdma_cm listeners of one
+    /// port: `0.0.0.0` and `[::]`, or several addresses).
+    pub listeners: HashMap<ServiceId, softrdma_cm::CmId>,
     /// Requests for service IDs nobody listens on yet (see [`PARK_NS`]).
     parked: VecDeque<Parked>,
     /// Requests refused for their source's half-open limit, as last logged.
@@ -71,7 +73,7 @@ impl DevState {
     /// for yet).
     fn receive(&mut self, t: Instant, m: &softrdma_proto::GsiMad) {
         if self.parked.len() < PARK_MAX {
-            if let Some(sid) = request_sid(&m.mad).filter(|s| !self.listening.contains(s)) {
+            if let Some(sid) = request_sid(&m.mad).filter(|s| !self.listeners.contains_key(s)) {
                 if !self.parked.iter().any(|p| p.mad == m.mad && p.src == m.src) {
                     self.parked.push_back(Parked {
                         until: t.add_ns(PARK_NS),
@@ -155,7 +157,7 @@ pub(crate) fn dev_state<'a>(g: &'a mut Guard, shared: &Shared) -> &'a mut DevSta
             cm: Cm::new(CmConfig::new(guid, k)),
             by_cm: HashMap::new(),
             ip,
-            listening: HashSet::new(),
+            listeners: HashMap::new(),
             parked: VecDeque::new(),
             refused_logged: 0,
             refused_log_at: Instant(0),
@@ -170,16 +172,29 @@ pub(crate) fn on_gsi(shared: &Shared) {
         return;
     }
     let mut g = lock();
+    receive_mads(&mut g, shared, &mads);
+    pump(&mut g, shared);
+}
+
+/// Hands received MADs to the device's CM (no pump).
+fn receive_mads(g: &mut Guard, shared: &Shared, mads: &[softrdma_proto::GsiMad]) {
     let t = now(shared);
-    let ds = dev_state(&mut g, shared);
-    for m in &mads {
+    let serial = shared.serial;
+    dev_state(g, shared);
+    for m in mads {
+        // A request for a port a wildcard listener took before this device
+        // opened: the device listens on it now (`cma_listen_on_dev` when
+        // a device is added).
+        if let Some(sid) = request_sid(&m.mad) {
+            cm_listen(g, serial, sid);
+        }
+        let ds = dev_state(g, shared);
         tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm {}: <- {} {}",
                 ds.ip,
                 m.src,
                 softrdma_wire::pretty::mad_line(&m.mad));
         ds.receive(t, m);
     }
-    pump(&mut g, shared);
 }
 
 /// The CM's deadline passed (called by the progress thread).
@@ -367,19 +382,89 @@ fn to_conn(c: softrdma_cm::negotiate::ConnParam) -> ConnParam {
     }
 }
 
-/// The listener a request for `sid` reached at `dst` belongs to: the
-/// device's CM listener for the service ID, if its rdma_cm listener is
-/// bound to `dst` or to a wildcard of its family (`cma_find_listener`).
-fn find_listener(g: &mut Guard, serial: u64, listen_cm: softrdma_cm::CmId) -> Option<u64> {
-    id_of(g, serial, listen_cm)
+/// Whether listener `e` covers the device `serial` for `sid`: it listens
+/// on that port, bound to the device's address or to a wildcard (every
+/// device, whatever its address family: requests are sorted by their
+/// destination later, as the kernel's `cma_listen_on_all` does).
+fn covers(e: &IdEntry, serial: u64, sid: ServiceId) -> bool {
+    e.st == St::Listen
+        && e.src.is_some_and(|s| service_id(e.ps, s.port()) == sid)
+        && e.dev.as_ref().is_none_or(|d| d.serial() == serial)
 }
 
-fn addr_matches(bound: Option<SocketAddr>, dst: IpAddr) -> bool {
-    match bound {
-        None => false,
-        Some(b) if b.ip().is_unspecified() => b.is_ipv6() || dst.is_ipv4() == b.is_ipv4(),
-        Some(b) => b.ip() == dst,
+/// Makes the device listen on `sid` (one CM listener, shared) if an
+/// rdma_cm listener covers it. Returns whether it listens.
+pub(crate) fn cm_listen(g: &mut Guard, serial: u64, sid: ServiceId) -> bool {
+    let st = g.st();
+    let Some(ds) = st.devs.get(&serial) else {
+        return false;
+    };
+    if ds.listeners.contains_key(&sid) {
+        return true;
     }
+    if !st.ids.values().any(|e| covers(e, serial, sid)) {
+        return false;
+    }
+    let ds = st.devs.get_mut(&serial).expect("checked");
+    match ds.cm.listen(sid) {
+        Ok(c) => {
+            ds.listeners.insert(sid, c);
+            true
+        }
+        Err(e) => {
+            tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm {}: listen on {sid:?}: {e}", ds.ip);
+            false
+        }
+    }
+}
+
+/// Stops the device's CM listener of `sid` once no rdma_cm listener
+/// covers the device any more.
+pub(crate) fn cm_unlisten(g: &mut Guard, serial: u64, sid: ServiceId, t: Instant) {
+    let st = g.st();
+    if st.ids.values().any(|e| covers(e, serial, sid)) {
+        return;
+    }
+    if let Some(ds) = st.devs.get_mut(&serial) {
+        if let Some(c) = ds.listeners.remove(&sid) {
+            let _ = ds.cm.destroy(t, c);
+        }
+    }
+}
+
+/// The rdma_cm listener a request for `sid` that reached device `serial`
+/// for address `dst` belongs to (`cma_find_listener`): one covering the
+/// device whose bound address matches `dst`, a specific address before a
+/// wildcard.
+fn find_listener(g: &mut Guard, serial: u64, sid: ServiceId, dst: IpAddr) -> Option<u64> {
+    let mut best: Option<(u64, bool)> = None;
+    for (&n, e) in &g.st().ids {
+        if !covers(e, serial, sid) || !addr_matches(e, dst) {
+            continue;
+        }
+        let specific = e.src.is_some_and(|s| !s.ip().is_unspecified());
+        if best.is_none_or(|(b, bs)| (specific && !bs) || (specific == bs && n < b)) {
+            best = Some((n, specific));
+        }
+    }
+    best.map(|(n, _)| n)
+}
+
+/// Whether a request for `dst` matches a listener's bound address
+/// (`cma_match_private_data`): a wildcard that is not AFONLY takes either
+/// family; otherwise the family must match, and a specific address must
+/// be `dst`.
+fn addr_matches(e: &IdEntry, dst: IpAddr) -> bool {
+    let Some(b) = e.src else {
+        return false;
+    };
+    if b.ip().is_unspecified() && !e.opts.afonly(b.is_ipv4()) {
+        return true;
+    }
+    if b.is_ipv4() != dst.is_ipv4() {
+        return false;
+    }
+    b.ip().is_unspecified() || b.ip() == dst
 }
 
 /// A REQ for one of our listeners (`cma_ib_req_handler`): checks the
@@ -397,10 +482,10 @@ fn connect_request(g: &mut Guard, shared: &Shared, cr: softrdma_cm::ConnectReque
             let _ = ds.cm.destroy(t, cr.id);
         }
     };
-    let Some(lnum) = find_listener(g, serial, cr.listen_id) else {
+    let Some(cma) = cr.cma else {
         return reject(g);
     };
-    let Some(cma) = cr.cma else {
+    let Some(lnum) = find_listener(g, serial, req.service_id, cma.dst) else {
         return reject(g);
     };
     let qp_type = match req.transport_service_type {
@@ -411,7 +496,7 @@ fn connect_request(g: &mut Guard, shared: &Shared, cr: softrdma_cm::ConnectReque
     let Some(l) = g.st().ids.get(&lnum) else {
         return reject(g);
     };
-    if l.st != St::Listen || !addr_matches(l.src, cma.dst) || l.qp_type != qp_type {
+    if l.qp_type != qp_type {
         return reject(g);
     }
     let full = l.listen.as_ref().is_some_and(|x| x.pending >= x.backlog);
@@ -462,16 +547,16 @@ fn sidr_request(g: &mut Guard, shared: &Shared, sr: softrdma_cm::SidrRequest) {
             let _ = ds.cm.destroy(t, sr.id);
         }
     };
-    let Some(lnum) = find_listener(g, serial, sr.listen_id) else {
+    let Some(cma) = sr.cma else {
         return refuse(g);
     };
-    let Some(cma) = sr.cma else {
+    let Some(lnum) = find_listener(g, serial, sr.service_id, cma.dst) else {
         return refuse(g);
     };
     let Some(l) = g.st().ids.get(&lnum) else {
         return refuse(g);
     };
-    if l.st != St::Listen || !addr_matches(l.src, cma.dst) || l.qp_type != QpType::Ud {
+    if l.qp_type != QpType::Ud {
         return refuse(g);
     }
     if l.listen.as_ref().is_some_and(|x| x.pending >= x.backlog) {

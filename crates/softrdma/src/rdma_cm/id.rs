@@ -113,7 +113,7 @@ fn check_port(
         return Ok(());
     };
     let me = st.ids.get(&num);
-    let my_afonly = me.is_some_and(|e| e.opts.afonly);
+    let my_afonly = me.is_some_and(|e| e.opts.afonly(ip.is_ipv4()));
     for &o in holders {
         if o == num {
             continue;
@@ -125,7 +125,7 @@ fn check_port(
             continue;
         }
         let oip = oe.src.map_or(any_of(true), |s| s.ip());
-        if my_afonly && oe.opts.afonly && oip.is_ipv4() != ip.is_ipv4() {
+        if my_afonly && oe.opts.afonly(oip.is_ipv4()) && oip.is_ipv4() != ip.is_ipv4() {
             continue;
         }
         if ip.is_unspecified() || oip.is_unspecified() {
@@ -485,16 +485,21 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_listen`: requests to the bound port (on a wildcard address:
-    /// on every device) come as CONNECT_REQUEST events. `backlog` ≤ 0
-    /// means 1024: requests beyond that many untaken ones get no answer
-    /// (the requester retries). An unbound id is bound to 0.0.0.0 first.
+    /// `rdma_listen`: requests to the bound port come as CONNECT_REQUEST
+    /// events. Bound to an address, on its device; bound to a wildcard,
+    /// on every device, as the kernel's rdma_cm does (`cma_listen_on_all`):
+    /// those configured (opened now), those that open later, and none at
+    /// all yet (it still succeeds); requests are then sorted by their
+    /// destination address (an AFONLY `[::]` takes only IPv6 ones).
+    /// `backlog` ≤ 0 means 1024: requests beyond that many untaken ones
+    /// get no answer (the requester retries). An unbound id is bound to
+    /// 0.0.0.0 first.
     pub fn listen(&self, backlog: i32) -> Result<()> {
         let num = self.0.num;
-        let (state, src, afonly) = {
+        let (state, src) = {
             let mut g = lock();
             let e = entry(&mut g, num)?;
-            (e.st, e.src, e.opts.afonly)
+            (e.st, e.src)
         };
         if state == St::Idle {
             self.bind_addr(SocketAddr::new(any_of(true), 0))?;
@@ -505,18 +510,7 @@ impl CmId {
         }
         let src = src.ok_or_else(|| einval("rdma_listen: not bound"))?;
         let devs: Vec<Device> = if src.ip().is_unspecified() {
-            provider()
-                .all_devices()?
-                .into_iter()
-                .filter(|d| {
-                    let v4 = d.local_addr().is_ipv4();
-                    if src.is_ipv4() {
-                        v4
-                    } else {
-                        !v4 || !afonly
-                    }
-                })
-                .collect()
+            provider().all_devices()?
         } else {
             Vec::new()
         };
@@ -532,37 +526,9 @@ impl CmId {
             None => devs,
         };
         g.defer_drop(devs.clone());
-        if devs.is_empty() {
-            return Err(Error::cm(libc::ENODEV, "rdma_listen: no device"));
-        }
         // cma_bind_listen: a REUSEADDR binding must be exclusive to listen.
         check_port(g.st(), ps, port, num, src.ip(), false)?;
         let sid = service_id(ps, port);
-        let mut on = Vec::new();
-        for d in &devs {
-            let ds = dev_state(&mut g, d.shared());
-            match ds.cm.listen(sid) {
-                Ok(c) => {
-                    ds.by_cm.insert(c.comm_id(), num);
-                    ds.listening.insert(sid);
-                    on.push((d.clone(), c));
-                }
-                Err(_) => {
-                    for (d, c) in on.drain(..) {
-                        let t = now(d.shared());
-                        let ds = dev_state(&mut g, d.shared());
-                        let _ = ds.cm.destroy(t, c);
-                        ds.by_cm.remove(&c.comm_id());
-                        ds.listening.remove(&sid);
-                        g.defer_drop(d);
-                    }
-                    return Err(Error::cm(
-                        libc::EADDRINUSE,
-                        format!("port {port} has a listener"),
-                    ));
-                }
-            }
-        }
         let e = entry(&mut g, num)?;
         e.listen = Some(Listen {
             backlog: if backlog <= 0 || backlog > 1024 {
@@ -571,9 +537,20 @@ impl CmId {
                 backlog as u32
             },
             pending: 0,
-            on,
         });
         e.st = St::Listen;
+        for d in &devs {
+            dev_state(&mut g, d.shared());
+            if !super::driver::cm_listen(&mut g, d.serial(), sid) {
+                let e = entry(&mut g, num)?;
+                e.listen = None;
+                e.st = St::AddrBound;
+                for d in &devs {
+                    super::driver::cm_unlisten(&mut g, d.serial(), sid, now(d.shared()));
+                }
+                return Err(Error::cm(libc::ENOMEM, "rdma_listen: too many CM ids"));
+            }
+        }
         // Requests that came before the listener: now.
         for d in &devs {
             let t = now(d.shared());
@@ -925,6 +902,35 @@ impl CmId {
         Ok(())
     }
 
+    /// The QP the program put in the id itself (the C library reads
+    /// `id->qp` back before each call and each event, as librdmacm reads
+    /// it whenever it needs it: uDAPL assigns `cm_id->qp` and then calls
+    /// `rdma_accept`). Unlike [`CmId::attach_qp`] the QP is not moved: the
+    /// next connect, accept or REP moves it from whatever state it is in
+    /// (INIT, RTR, RTS), as librdmacm does. `None`: the id has no QP.
+    pub fn use_qp(&self, qp: Option<&QueuePair>) -> Result<()> {
+        let mut g = lock();
+        let e = entry(&mut g, self.0.num)?;
+        let Some(qp) = qp else {
+            e.qp = None;
+            return Ok(());
+        };
+        if e.qp == Some(qp.qpn()) {
+            return Ok(());
+        }
+        if let Some(d) = &e.dev {
+            if !d.same_device(qp.pd().device()) {
+                return Err(einval("the QP is on another device"));
+            }
+        }
+        if (e.qp_type == QpType::Ud) != (qp.qp_type() == QpType::Ud) {
+            return Err(einval("the QP's type is not the id's"));
+        }
+        e.qp = Some(qp.qpn());
+        e.qp_srq = qp.has_srq();
+        Ok(())
+    }
+
     /// The id no longer drives its QP (`rdma_destroy_qp`).
     pub fn detach_qp(&self) {
         let mut g = lock();
@@ -974,7 +980,7 @@ impl CmId {
         if e.st != St::Idle {
             return Err(einval("AFONLY after bind"));
         }
-        e.opts.afonly = on;
+        e.opts.afonly = Some(on);
         Ok(())
     }
 
@@ -1008,6 +1014,19 @@ impl CmId {
         self.0.acks.wait();
         Ok(())
     }
+}
+
+/// The C library's reader of an id's public fields (see
+/// [`set_read_back`]).
+static READ_BACK: std::sync::RwLock<Option<fn(u64)>> = std::sync::RwLock::new(None);
+
+/// Installs `f`, called with an id's [`CmId::num`] before an event of
+/// that id is processed (the REP of an id with a QP moves the QP, a REJ
+/// moves it to ERR): the C library reads back what the program set in
+/// `struct rdma_cm_id` (its `qp`) there, as librdmacm reads the structure
+/// while it processes the event. It runs with no lock of rdma_cm held.
+pub fn set_read_back(f: fn(u64)) {
+    *READ_BACK.write().unwrap_or_else(|e| e.into_inner()) = Some(f);
 }
 
 /// At process exit: every id still alive is destroyed, as the kernel's
@@ -1045,6 +1064,9 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
     tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
             e.st, e.cm);
     release_port(g.st(), num, &e);
+    // Its queued events go, with their counts (`ucma_cleanup_ctx_events`):
+    // the channel is readable only for events that are there.
+    drop(e.chan.take_of(num));
     // In a forked child, the parent's connections are the parent's: its
     // ids are forgotten here, nothing is sent (no DREQ, no REJ).
     if e.dev.as_ref().is_some_and(Device::forked_away) {
@@ -1060,16 +1082,27 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
         pump_dev(g, &dev);
         g.defer_drop(dev);
     }
-    if let Some(l) = &e.listen {
+    if e.listen.is_some() {
+        // The devices' CM listeners this was the last rdma_cm listener of
+        // go too.
         let sid = service_id(e.ps, e.src.map_or(0, |s| s.port()));
-        for (dev, c) in l.on.iter().filter(|(d, _)| !d.forked_away()) {
-            let t = now(dev.shared());
-            if let Some(ds) = g.st().devs.get_mut(&dev.serial()) {
-                let _ = ds.cm.destroy(t, *c);
-                ds.by_cm.remove(&c.comm_id());
-                ds.listening.remove(&sid);
+        let serials: Vec<u64> = g
+            .st()
+            .devs
+            .iter()
+            .filter(|(_, ds)| ds.listeners.contains_key(&sid))
+            .map(|(&s, _)| s)
+            .collect();
+        for serial in serials {
+            let Some(dev) = g.device(serial) else {
+                continue;
+            };
+            // A forked child leaves its parent's listeners alone.
+            if dev.forked_away() {
+                continue;
             }
-            pump_dev(g, dev);
+            super::driver::cm_unlisten(g, serial, sid, now(dev.shared()));
+            pump_dev(g, &dev);
         }
         // Requests queued and never taken: their ids go too (REJ 28).
         let orphans: Vec<u64> = g
@@ -1092,6 +1125,10 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
 /// with a QP moves the QP to RTR and RTS and sends the RTU (ESTABLISHED),
 /// or moves it to ERR (CONNECT_ERROR); a REJ moves the QP to ERR.
 pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
+    // What the program set in the id's public fields counts from here.
+    if let Some(read_back) = *READ_BACK.read().unwrap_or_else(|e| e.into_inner()) {
+        read_back(q.num);
+    }
     let mut g = lock();
     let num = q.num;
     let e = g.st().ids.get_mut(&num)?;

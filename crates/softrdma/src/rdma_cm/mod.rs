@@ -56,7 +56,7 @@ mod simple;
 pub(crate) mod state;
 
 pub use channel::EventChannel;
-pub use id::{AddrInfo, CmId};
+pub use id::{set_read_back, AddrInfo, CmId};
 pub use resolve::{
     iboe_mtu, is_local, route_source, set_device_provider, DefaultProvider, DeviceProvider,
 };

@@ -111,6 +111,13 @@ pub fn is_local(ip: IpAddr) -> bool {
     UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// The `net.ipv6.bindv6only` sysctl of this network namespace: whether an
+/// IPv6 wildcard takes IPv6 only when the program did not say (0, the
+/// default: it takes both families).
+pub(crate) fn bindv6only() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|s| s.trim() == "1")
+}
+
 /// The source address of the kernel's route to `dst`.
 pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
     let any: IpAddr = if dst.is_ipv4() {

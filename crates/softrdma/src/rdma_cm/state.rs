@@ -44,17 +44,31 @@ pub(crate) struct Opts {
     pub ack_timeout: Option<u8>,
     pub min_rnr_timer: Option<u8>,
     pub reuseaddr: bool,
-    pub afonly: bool,
+    /// `RDMA_OPTION_ID_AFONLY` as set; unset, binding decides
+    /// ([`Opts::afonly`]).
+    pub afonly: Option<bool>,
 }
 
-/// A listener's part.
+impl Opts {
+    /// Whether the id takes only requests of its address family. Unset,
+    /// the kernel's default when it binds (`rdma_bind_addr`): IPv4 ids
+    /// yes, IPv6 ids as the `net.ipv6.bindv6only` sysctl says (0: no), so
+    /// a program may listen on `0.0.0.0` and `[::]` (AFONLY) on one port.
+    pub fn afonly(&self, v4: bool) -> bool {
+        self.afonly
+            .unwrap_or_else(|| v4 || super::resolve::bindv6only())
+    }
+}
+
+/// A listener's part. Its requests come through the CM listener of its
+/// service ID on each device it covers (its own, or every device for a
+/// wildcard address: those open now, and those that open later), which
+/// the rdma_cm listeners of one port share (`driver::cm_listen`).
 #[derive(Debug, Default)]
 pub(crate) struct Listen {
     pub backlog: u32,
     /// Requests queued and not yet taken by the program.
     pub pending: u32,
-    /// The devices it listens on and its CM listener on each.
-    pub on: Vec<(Device, softrdma_cm::CmId)>,
 }
 
 /// One id.

@@ -1,0 +1,414 @@
+//! What the application tests share: `softrdma exec` commands with a clean
+//! environment, processes in their own group (killed with everything they
+//! started when a test fails half-way), network namespaces joined by a
+//! veth, our own small programs built from `tests/apps/`, one test at a
+//! time on the machine.
+
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>`: two levels up from this test (`…/deps/apps-…`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME`.
+fn newest(name: &str) -> PathBuf {
+    let prof = profile_dir();
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    [prof.join(name), prof.join("deps").join(name)]
+        .into_iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| mtime(p))
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is missing in {}: cargo build the workspace",
+                prof.display()
+            )
+        })
+}
+
+/// A directory for `softrdma exec --lib` with this build's library under
+/// both its names and the preload library.
+pub fn lib_dir() -> PathBuf {
+    let dir = profile_dir().join("softrdma-apps-lib");
+    std::fs::create_dir_all(&dir).expect("lib dir");
+    for (link, so) in [
+        ("libibverbs.so.1", "libibverbs.so"),
+        ("librdmacm.so.1", "libibverbs.so"),
+        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
+    ] {
+        let target = newest(so);
+        let l = dir.join(link);
+        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
+            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
+            std::fs::rename(&tmp, &l).expect("rename");
+        }
+    }
+    dir
+}
+
+/// The path of `tool`, or a failure naming the package to install.
+pub fn require(tool: &str, package: &str) -> PathBuf {
+    if tool.starts_with('/') {
+        let p = PathBuf::from(tool);
+        assert!(
+            p.exists(),
+            "{tool} missing: apt-get install -y {package} (scripts/deps)"
+        );
+        return p;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{tool} not found: apt-get install -y {package} (scripts/deps)"))
+}
+
+pub fn require_root() {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        uid, "0",
+        "these tests must run as root (CI does): network namespaces, tgtd's control socket"
+    );
+}
+
+/// One test at a time, and not during the ibverbs interop or UCX/MPI
+/// tests either (the same lock file).
+pub struct Serial(#[allow(dead_code)] std::fs::File);
+
+pub fn serial() -> Serial {
+    let p = profile_dir().join("softrdma-ibverbs-interop.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .expect("lock file");
+    let st = Command::new("flock")
+        .arg("-x")
+        .arg("0")
+        .stdin(f.try_clone().expect("dup"))
+        .status()
+        .expect("flock (util-linux)");
+    assert!(st.success(), "flock");
+    Serial(f)
+}
+
+/// A directory of this test's own (removed first if it exists).
+pub fn work_dir(tag: &str) -> PathBuf {
+    let d = profile_dir()
+        .join("softrdma-apps-out")
+        .join(format!("{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("work dir");
+    d
+}
+
+/// Removes what the caller's environment could change in a program
+/// (softrdma, uDAPL, Mooncake settings, a preload of its own).
+pub fn clean_env(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("SOFTRDMA_")
+            || k.starts_with("MC_")
+            || k.starts_with("DAT_")
+            || k == "LD_PRELOAD"
+            || k == "LD_LIBRARY_PATH"
+        {
+            c.env_remove(k.as_ref());
+        }
+    }
+    // Two cores: a spinning program yields now and then.
+    c.env("SOFTRDMA_POLL_YIELD", "1").stdin(Stdio::null());
+}
+
+/// `softrdma exec --lib … --addr ADDR -- prog args…`, in network namespace
+/// `ns` if given (`ip netns exec` execs: the child's pid is the program's).
+pub fn sx(ns: Option<&str>, addr: &str, prog: &str, args: &[&str]) -> Command {
+    let mut inner: Vec<String> = vec![
+        env!("CARGO_BIN_EXE_softrdma").into(),
+        "exec".into(),
+        "--lib".into(),
+        lib_dir().display().to_string(),
+        "--addr".into(),
+        addr.into(),
+        "--".into(),
+        prog.into(),
+    ];
+    inner.extend(args.iter().map(|s| s.to_string()));
+    plain(ns, &inner)
+}
+
+/// `argv` as is (not over softrdma), in namespace `ns` if given.
+pub fn plain(ns: Option<&str>, argv: &[String]) -> Command {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).args(argv);
+            c
+        }
+        None => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+    };
+    clean_env(&mut c);
+    c
+}
+
+/// A program running in a process group of its own, its output (stdout and
+/// stderr) into a file.
+pub struct Proc {
+    pub child: Child,
+    pub out: PathBuf,
+    pub tag: String,
+    start: Instant,
+    reaped: bool,
+}
+
+impl Drop for Proc {
+    /// A test that fails half-way leaves nothing behind.
+    fn drop(&mut self) {
+        if !self.reaped {
+            kill_group(self.child.id(), "KILL");
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A finished program.
+#[derive(Debug)]
+pub struct Done {
+    pub status: Option<i32>,
+    pub out: String,
+    pub secs: f64,
+    pub tag: String,
+}
+
+impl Done {
+    pub fn ok(&self) -> bool {
+        self.status == Some(0)
+    }
+
+    /// Panics with the output unless it exited 0.
+    pub fn expect_ok(&self) -> &Self {
+        assert!(
+            self.ok(),
+            "{} exited {:?} after {:.1} s:\n{}",
+            self.tag,
+            self.status,
+            self.secs,
+            self.out
+        );
+        self
+    }
+}
+
+pub fn kill_group(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), "--", &format!("-{pid}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+pub fn spawn(mut cmd: Command, tag: &str) -> Proc {
+    let dir = profile_dir().join("softrdma-apps-out");
+    let _ = std::fs::create_dir_all(&dir);
+    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
+    let f = std::fs::File::create(&out).expect("output file");
+    cmd.stdout(f.try_clone().expect("dup"))
+        .stderr(f)
+        .process_group(0);
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+    Proc {
+        child,
+        out,
+        tag: tag.to_string(),
+        start: Instant::now(),
+        reaped: false,
+    }
+}
+
+impl Proc {
+    pub fn text(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits up to `limit` from its start; then kills the whole group.
+    pub fn wait(mut self, limit: Duration) -> Done {
+        let status = loop {
+            match self.child.try_wait().expect("wait") {
+                Some(s) => break Some(s.code().unwrap_or(-1)),
+                None if self.start.elapsed() >= limit => break None,
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        kill_group(self.child.id(), "KILL");
+        let _ = self.child.wait();
+        self.reaped = true;
+        Done {
+            status,
+            out: self.text(),
+            secs: self.start.elapsed().as_secs_f64(),
+            tag: self.tag.clone(),
+        }
+    }
+
+    /// Sends `sig` to the group, then waits as [`Proc::wait`].
+    pub fn stop(self, sig: &str, limit: Duration) -> Done {
+        kill_group(self.child.id(), sig);
+        let t = self.start.elapsed() + limit;
+        self.wait(t)
+    }
+
+    /// Waits until the output contains `what` (true), or the process
+    /// ends or `limit` passes (false).
+    pub fn wait_for(&mut self, what: &str, limit: Duration) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if self.text().contains(what) {
+                return true;
+            }
+            if !self.running() {
+                return self.text().contains(what);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+pub fn run(cmd: Command, tag: &str, limit: Duration) -> Done {
+    spawn(cmd, tag).wait(limit)
+}
+
+/// Two network namespaces ("hosts") joined by a veth pair whose ends have
+/// the same name on both sides (uDAPL's cma provider names its device by
+/// interface, and dtest's client takes the server's provider name), MTU
+/// 1500 unless set: `addrs` addresses on each side (10.66.NET.1, .3, … on
+/// A; .2, .4, … on B).
+pub struct Netns {
+    pub a: String,
+    pub b: String,
+    pub ifname: String,
+    pub addrs_a: Vec<String>,
+    pub addrs_b: Vec<String>,
+}
+
+fn ip(args: &[&str]) {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        o.status.success(),
+        "ip {}: {} (root and iproute2 needed)",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl Netns {
+    pub fn new(net: u8, addrs: usize, mtu: Option<u32>) -> Netns {
+        require_root();
+        require("ip", "iproute2");
+        let id = std::process::id() % 100_000;
+        let n = Netns {
+            a: format!("srap{id}a"),
+            b: format!("srap{id}b"),
+            ifname: "srapp0".into(),
+            addrs_a: (0..addrs)
+                .map(|k| format!("10.66.{net}.{}", 2 * k + 1))
+                .collect(),
+            addrs_b: (0..addrs)
+                .map(|k| format!("10.66.{net}.{}", 2 * k + 2))
+                .collect(),
+        };
+        for x in [&n.a, &n.b] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", x])
+                .stderr(Stdio::null())
+                .status();
+            ip(&["netns", "add", x]);
+        }
+        let (va, vb) = (format!("srap{id}va"), format!("srap{id}vb"));
+        ip(&[
+            "link", "add", &va, "netns", &n.a, "type", "veth", "peer", "name", &vb, "netns", &n.b,
+        ]);
+        for (ns, dev, addrs) in [(&n.a, &va, &n.addrs_a), (&n.b, &vb, &n.addrs_b)] {
+            ip(&["-n", ns, "link", "set", dev, "name", &n.ifname]);
+            for a in addrs {
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{a}/24"),
+                    "dev",
+                    &n.ifname,
+                ]);
+            }
+            if let Some(m) = mtu {
+                ip(&["-n", ns, "link", "set", &n.ifname, "mtu", &m.to_string()]);
+            }
+            ip(&["-n", ns, "link", "set", &n.ifname, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        n
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for x in [&self.a, &self.b] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", x])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Builds `tests/apps/SRC` with `compiler` (gcc, g++) and `libs` into the
+/// profile directory; returns the executable.
+pub fn build(src: &str, compiler: &str, libs: &[&str], package: &str) -> String {
+    let cc = require(compiler, compiler);
+    let path = format!("{}/tests/apps/{src}", env!("CARGO_MANIFEST_DIR"));
+    let stem = src.split('.').next().expect("a name");
+    let exe = profile_dir().join(format!("softrdma-apps-{stem}"));
+    let out = Command::new(cc)
+        .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", &path, "-o"])
+        .arg(&exe)
+        .args(libs)
+        .output()
+        .expect("compiler");
+    assert!(
+        out.status.success(),
+        "{compiler} {src} failed (needs {package}):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe.display().to_string()
+}
