@@ -128,6 +128,7 @@ stage_install() { # SUITE
     test -x /usr/bin/softrdma
     for f in libibverbs.so.1 librdmacm.so.1 libsoftrdma_preload.so; do test -e /usr/lib/softrdma/$f; done
     test "$(readlink /usr/lib/softrdma/librdmacm.so.1)" = libibverbs.so.1
+    test "$(readlink -f /usr/lib/softrdma/bin/rdma)" = /usr/bin/softrdma
     n=$(ls /usr/share/man/man1/softrdma*.1.gz | wc -l); echo "$n man pages"; test "$n" -ge 13
     test -s /usr/share/bash-completion/completions/softrdma
     test -s /usr/share/zsh/vendor-completions/_softrdma
@@ -155,8 +156,10 @@ stage_install() { # SUITE
     FAILS+=("$STAGE/ibverbs-utils")
     tail -20 "$LOGDIR/ibverbs-utils.log"
   fi
-  check purge 'apt-get purge -y softrdma >/dev/null && test ! -e /usr/lib/softrdma && test ! -e /etc/softrdma.conf &&
-    test ! -e /usr/bin/softrdma'
+  check purge 'apt-get purge -y softrdma >/dev/null || exit 1; left=0
+    for f in /usr/lib/softrdma /etc/softrdma.conf /usr/bin/softrdma; do
+      [ ! -e "$f" ] || { echo "left behind after purge: $f"; find "$f" -ls; left=1; }
+    done; exit $left'
 }
 
 stage_programs() {
