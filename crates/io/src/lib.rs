@@ -165,6 +165,7 @@
 compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO, epoll, eventfd)");
 
 mod fd;
+mod mcast;
 pub mod mem;
 mod poll;
 mod recv;
@@ -173,7 +174,8 @@ mod socket;
 mod sys;
 
 pub use fd::{EventFd, FdWatch};
-pub use poll::{Poller, Readiness, Waker};
+pub use mcast::interface_of;
+pub use poll::{PollRegistry, Poller, Readiness, Waker};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{

@@ -225,6 +225,8 @@ pub(crate) struct Shared {
     cm_deadline: AtomicU64,
     /// rdma_cm keeps state for this device (told when the device goes).
     pub cm_used: AtomicBool,
+    /// The sockets of the multicast groups the device joined.
+    pub(crate) mcast: crate::mcast::GroupSockets,
     /// Refused packets, reported at most once a second.
     refusals: crate::log::RefusalLog,
 }
@@ -297,6 +299,7 @@ impl Shared {
         poller_waker: Waker,
         pcap: Option<SharedWriter>,
         tuning: Tuning,
+        mcast: crate::mcast::GroupSockets,
     ) -> std::io::Result<Shared> {
         let local = socket.local_addr();
         Ok(Shared {
@@ -327,6 +330,7 @@ impl Shared {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
+            mcast,
             refusals: crate::log::RefusalLog::default(),
         })
     }
@@ -461,7 +465,7 @@ impl Shared {
         }
     }
 
-    fn route_events(&self, core: &mut Core) {
+    pub(crate) fn route_events(&self, core: &mut Core) {
         // Completions this interaction gated may already be released; and a
         // sender may release while we publish what we wait for (see
         // `release`).
@@ -485,6 +489,11 @@ impl Shared {
         }
         while let Some(n) = core.poll_note() {
             crate::log::note(self.local.ip(), n);
+        }
+        // Groups joined or left (an attach reports its own join's error:
+        // see `crate::mcast`); here what a destroyed QP left.
+        if let Err(e) = self.mcast.apply(core) {
+            tracing::warn!(target: "softrdma::engine", "multicast: {e}");
         }
     }
 
@@ -665,12 +674,28 @@ impl Shared {
     /// Receives and processes what has arrived, if no other thread is doing
     /// it. Returns the number of datagrams processed.
     pub fn poll_rx(&self) -> usize {
-        self.poll_rx_with(RX_BATCH, true)
+        // Multicast groups' sockets, when some group is joined (a load
+        // otherwise).
+        let m = self.mcast.poll(self);
+        m + self.poll_rx_with(RX_BATCH, true)
     }
 
     /// Receives up to `batch` buffers and processes them; with `send`, also
     /// sends what that produced (ACKs, responses) before returning.
     fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
+        self.rx_from(&self.socket, None, batch, send)
+    }
+
+    /// Receives up to `batch` buffers from `socket` and processes them;
+    /// `group`: the multicast group a group socket receives (the
+    /// destination of each of its datagrams).
+    pub(crate) fn rx_from(
+        &self,
+        socket: &UdpSocket,
+        group: Option<IpAddr>,
+        batch: usize,
+        send: bool,
+    ) -> usize {
         let Some(mut rx_guard) = self.rx.try_lock() else {
             return 0;
         };
@@ -679,7 +704,7 @@ impl Shared {
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = match self.socket.recv(&mut slices[..batch], &mut rx.meta) {
+        let n = match socket.recv(&mut slices[..batch], &mut rx.meta) {
             Ok(n) => n,
             Err(_) => return 0,
         };
@@ -694,7 +719,7 @@ impl Shared {
             for dgram in m.datagrams(&buf[..m.len]) {
                 let meta = RecvMeta {
                     src: m.addr,
-                    dst: m.dst_ip.unwrap_or(self.local.ip()),
+                    dst: group.or(m.dst_ip).unwrap_or(self.local.ip()),
                     len: dgram.len(),
                     traffic_class: m.tos,
                     hop_limit: m.ttl.unwrap_or(64),
