@@ -159,7 +159,11 @@ fn ini_to_tgt_through_the_named_srq() {
     wr.remote_srqn = n0;
     ini.post_send(wr).unwrap();
     one(&scq);
-    assert_eq!(dst.atomic_u64(700_000).load(std::sync::atomic::Ordering::SeqCst), 41);
+    assert_eq!(
+        dst.atomic_u64(700_000)
+            .load(std::sync::atomic::Ordering::SeqCst),
+        41
+    );
 
     // A region of another PD of the target: remote access error, and the
     // INI QP in error.
@@ -216,7 +220,10 @@ fn a_tgt_qp_lives_while_a_handle_does_and_many_inis_share_an_srq() {
         one(&scq);
         let w = one(&rcq);
         assert_eq!(w.qp_num, tgt.qpn());
-        assert_eq!(dst.to_vec(w.wr_id as usize * 1024, 10), format!("from INI {i}").as_bytes());
+        assert_eq!(
+            dst.to_vec(w.wr_id as usize * 1024, 10),
+            format!("from INI {i}").as_bytes()
+        );
     }
     // The last handle gone, the number opens nothing.
     let q = pairs[0].1.qpn();
