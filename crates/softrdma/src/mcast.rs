@@ -130,6 +130,26 @@ impl GroupSockets {
     }
 }
 
+/// Attaches QP `qpn` of `dev` to group `gid`, joining the IP group with
+/// its first QP (a join the OS refuses undoes the attach).
+pub(crate) fn attach(dev: &crate::Device, qpn: softrdma_wire::Qpn, gid: [u8; 16]) -> Result<()> {
+    let sh = dev.shared();
+    sh.with_core(|c, _| -> Result<()> {
+        c.attach_mcast(qpn, gid)?;
+        if let Err(e) = sh.mcast.apply(c) {
+            let _ = c.detach_mcast(qpn, gid);
+            let _ = sh.mcast.apply(c);
+            return Err(Error::io("ibv_attach_mcast", e));
+        }
+        Ok(())
+    })
+}
+
+/// Detaches QP `qpn` of `dev` from group `gid`.
+pub(crate) fn detach(dev: &crate::Device, qpn: softrdma_wire::Qpn, gid: [u8; 16]) -> Result<()> {
+    Ok(dev.shared().with_core(|c, _| c.detach_mcast(qpn, gid))?)
+}
+
 impl crate::Device {
     /// The IP multicast groups the device has joined (some QP of it is
     /// attached to each).
@@ -147,25 +167,13 @@ impl QueuePair {
     /// (`InvalidArgument`, EINVAL); more than 8,192 groups or 56 QPs in a
     /// group (`Verbs(NoMemory)`, ENOMEM); a join the OS refuses (`Io`).
     pub fn attach_mcast(&self, gid: [u8; 16]) -> Result<()> {
-        let q = self.qpn();
-        let sh = self.pd().device().shared();
-        sh.with_core(|c, _| -> Result<()> {
-            c.attach_mcast(q, gid)?;
-            if let Err(e) = sh.mcast.apply(c) {
-                let _ = c.detach_mcast(q, gid);
-                let _ = sh.mcast.apply(c);
-                return Err(Error::io("ibv_attach_mcast", e));
-            }
-            Ok(())
-        })
+        attach(self.pd().device(), self.qpn(), gid)
     }
 
     /// `ibv_detach_mcast`: the QP leaves group `gid` (EINVAL when it is
     /// not attached); the device leaves the IP group with its last QP.
     pub fn detach_mcast(&self, gid: [u8; 16]) -> Result<()> {
-        let q = self.qpn();
-        let sh = self.pd().device().shared();
-        Ok(sh.with_core(|c, _| c.detach_mcast(q, gid))?)
+        detach(self.pd().device(), self.qpn(), gid)
     }
 
     /// The groups this QP is attached to.

@@ -85,7 +85,7 @@ fn lock(o: &Obj<Id>) -> std::sync::MutexGuard<'_, IdC> {
     o.c.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn get(p: *mut rdma_cm_id) -> Result<Arc<Obj<Id>>, i32> {
+pub(super) fn get(p: *mut rdma_cm_id) -> Result<Arc<Obj<Id>>, i32> {
     init();
     Obj::<Id>::get(p).ok_or(libc::EINVAL)
 }

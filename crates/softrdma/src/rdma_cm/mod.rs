@@ -51,6 +51,7 @@
 mod channel;
 pub(crate) mod driver;
 mod id;
+mod mcast;
 mod resolve;
 mod simple;
 pub(crate) mod state;
@@ -214,6 +215,9 @@ pub struct CmEvent {
     pub conn: ConnParam,
     /// UD parameters (events of UD ids).
     pub ud: Option<UdParam>,
+    /// Multicast events: the group's address and the context given to
+    /// `join_multicast` (librdmacm reports it as `param.ud.private_data`).
+    pub mc: Option<(std::net::IpAddr, u64)>,
     acks: Arc<Acks>,
 }
 
