@@ -384,11 +384,11 @@ fn signature_checks(dir: &str) -> String {
             })
             .unwrap_or_else(|| panic!("build.rs: {target} (exported as {name}) not found"));
         assert!(
-            f.sig
-                .abi
+            f.sig.abi.as_ref().is_some_and(|a| a
+                .name
                 .as_ref()
-                .is_some_and(|a| a.name.as_ref().is_some_and(|n| n.value() == "C")),
-            "{target} (exported as {name}) is not extern \"C\""
+                .is_some_and(|n| n.value() == "C" || n.value() == "C-unwind")),
+            "{target} (exported as {name}) is not extern \"C\" (or \"C-unwind\": a blocking call)"
         );
         let params: Vec<String> = f
             .sig

@@ -253,8 +253,8 @@ fn perftest_pairs_under_exec_write_complete_files() {
 
 // ------------------------------------------------------------ rdma_cm ----
 
-const CM_SERVER: &str = "127.0.77.1";
-const CM_CLIENT: &str = "127.0.77.2";
+const CM_SERVER: &str = "127.0.79.1";
+const CM_CLIENT: &str = "127.0.79.2";
 
 /// `softrdma exec -- prog args` with its device at `addr`, capturing to
 /// `dir/{tag}-{addr}.pcap`.

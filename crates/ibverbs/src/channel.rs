@@ -9,7 +9,7 @@ use crate::context::{context, Ctx};
 use crate::cq::Cq;
 use crate::ffi::*;
 use crate::handle::{Castable, Kind, Obj};
-use crate::util::{guard, guard_errno, guard_neg, guard_ptr};
+use crate::util::{guard_data, guard_errno, guard_ptr, guarded, neg};
 use softrdma::{CompletionChannel, FdWatch};
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
@@ -48,52 +48,76 @@ pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int
     guard_errno(|| Obj::<Channel>::take(p).map_or_else(|e| e, |_| 0))
 }
 
-pub unsafe extern "C" fn get_cq_event(
+/// `ibv_get_cq_event`: blocks (unless the descriptor is non-blocking)
+/// until a CQ of the channel has a notification. A cancellation point, as
+/// libibverbs' `read()` on the channel: see `util`.
+pub unsafe extern "C-unwind" fn get_cq_event(
     p: *mut ibv_comp_channel,
     cq_out: *mut *mut ibv_cq,
     ctx_out: *mut *mut c_void,
 ) -> c_int {
-    guard_neg(|| {
+    // Held across the wait; a forced unwind drops it.
+    let x = match guarded(|| {
         let x = Obj::<Channel>::get(p).ok_or(libc::EINVAL)?;
         if cq_out.is_null() || ctx_out.is_null() {
             return Err(libc::EINVAL);
         }
-        let nonblock = x.ep.is_nonblocking();
-        loop {
-            let id = if nonblock {
-                x.ch.try_get_event().ok_or(libc::EAGAIN)?
-            } else {
-                match x.ch.get_event(None) {
-                    Ok(Some(id)) => id,
-                    Ok(None) => continue,
-                    Err(e) => return Err(e.errno()),
-                }
-            };
-            let found = x
-                .ctx
-                .objs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .cqs
-                .get(&id.0)
-                .and_then(|w| w.upgrade());
-            let Some(q) = found else {
-                continue; // the CQ was destroyed meanwhile
-            };
-            q.events.fetch_add(1, Ordering::SeqCst);
-            // SAFETY: valid output pointers (checked non-NULL); the CQ's
-            // `cq_context` is ours to read.
-            unsafe {
-                *cq_out = q.api();
-                *ctx_out = (*q.repr()).cq_context;
-            }
-            return Ok(());
+        Ok(x)
+    }) {
+        Ok(x) => x,
+        Err(e) => return neg(Err(e)),
+    };
+    loop {
+        match guarded(|| take_cq_event(&x, cq_out, ctx_out)) {
+            Ok(true) => return 0,
+            Ok(false) => {}
+            Err(e) => return neg(Err(e)),
         }
-    })
+        // Outside any guard: the cancellation point.
+        if let Err(e) = x.ch.wait(None) {
+            return neg(Err(e.errno()));
+        }
+    }
+}
+
+/// A pending notification of the channel, written out: `Ok(true)`; none
+/// and the thread may block: `Ok(false)` (the device told it is about to
+/// block); none on a non-blocking descriptor: EAGAIN.
+fn take_cq_event(
+    x: &Obj<Channel>,
+    cq_out: *mut *mut ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> Result<bool, i32> {
+    while let Some(id) = x.ch.try_get_event() {
+        let found = x
+            .ctx
+            .objs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cqs
+            .get(&id.0)
+            .and_then(|w| w.upgrade());
+        let Some(q) = found else {
+            continue; // the CQ was destroyed meanwhile
+        };
+        q.events.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: valid output pointers (checked non-NULL); the CQ's
+        // `cq_context` is ours to read.
+        unsafe {
+            *cq_out = q.api();
+            *ctx_out = (*q.repr()).cq_context;
+        }
+        return Ok(true);
+    }
+    if x.ep.is_nonblocking() {
+        return Err(libc::EAGAIN);
+    }
+    x.ch.about_to_block();
+    Ok(false)
 }
 
 pub unsafe extern "C" fn ack_cq_events(cq: *mut ibv_cq, n: u32) {
-    guard((), || {
+    guard_data((), || {
         if let Some(q) = Obj::<Cq>::get(cq) {
             // SAFETY: a u32 of the CQ's C structure; the program only reads it.
             unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).comp_events_completed)) }

@@ -24,7 +24,7 @@ use crate::ffi::*;
 use crate::handle::{Castable, Kind, Obj};
 use crate::qp::Qp;
 use crate::srq::Srq;
-use crate::util::{guard, guard_neg};
+use crate::util::{guard, guard_neg, guarded, neg};
 use softrdma::{AsyncEvent, Device, FdWatch, Qpn};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -120,7 +120,11 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        self.entry.release();
+        // A forked child's copy of a parent's context counts for nothing:
+        // the entry may hold a device of the child's own by now.
+        if !self.dev.forked_away() {
+            self.entry.release();
+        }
     }
 }
 
@@ -244,31 +248,50 @@ pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
 
 // -------------------------------------------------------- async events ----
 
-pub unsafe extern "C" fn get_async_event(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int {
-    guard_neg(|| {
+/// `ibv_get_async_event`: blocks (unless the descriptor is non-blocking)
+/// until the device has an asynchronous event. A cancellation point, as
+/// libibverbs' `read()` on `async_fd`: see `util`.
+pub unsafe extern "C-unwind" fn get_async_event(
+    ctx: *mut ibv_context,
+    ev: *mut ibv_async_event,
+) -> c_int {
+    // Held across the wait; a forced unwind drops it.
+    let c = match guarded(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
         if ev.is_null() {
             return Err(libc::EINVAL);
         }
-        let nonblock = c.async_ep.is_nonblocking();
-        loop {
-            let e = if nonblock {
-                c.dev.poll_async_event().ok_or(libc::EAGAIN)?
-            } else {
-                match c.dev.get_async_event(None) {
-                    Ok(Some(e)) => e,
-                    Ok(None) => continue,
-                    Err(e) => return Err(e.errno()),
+        Ok(c)
+    }) {
+        Ok(c) => c,
+        Err(e) => return neg(Err(e)),
+    };
+    loop {
+        let got = guarded(|| {
+            while let Some(e) = c.dev.poll_async_event() {
+                if let Some(out) = translate_async_event(&c, e) {
+                    // SAFETY: valid output structure.
+                    unsafe { ev.write(out) };
+                    return Ok(true);
                 }
-            };
-            if let Some(out) = translate_async_event(&c, e) {
-                // SAFETY: valid output structure.
-                unsafe { ev.write(out) };
-                return Ok(());
+                // An event for an object already destroyed: skip it.
             }
-            // An event for an object already destroyed: skip it.
+            if c.async_ep.is_nonblocking() {
+                return Err(libc::EAGAIN);
+            }
+            c.dev.about_to_block();
+            Ok(false)
+        });
+        match got {
+            Ok(true) => return 0,
+            Ok(false) => {}
+            Err(e) => return neg(Err(e)),
         }
-    })
+        // Outside any guard: the cancellation point.
+        if let Err(e) = c.dev.wait_async_event(None) {
+            return neg(Err(e.errno()));
+        }
+    }
 }
 
 /// The C event for a softrdma event, or `None` when its object is gone.

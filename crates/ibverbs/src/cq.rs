@@ -11,7 +11,7 @@ use crate::channel::Channel;
 use crate::context::{context, Ctx};
 use crate::ffi::*;
 use crate::handle::{Castable, Kind, Obj, Use};
-use crate::util::{guard, guard_errno, guard_ptr, zeroed};
+use crate::util::{guard_data, guard_data_errno, guard_errno, guard_ptr, zeroed};
 use softrdma::{CompletionQueue, Wc, WcFlags, EMPTY_WC};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -287,7 +287,7 @@ pub fn to_ibv_wc(w: &Wc, grh_sl: u8, o: &mut ibv_wc) {
 const POLL_CHUNK: usize = 16;
 
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    guard(-libc::EIO, || {
+    guard_data(-libc::EIO, || {
         // SAFETY: reached through `context->ops` with the program's CQ.
         let Some(q) = (unsafe { Obj::<Cq>::fast(cq) }) else {
             return -libc::EINVAL;
@@ -326,7 +326,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
 }
 
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard_errno(|| {
+    guard_data_errno(|| {
         // SAFETY: reached through `context->ops` with the program's CQ.
         let Some(q) = (unsafe { Obj::<Cq>::fast(cq) }) else {
             return libc::EINVAL;

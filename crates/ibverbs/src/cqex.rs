@@ -6,12 +6,12 @@
 
 use crate::cq::cq_ex;
 use crate::ffi::*;
-use crate::util::guard;
+use crate::util::guard_data;
 use softrdma::{Wc, WcFlags};
 use std::ffi::{c_int, c_uint};
 
 pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    guard(libc::EIO, || {
+    guard_data(libc::EIO, || {
         let Some(q) = cq_ex(cq) else {
             return libc::EINVAL;
         };
@@ -24,7 +24,7 @@ pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_a
 }
 
 pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    guard(libc::EIO, || match cq_ex(cq) {
+    guard_data(libc::EIO, || match cq_ex(cq) {
         Some(q) => q.poll_one(),
         None => libc::EINVAL,
     })
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
 pub unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
 
 fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
-    guard(R::default(), || match cq_ex(cq) {
+    guard_data(R::default(), || match cq_ex(cq) {
         Some(q) => f(&q.current()),
         None => R::default(),
     })
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
 }
 
 pub unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    guard(0, || match cq_ex(cq) {
+    guard_data(0, || match cq_ex(cq) {
         Some(q) if q.current().wc_flags.contains(WcFlags::GRH) => q.grh_sl,
         _ => 0,
     })
@@ -92,13 +92,13 @@ pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
 /// generated, in cycles of `hca_core_clock` (1 GHz: nanoseconds since the
 /// device opened).
 pub unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
-    guard(0, || cq_ex(cq).map_or(0, |q| q.current_ts()))
+    guard_data(0, || cq_ex(cq).map_or(0, |q| q.current_ts()))
 }
 
 /// `ibv_wc_read_completion_wallclock_ns`: the same instant on the wall
 /// clock (ns since the epoch, CLOCK_REALTIME).
 pub unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
-    guard(0, || {
+    guard_data(0, || {
         let Some(q) = cq_ex(cq) else {
             return 0;
         };

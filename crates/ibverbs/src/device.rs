@@ -36,6 +36,7 @@ static DEVICES: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
 /// The device list, built once per process; a configuration that is not
 /// usable is printed once to stderr and fails the list with `EINVAL`.
 pub fn device_list() -> Result<&'static [&'static DevEntry], i32> {
+    crate::fork::watch();
     DEVICES
         .get_or_init(|| {
             BUILDING.with(|b| b.set(true));
@@ -119,8 +120,15 @@ impl DevEntry {
     ) -> Result<Device, i32> {
         let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((d, n)) = g.as_mut() {
-            *n += 1;
-            return Ok(d.clone());
+            if !d.forked_away() {
+                *n += 1;
+                return Ok(d.clone());
+            }
+            // A forked child: that device is the parent's (its contexts
+            // here no longer count: see `Context`'s drop). The child opens
+            // one of its own — on another address, unless the entry's is
+            // the loopback default.
+            *g = None;
         }
         // The configured device supplies its address and MTU (and where
         // they came from); `at` only places the loopback default.
@@ -173,6 +181,11 @@ impl DevEntry {
 
 /// Device lists handed out and not yet freed.
 static LISTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+/// The lists, locked (for `crate::fork`'s handlers).
+pub(crate) fn lists_for_fork() -> std::sync::MutexGuard<'static, Option<HashSet<usize>>> {
+    LISTS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 pub unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard_ptr(|| {

@@ -167,11 +167,12 @@ impl<T: Castable> std::ops::Deref for Obj<T> {
     }
 }
 
-type Registry = HashMap<usize, (Kind, Arc<dyn Any + Send + Sync>)>;
+pub(crate) type Registry = HashMap<usize, (Kind, Arc<dyn Any + Send + Sync>)>;
 
 static LIVE: Mutex<Option<Registry>> = Mutex::new(None);
 
-fn live() -> MutexGuard<'static, Option<Registry>> {
+/// The registry, locked (also by `crate::fork` across a fork).
+pub(crate) fn live() -> MutexGuard<'static, Option<Registry>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 

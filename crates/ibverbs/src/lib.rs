@@ -56,6 +56,7 @@ mod device;
 mod domain;
 #[allow(missing_docs)]
 mod exports;
+mod fork;
 #[allow(missing_docs)]
 mod handle;
 #[allow(missing_docs, clippy::missing_safety_doc)]

@@ -7,7 +7,7 @@ use crate::ffi::*;
 use crate::handle::Obj;
 use crate::qp::{qp_fast, Qp};
 use crate::srq::Srq;
-use crate::util::guard_errno;
+use crate::util::guard_data_errno;
 use softrdma::{QKey, Qpn, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 use std::ffi::c_int;
 
@@ -69,7 +69,7 @@ pub unsafe extern "C" fn post_srq_recv(
     w: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard_errno(|| {
+    guard_data_errno(|| {
         // SAFETY: reached through `context->ops` with the program's SRQ.
         let Some(x) = (unsafe { Obj::<Srq>::fast(s) }) else {
             if !bad.is_null() {
@@ -241,7 +241,7 @@ pub unsafe extern "C" fn post_send(
     w: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard_errno(|| {
+    guard_data_errno(|| {
         let set_bad = |p: *mut ibv_send_wr| {
             if !bad.is_null() {
                 // SAFETY: valid output pointer.
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn post_recv(
     w: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard_errno(|| {
+    guard_data_errno(|| {
         let Some(x) = qp_fast(q) else {
             if !bad.is_null() {
                 // SAFETY: valid output pointer.

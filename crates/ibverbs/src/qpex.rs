@@ -13,7 +13,7 @@ use crate::handle::Obj;
 use crate::mw::mw_id;
 use crate::post::{gather_inline, ud_dest};
 use crate::qp::{qp_fast, Qp, WrBatch};
-use crate::util::guard;
+use crate::util::guard_data;
 use softrdma::{Access, FlushSpec, MwBind, RKey, SendFlags, SendWr, Sge, WrOpcode};
 use std::ffi::{c_int, c_void};
 
@@ -47,7 +47,7 @@ pub fn fill_ops(c: &mut ibv_qp_ex) {
 
 /// Runs `f` on the QP's batch (nothing for a pointer that is not ours).
 fn with(q: *mut ibv_qp_ex, f: impl FnOnce(&Obj<Qp>, &mut WrBatch)) {
-    guard((), || {
+    guard_data((), || {
         if let Some(x) = qp_fast(q.cast()) {
             let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
             f(x, &mut b);
@@ -332,7 +332,7 @@ unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
-    guard(libc::EIO, || {
+    guard_data(libc::EIO, || {
         let Some(x) = qp_fast(q.cast()) else {
             return libc::EINVAL;
         };

@@ -1,5 +1,24 @@
 //! What every entry point needs: errno, panics stopped at the boundary,
-//! C strings and extensible output structures.
+//! thread cancellation as rdma-core has it, C strings and extensible
+//! output structures.
+//!
+//! Cancellation (`pthread_cancel`). In rdma-core the calls that block —
+//! `ibv_get_cq_event`, `ibv_get_async_event`, `rdma_get_cm_event` and the
+//! calls of a synchronous rdma_cm id that wait for its event — block in
+//! `read()` on a descriptor, a cancellation point; no other verb is one.
+//! Here:
+//! - every entry point runs its work under [`guard`] (or [`guarded`]):
+//!   cancellation disabled (`softrdma::NoCancel`: a write to a capture
+//!   file does not act on a pending request) and Rust panics caught;
+//! - the data path ([`guard_data`]: posts, polls, arming a CQ) skips the
+//!   cancellation toggle — it costs as much as a short poll — and reaches
+//!   no cancellation point: its system calls are raw ones (softrdma-io);
+//! - a blocking call is `extern "C-unwind"`: it alternates guarded steps
+//!   with a wait outside any guard, in softrdma-io's `wait_readable` or
+//!   `read_blocking` (a cancellation point declared C-unwind), holding only
+//!   `Arc`s whose destructors the forced unwind runs. A forced unwind must
+//!   never meet `catch_unwind`: Rust would stop it, and glibc aborts the
+//!   process ("FATAL: exception not rethrown").
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -16,15 +35,48 @@ pub fn errno() -> i32 {
     unsafe { *libc::__errno_location() }
 }
 
-/// Runs `f`, turning a panic into `on_panic` with errno EIO: a bug in the
-/// library must never unwind into C (undefined behaviour) or abort the
-/// program.
+/// Runs `f` with thread cancellation disabled, turning a panic into
+/// `on_panic` with errno EIO: a bug in the library must never unwind into
+/// C (undefined behaviour) or abort the program, and no verb but the
+/// blocking ones is a cancellation point.
 pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    let _nc = softrdma::NoCancel::new();
+    guard_data(on_panic, f)
+}
+
+/// [`guard`] for the data path (posts, CQ polls, arming a CQ): panics
+/// caught, cancellation left as it is — these reach no cancellation point
+/// (raw system calls; a capture or log write disables cancellation
+/// itself).
+pub fn guard_data<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
             set_errno(libc::EIO);
             on_panic
+        }
+    }
+}
+
+/// [`guard_data`] for functions that return an errno value.
+pub fn guard_data_errno(f: impl FnOnce() -> i32) -> i32 {
+    guard_data(libc::EIO, f)
+}
+
+/// A step of a blocking entry point: `f` under [`guard`], a panic giving
+/// `Err(EIO)`.
+pub fn guarded<T>(f: impl FnOnce() -> Result<T, i32>) -> Result<T, i32> {
+    let _nc = softrdma::NoCancel::new();
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(Err(libc::EIO))
+}
+
+/// 0, or -1 with errno set: a blocking entry point's return.
+pub fn neg(r: Result<(), i32>) -> std::ffi::c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
         }
     }
 }

@@ -51,10 +51,15 @@ impl Castable for Xrcd {
 /// (domain, handles open on it).
 type Shared = HashMap<(SocketAddr, u64, u64), (XrcDomain, usize)>;
 
-fn shared() -> std::sync::MutexGuard<'static, Shared> {
+/// The process's shared domains, locked (also by `crate::fork` around a
+/// fork). In a forked child the parent's are forgotten: they are the
+/// parent's, and a file opened again names a domain of the child's.
+pub(crate) fn shared() -> std::sync::MutexGuard<'static, Shared> {
     static SHARED: std::sync::LazyLock<Mutex<Shared>> =
         std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
-    SHARED.lock().unwrap_or_else(|e| e.into_inner())
+    let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    s.retain(|_, (d, _)| !d.device().forked_away());
+    s
 }
 
 pub unsafe extern "C" fn open_xrcd(

@@ -23,41 +23,28 @@ impl EventFd {
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
-    /// Adds one to the counter (wakes waiters).
+    /// Adds one to the counter (wakes waiters). A raw system call: never
+    /// a cancellation point (see [`crate::NoCancel`]).
     pub fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd. The
-        // only failure is EAGAIN when the counter would overflow, which
+        // The only failure is EAGAIN when the counter would overflow, which
         // still leaves it readable: all a waiter needs.
-        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let _ = crate::sys_write(self.0.as_raw_fd(), &1u64.to_ne_bytes());
     }
 
-    /// Resets the counter; returns whether it was non-zero.
+    /// Resets the counter; returns whether it was non-zero. A raw system
+    /// call, as [`EventFd::signal`].
     pub fn drain(&self) -> bool {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64 from our own
-        // non-blocking eventfd; EAGAIN (already zero) is harmless.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        n == 8 && v > 0
+        let mut v = [0u8; 8];
+        // EAGAIN (already zero) is harmless.
+        crate::sys_read(self.0.as_raw_fd(), &mut v).is_ok_and(|n| n == 8)
+            && u64::from_ne_bytes(v) > 0
     }
 
     /// Waits until the counter is non-zero or `timeout` passes (`None`:
     /// forever). Returns whether it is readable; a signal restarts the wait.
+    /// A cancellation point ([`crate::wait_readable`]).
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        let mut p = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
-        loop {
-            // SAFETY: one live pollfd.
-            match cvt(unsafe { libc::poll(&mut p, 1, ms) }) {
-                Ok(r) => return Ok(r > 0),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
+        crate::wait_readable(self.0.as_raw_fd(), timeout)
     }
 }
 

@@ -168,6 +168,7 @@ mod fd;
 mod mcast;
 pub mod mem;
 mod poll;
+mod process;
 mod recv;
 mod send;
 mod socket;
@@ -176,6 +177,10 @@ mod sys;
 pub use fd::{EventFd, FdWatch};
 pub use mcast::interface_of;
 pub use poll::{PollRegistry, Poller, Readiness, Waker};
+pub use process::{
+    at_exit, at_fork, fork_generation, read_blocking, sys_read, sys_write, wait_readable,
+    watch_forks, with_signals_blocked, NoCancel,
+};
 pub use recv::RecvMeta;
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{

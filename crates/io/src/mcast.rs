@@ -88,7 +88,8 @@ pub fn interface_of(ip: IpAddr) -> Option<u32> {
         let same_family = a.is_ipv4() == ip.is_ipv4();
         let is_exact = a == ip;
         let in_subnet = same_family && mask.is_some_and(|m| m != 0 && bits(a) & m == bits(ip) & m);
-        if !is_exact && !(in_subnet && subnet.is_none()) {
+        let wanted = is_exact || (in_subnet && subnet.is_none());
+        if !wanted {
             continue;
         }
         // SAFETY: a NUL-terminated interface name from getifaddrs.

@@ -106,13 +106,16 @@ impl UdpSocket {
             // iovecs, each with its true capacity; the kernel writes within
             // those bounds and fills `msg_len`, `msg_namelen`,
             // `msg_controllen` and `msg_flags`.
+            // A raw system call: glibc's recvmmsg is a cancellation point,
+            // and a program's CQ poll must not be one (see `NoCancel`).
             let ret = unsafe {
-                libc::recvmmsg(
+                libc::syscall(
+                    libc::SYS_recvmmsg,
                     self.fd.as_raw_fd(),
                     msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
                     n as libc::c_uint,
                     0,
-                    std::ptr::null_mut(),
+                    std::ptr::null_mut::<libc::timespec>(),
                 )
             };
             if ret >= 0 {

@@ -457,8 +457,11 @@ impl UdpSocket {
             // that does not move during the call) or at the caller's `txs`
             // contents, all live for this call; the kernel reads them and
             // writes only `msg_len`.
+            // A raw system call: glibc's sendmmsg is a cancellation point,
+            // and a program's post must not be one (see `NoCancel`).
             let ret = unsafe {
-                libc::sendmmsg(
+                libc::syscall(
+                    libc::SYS_sendmmsg,
                     self.fd.as_raw_fd(),
                     b.msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
                     n as libc::c_uint,
@@ -566,7 +569,15 @@ impl UdpSocket {
             );
             // SAFETY: `msg` points at `addr`, `cmsg` and `piece` (locals that
             // outlive the call) and at the caller's contents.
-            let ret = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
+            // (A raw system call: see above.)
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_sendmsg,
+                    self.fd.as_raw_fd(),
+                    &msg as *const libc::msghdr,
+                    0,
+                )
+            };
             if ret >= 0 {
                 self.counters
                     .datagrams_sent

@@ -132,9 +132,12 @@ pub fn exchange(stream: &mut TcpStream, local: &[ConnInfo]) -> Result<Vec<ConnIn
     let head = format!("SOFTRDMA1 count={} bytes={}\n", local.len(), body.len());
     let mut writer = stream.try_clone().map_err(io)?;
     std::thread::scope(|s| {
-        let sent = s.spawn(move || {
-            writer.write_all(head.as_bytes())?;
-            writer.write_all(body.as_bytes())
+        // A thread of ours in the program's process: every signal blocked.
+        let sent = softrdma_io::with_signals_blocked(|| {
+            s.spawn(move || {
+                writer.write_all(head.as_bytes())?;
+                writer.write_all(body.as_bytes())
+            })
         });
         let got = read_infos(stream);
         sent.join()

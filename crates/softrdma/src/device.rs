@@ -106,8 +106,17 @@ impl DeviceOptions {
 }
 
 /// The devices opened in this process (weak: a device closes with its last
-/// handle), for rdma_cm's address resolution.
-static OPEN: Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> = Mutex::new(Vec::new());
+/// handle), for rdma_cm's address resolution. A std lock: held across
+/// `fork` (see `crate::fork`), it is released in the child by an atomic
+/// store (parking_lot's may reach its global parking table).
+static OPEN: std::sync::Mutex<Vec<(u64, std::sync::Weak<DeviceInner>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The list of open devices, locked.
+pub(crate) fn open_list() -> std::sync::MutexGuard<'static, Vec<(u64, std::sync::Weak<DeviceInner>)>>
+{
+    OPEN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Highest loopback address tried by automatic selection.
 const LOOPBACK_TRIES: u32 = 4096;
@@ -171,11 +180,24 @@ pub(crate) struct DeviceInner {
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
+        if self.shared.forked_away() {
+            // The parent's device in a forked child: its thread does not
+            // exist here (a join would wait forever), its locks may be
+            // held by threads that do not either, and what it would send
+            // is the parent's to send. Leave it all.
+            if let Some(t) = self.thread.lock().take() {
+                std::mem::forget(t);
+            }
+            return;
+        }
         self.shared.flush_now();
         self.shared.stop();
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
+        // A backlog of a full socket leaves too (bounded), not with the
+        // device's memory.
+        self.shared.drain();
         self.shared.materialize_queued();
     }
 }
@@ -225,6 +247,7 @@ impl Device {
                 "MTU {mtu} outside 256..=4096"
             )));
         }
+        crate::fork::watch();
         let socket = bind(&opts, &settings.addr)?;
         let local = socket.local_addr();
         // Memory keys, initial PSNs and QP numbers come from a generator
@@ -286,10 +309,14 @@ impl Device {
         let s2 = shared.clone();
         let serial = shared.serial;
         let name = format!("softrdma{}", device_index(local.ip()));
-        let thread = std::thread::Builder::new()
-            .name(format!("{name}-progress"))
-            .spawn(move || engine::run(s2, poller))
-            .map_err(|e| Error::io("starting the progress thread", e))?;
+        // Every signal blocked from its first instruction: the program's
+        // signals are the program's (DESIGN promise 7).
+        let thread = softrdma_io::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name(format!("{name}-progress"))
+                .spawn(move || engine::run(s2, poller))
+        })
+        .map_err(|e| Error::io("starting the progress thread", e))?;
         let dev = Device {
             inner: Arc::new(DeviceInner {
                 shared,
@@ -298,17 +325,21 @@ impl Device {
                 settings,
             }),
         };
-        let mut open = OPEN.lock();
+        let mut open = open_list();
         open.retain(|(_, w)| w.strong_count() > 0);
         open.push((serial, Arc::downgrade(&dev.inner)));
         drop(open);
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| {
+            softrdma_io::at_exit(flush_all_at_exit);
+        });
         Ok(dev)
     }
 
     /// The devices of this process that are open now, in the order they
     /// were opened.
     pub fn open_devices() -> Vec<Device> {
-        let open = OPEN.lock();
+        let open = open_list();
         let v: Vec<Device> = open
             .iter()
             .filter_map(|(_, w)| w.upgrade().map(|inner| Device { inner }))
@@ -319,7 +350,7 @@ impl Device {
 
     /// The open device with this serial number.
     pub(crate) fn by_serial(serial: u64) -> Option<Device> {
-        let open = OPEN.lock();
+        let open = open_list();
         let d = open
             .iter()
             .find(|(s, _)| *s == serial)
@@ -343,8 +374,23 @@ impl Device {
         Device::open(DeviceOptions::default())
     }
 
+    /// The engine. In a forked child, the parent's device cannot be used:
+    /// this panics (the C library turns the panic into EIO), before any
+    /// lock of it is taken.
     pub(crate) fn shared(&self) -> &Shared {
-        &self.inner.shared
+        let s = &self.inner.shared;
+        if s.forked_away() {
+            parent_device_in_child(&self.inner.name);
+        }
+        s
+    }
+
+    /// Whether the device belongs to the parent of this (forked) process:
+    /// then nothing of it may be used (rdma-core's rule for a child:
+    /// resources created before `fork` are the parent's). A child opens
+    /// devices of its own.
+    pub fn forked_away(&self) -> bool {
+        self.inner.shared.forked_away()
     }
 
     /// Name, `softrdma<N>`.
@@ -459,13 +505,27 @@ impl Device {
                 },
                 None => None,
             };
-            self.shared().app_idle();
-            self.shared()
-                .async_events
-                .fd
-                .wait(left)
-                .map_err(|e| Error::io("waiting for an async event", e))?;
+            self.about_to_block();
+            self.wait_async_event(left)?;
         }
+    }
+
+    /// Tells the device a program thread is about to block (on one of its
+    /// descriptors): the progress thread takes over at once.
+    pub fn about_to_block(&self) {
+        self.shared().app_idle();
+    }
+
+    /// Waits up to `timeout` (forever with `None`) until an asynchronous
+    /// event is pending, without taking it; returns whether one is. Holds
+    /// no lock while it waits and is a cancellation point, as libibverbs'
+    /// `ibv_get_async_event` (see [`CompletionChannel::wait`]).
+    pub fn wait_async_event(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.shared()
+            .async_events
+            .fd
+            .wait(timeout)
+            .map_err(|e| Error::io("waiting for an async event", e))
     }
 
     /// A file descriptor readable while an asynchronous event is pending.
@@ -480,6 +540,54 @@ impl Device {
     pub fn progress(&self) -> usize {
         self.shared().progress_inline()
     }
+}
+
+/// Unwinds out of a call on a parent's device in a forked child (the C
+/// library's guard turns it into EIO), after one line on stderr. Not a
+/// `panic!`: the panic hook (a backtrace takes the dynamic loader's lock)
+/// has no place in a child that may hold a copy of a lock taken by a
+/// thread of its parent.
+#[cold]
+#[inline(never)]
+fn parent_device_in_child(name: &str) -> ! {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let line = format!(
+            "softrdma: {name} belongs to the parent of this forked process and cannot be used \
+             here (open a device of the child's own)\n"
+        );
+        let _ = softrdma_io::sys_write(2, line.as_bytes());
+    }
+    std::panic::resume_unwind(Box::new("a device of the parent process"))
+}
+
+/// At normal process exit, every open device sends what it still holds
+/// (see `Shared::drain`): a program that exits right after a poll
+/// that received a request must not take the answer — an ACK, a READ
+/// response, the NAK that moved its QP to the error state — with it.
+extern "C" fn flush_all_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        // Another thread may hold the list (it never blocks while holding
+        // it): a few tries.
+        for _ in 0..50 {
+            if let Ok(open) = OPEN.try_lock() {
+                let devs: Vec<Arc<DeviceInner>> =
+                    open.iter().filter_map(|(_, w)| w.upgrade()).collect();
+                drop(open);
+                for d in &devs {
+                    // (Not a forked child's copy of its parent's.)
+                    d.shared.drain();
+                }
+                // Dropping the last handle here would close the device from
+                // an exit handler: leave them to the process's end.
+                for d in devs {
+                    std::mem::forget(d);
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
 /// A small number derived from the address, for the device name.

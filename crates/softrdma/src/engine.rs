@@ -14,6 +14,17 @@
 //! for `spin` (busy-poll, configurable), then sleeps in epoll until a
 //! datagram, a timer deadline or a wake-up.
 //!
+//! Nothing waits for the program's next call (DESIGN promise 7). While a
+//! program thread polls, what its polls and posts produce is left in the
+//! core for its next call, batched with it (`leave_for_next_call`); the
+//! progress thread, which watches the program's polls (`app_polls`), sends
+//! it when the program has not come back within `APP_ACTIVE_NS` — woken
+//! for it if it sleeps in epoll (`output_left`). Output of a step that
+//! raised an asynchronous event (a NAK moving a QP to ERR) is sent at
+//! once; a QP moved to ERR or RESET or destroyed first sends what the
+//! core holds (`modify_qp`); at normal exit every device sends what it
+//! still holds (`drain`).
+//!
 //! Locks: `core` (the state machine) is always taken before `tx` (the send
 //! queue). Packets are pulled from the core and queued under both, then sent
 //! under `tx` alone, so concurrent senders can never reorder them.
@@ -227,6 +238,9 @@ pub(crate) struct Shared {
     pub cm_used: AtomicBool,
     /// The sockets of the multicast groups the device joined.
     pub(crate) mcast: crate::mcast::GroupSockets,
+    /// The process's fork generation when the device opened: in a forked
+    /// child the device is the parent's (`forked_away`).
+    generation: u64,
     /// Refused packets, reported at most once a second.
     refusals: crate::log::RefusalLog,
 }
@@ -331,8 +345,17 @@ impl Shared {
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
             mcast,
+            generation: softrdma_io::fork_generation(),
             refusals: crate::log::RefusalLog::default(),
         })
+    }
+
+    /// Whether this process is a forked child of the one that opened the
+    /// device: its progress thread does not exist here, its locks may be
+    /// held forever by threads that do not either, and its socket is the
+    /// parent's. Nothing of it may be used, locked or sent.
+    pub fn forked_away(&self) -> bool {
+        softrdma_io::fork_generation() != self.generation
     }
 
     /// The core's clock.
@@ -360,11 +383,60 @@ impl Shared {
         let mut core = lock(&self.core);
         let r = f(&mut core, now);
         if self.app_active.load(Ordering::Relaxed) {
-            self.route_events(&mut core);
+            self.leave_for_next_call(core, now);
         } else {
             self.after(core, now);
         }
         r
+    }
+
+    /// Ends a program thread's call that leaves what the core produced for
+    /// the thread's next call (batched with it). What must not wait — the
+    /// output of a step that raised an asynchronous event, such as the NAK
+    /// of a request that moved a QP to the error state, which the program
+    /// may answer by exiting — is sent now. And the progress thread is
+    /// told: it sends the rest if the program does not come back within
+    /// its short window (`APP_ACTIVE_NS`), whatever the program does next —
+    /// sleep in poll() on its channel, in epoll, or nothing.
+    fn leave_for_next_call<'a>(&'a self, mut core: MutexGuard<'a, Core>, now: Instant) {
+        if self.route_events(&mut core) {
+            self.after(core, now);
+            return;
+        }
+        let left = core.wants_transmit();
+        drop(core);
+        if left {
+            self.output_left();
+        }
+    }
+
+    /// Output waits in the core: a progress thread sleeping in epoll is
+    /// woken to take it over. (It checks the core after publishing
+    /// `sleep_until` and before sleeping, under the core lock: of the two
+    /// threads, at least one sees the other.)
+    fn output_left(&self) {
+        if self.sleep_until.load(Ordering::SeqCst) != u64::MAX {
+            self.waker.wake();
+        }
+    }
+
+    /// `ibv_modify_qp`. A QP moved to ERR or RESET stops sending and its
+    /// queues are flushed or forgotten: what the core can send now leaves
+    /// first, so a disconnect, an error or a reset never overtakes work
+    /// posted before it (a SEND posted, unsignaled, right before
+    /// `rdma_disconnect` reaches the peer before the DREQ).
+    pub fn modify_qp(
+        &self,
+        qpn: Qpn,
+        attr: &softrdma_proto::QpAttr,
+        mask: softrdma_proto::AttrMask,
+    ) -> softrdma_proto::VerbsResult<()> {
+        use softrdma_proto::{AttrMask, QpState};
+        if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
+        {
+            self.flush_now();
+        }
+        self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask))
     }
 
     /// Like [`Self::with_core`] for reads that produce nothing to send.
@@ -465,7 +537,10 @@ impl Shared {
         }
     }
 
-    pub(crate) fn route_events(&self, core: &mut Core) {
+    /// Delivers the core's events: completion notifications to channels,
+    /// asynchronous events to the device's queue. Returns whether an
+    /// asynchronous event fired.
+    pub(crate) fn route_events(&self, core: &mut Core) -> bool {
         // Completions this interaction gated may already be released; and a
         // sender may release while we publish what we wait for (see
         // `release`).
@@ -477,6 +552,7 @@ impl Shared {
                 break;
             }
         }
+        let mut async_event = false;
         while let Some(e) = core.poll_event() {
             match e {
                 Event::Completion(cq) => {
@@ -484,7 +560,10 @@ impl Shared {
                         ch.notify(cq);
                     }
                 }
-                Event::Async(a) => self.async_events.push(a),
+                Event::Async(a) => {
+                    async_event = true;
+                    self.async_events.push(a);
+                }
             }
         }
         while let Some(n) = core.poll_note() {
@@ -495,6 +574,7 @@ impl Shared {
         if let Err(e) = self.mcast.apply(core) {
             tracing::warn!(target: "softrdma::engine", "multicast: {e}");
         }
+        async_event
     }
 
     /// Pulls packets from the core and sends them, in order, until the
@@ -749,11 +829,14 @@ impl Shared {
         if send {
             self.after(core, now);
         } else {
-            self.route_events(&mut core);
-            drop(core);
+            self.leave_for_next_call(core, now);
         }
         drop(rx_guard);
         if gsi {
+            // The CM may write to event channels and read files: inside a
+            // program's CQ poll, no cancellation point (see
+            // `softrdma_io::NoCancel`).
+            let _nc = softrdma_io::NoCancel::new();
             crate::rdma_cm::driver::on_gsi(self);
         }
         count
@@ -865,6 +948,41 @@ impl Shared {
         self.after(core, now);
     }
 
+    /// At process exit and device close: sends what the core and the send
+    /// queue still hold — output a program thread left for a call that
+    /// will not come, a backlog of a full socket — as a NIC's queues drain
+    /// after the process is gone. Bounded: a lock another thread keeps, or
+    /// a socket that stays full, ends it.
+    pub fn drain(&self) {
+        const TRIES: usize = 50;
+        if self.forked_away() {
+            return;
+        }
+        for _ in 0..TRIES {
+            if let Some(core) = self.core.try_lock() {
+                let now = self.now();
+                self.after(core, now);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for _ in 0..TRIES {
+            if let Some(mut tx) = self.tx.try_lock() {
+                if tx.pending.is_empty() {
+                    break;
+                }
+                let (full, released) = self.send_locked(&mut tx);
+                drop(tx);
+                self.release(released);
+                if !full {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.flush_pcap();
+    }
+
     /// A program thread stops driving progress (it is about to block):
     /// the progress thread takes over at once.
     pub fn app_idle(&self) {
@@ -958,11 +1076,16 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         shared
             .sleep_until
             .store(now.0.saturating_add(t.as_nanos() as u64), Ordering::SeqCst);
-        // Re-check after publishing: a deadline set in between is seen.
-        let again = lock(&shared.core).poll_timeout();
+        // Re-check after publishing: a deadline set in between is seen, and
+        // so is output a program thread left in the core for its next call
+        // (`output_left`): the loop takes it over instead of sleeping.
+        let (again, left) = {
+            let c = lock(&shared.core);
+            (c.poll_timeout(), c.wants_transmit())
+        };
         let cm = shared.cm_deadline.load(Ordering::SeqCst);
         let until = now.0 + t.as_nanos() as u64;
-        if again.is_none_or(|d| d.0 >= until) && cm >= until {
+        if !left && again.is_none_or(|d| d.0 >= until) && cm >= until {
             let _ = poller.wait(Some(t));
         }
         shared.sleep_until.store(u64::MAX, Ordering::SeqCst);

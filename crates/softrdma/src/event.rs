@@ -69,15 +69,32 @@ impl CompletionChannel {
                 },
                 None => None,
             };
-            // About to block: the progress thread must take over now.
-            if let Some(dev) = self.inner.dev.upgrade() {
+            self.about_to_block();
+            self.wait(left)?;
+        }
+    }
+
+    /// Tells the device a program thread is about to block on this
+    /// channel: the progress thread takes over at once (what the thread's
+    /// polls left for its next call leaves now).
+    pub fn about_to_block(&self) {
+        if let Some(dev) = self.inner.dev.upgrade() {
+            if !dev.forked_away() {
                 dev.app_idle();
             }
-            self.inner
-                .fd
-                .wait(left)
-                .map_err(|e| Error::io("waiting on the completion channel", e))?;
         }
+    }
+
+    /// Waits up to `timeout` (forever with `None`) until a notification
+    /// is pending, without taking it; returns whether one is. Holds no
+    /// lock while it waits, and is a cancellation point (as the `read()`
+    /// of libibverbs' `ibv_get_cq_event`): a `pthread_cancel` of the
+    /// waiting thread unwinds it from here.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.inner
+            .fd
+            .wait(timeout)
+            .map_err(|e| Error::io("waiting on the completion channel", e))
     }
 
     /// A pending notification, without waiting.

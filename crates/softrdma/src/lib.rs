@@ -42,6 +42,7 @@ mod device;
 mod engine;
 mod error;
 mod event;
+mod fork;
 mod log;
 mod mcast;
 pub mod memory;
@@ -61,7 +62,7 @@ pub use event::CompletionChannel;
 /// An epoll descriptor mirroring another one's readability with an
 /// O_NONBLOCK flag of its own: what a C library hands a program for
 /// [`CompletionChannel`]'s or [`Device::async_fd`]'s descriptor.
-pub use softrdma_io::FdWatch;
+pub use softrdma_io::{at_fork, FdWatch, NoCancel};
 pub use softrdma_proto::device::{guid_of as node_guid_of, DeviceAttr};
 /// Limits of the device (queue depths, SGEs, inline data, message size).
 pub use softrdma_proto::limits;

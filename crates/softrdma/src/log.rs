@@ -32,12 +32,32 @@ pub(crate) fn install(cfg: &Config) -> Result<(), ConfigError> {
         // Fails only when the program installed a subscriber already.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
-            .with_writer(std::io::stderr)
+            .with_writer(Stderr::default)
             .with_thread_names(true)
             .try_init();
         Ok(())
     })
     .clone()
+}
+
+/// Standard error for the log, written with thread cancellation disabled:
+/// a log line inside a program's verb is no cancellation point (see
+/// `softrdma_io::NoCancel`).
+#[derive(Default)]
+struct Stderr {
+    _nc: softrdma_io::NoCancel,
+}
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        std::io::stderr().write(b)
+    }
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        std::io::stderr().write_all(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// The target of the engine's events (`SOFTRDMA_LOG=softrdma::engine=debug`).

@@ -24,11 +24,14 @@ use std::sync::Arc;
 /// Datagrams taken from one group socket per poll.
 const GROUP_RX_BATCH: usize = 8;
 
+/// The joined groups: (group address, its socket).
+type Groups = Arc<Vec<(IpAddr, Arc<UdpSocket>)>>;
+
 /// The device's group sockets.
 pub(crate) struct GroupSockets {
     /// (group address, socket), replaced as a whole on every change so a
     /// receiver takes a snapshot without holding the lock.
-    socks: Mutex<Arc<Vec<(IpAddr, Arc<UdpSocket>)>>>,
+    socks: Mutex<Groups>,
     /// Some group is joined (the receive path's only cost otherwise).
     on: AtomicBool,
     /// The progress thread's poller: group sockets wake it up too.

@@ -42,8 +42,17 @@ pub struct PcapWriter {
 /// the same path.
 pub type SharedWriter = Arc<Mutex<PcapWriter>>;
 
-/// The capture files open in this process, by absolute path.
-static OPEN: Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> = Mutex::new(Vec::new());
+/// The capture files open in this process, by absolute path. A std lock,
+/// held across `fork` (see `crate::fork`).
+static OPEN: std::sync::Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+type OpenList = Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>;
+
+/// The list of open capture files, locked.
+pub(crate) fn open_list() -> std::sync::MutexGuard<'static, OpenList> {
+    OPEN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Opens `path` for a device: the writer another device of this process
 /// already has on that file, or a new file (created, truncated). Two
@@ -51,7 +60,7 @@ static OPEN: Mutex<Vec<(PathBuf, Weak<Mutex<PcapWriter>>)>> = Mutex::new(Vec::ne
 /// truncating and overwriting each other's.
 pub fn open_shared(path: &Path) -> io::Result<SharedWriter> {
     let key = absolute(path);
-    let mut open = OPEN.lock();
+    let mut open = open_list();
     open.retain(|(_, w)| w.strong_count() > 0);
     if let Some(w) = open
         .iter()
@@ -140,6 +149,9 @@ impl PcapWriter {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        // The buffered writer may write to the file: not a cancellation
+        // point inside a program's verb (see `softrdma_io::NoCancel`).
+        let _nc = softrdma_io::NoCancel::new();
         self.out.packet(ts, &self.buf)?;
         self.records += 1;
         Ok(())
@@ -154,6 +166,7 @@ impl PcapWriter {
     /// every batch it sends or receives, so the file is complete even when
     /// the program exits without closing its device.
     pub fn flush(&mut self) -> io::Result<()> {
+        let _nc = softrdma_io::NoCancel::new();
         self.out.get_mut().flush()
     }
 }

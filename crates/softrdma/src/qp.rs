@@ -156,6 +156,9 @@ impl std::fmt::Debug for QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let q = self.qpn;
         let sh = self.pd.inner.dev.shared();
         // ACKs and responses a polling thread received but left for its next
@@ -211,8 +214,9 @@ impl QueuePair {
                 attr.qkey.0
             )));
         }
-        let q = self.qpn;
-        Ok(self.core(|c, now| c.modify_qp(now, q, attr, mask))?)
+        // What the QP can send now leaves before it goes to ERR or RESET
+        // (`Shared::modify_qp`).
+        Ok(self.pd.inner.dev.shared().modify_qp(self.qpn, attr, mask)?)
     }
 
     /// The UDP port this RC/UC QP takes packets from: given at connect

@@ -21,6 +21,9 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.dealloc_pd(id));
     }
@@ -292,6 +295,9 @@ impl Drop for MemoryRegion {
         if self.gone.load(Ordering::Acquire) {
             return;
         }
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         // When this returns, softrdma never touches the bytes again (see
         // the memory module's rules). Windows still bound to the region are
         // unbound first: a drop cannot fail.
@@ -476,6 +482,9 @@ impl std::fmt::Debug for MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -518,6 +527,9 @@ pub(crate) struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.destroy_cq(id));
         if self.channel.is_some() {
@@ -669,6 +681,9 @@ pub(crate) struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd
@@ -732,6 +747,9 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
+        if self.pd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self
             .pd

@@ -26,6 +26,9 @@ struct XrcdInner {
 
 impl Drop for XrcdInner {
     fn drop(&mut self) {
+        if self.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let id = self.id;
         let _ = self.dev.shared().with_core(|c, _| c.dealloc_xrcd(id));
     }
@@ -163,6 +166,9 @@ struct TgtInner {
 
 impl Drop for TgtInner {
     fn drop(&mut self) {
+        if self.xrcd.inner.dev.forked_away() {
+            return; // the parent's (see `Device::forked_away`)
+        }
         let q = self.qpn;
         let sh = self.xrcd.inner.dev.shared();
         sh.flush_now();
@@ -206,7 +212,7 @@ impl XrcTgtQp {
             .inner
             .dev
             .shared()
-            .with_core(|c, now| c.modify_qp(now, q, attr, mask))?)
+            .modify_qp(q, attr, mask)?)
     }
 
     /// `ibv_query_qp`.

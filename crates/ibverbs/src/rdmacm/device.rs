@@ -41,6 +41,9 @@ fn open_entry(
     avoid: Option<IpAddr>,
 ) -> softrdma::Result<Device> {
     let mut l = CMDEVS.lock().unwrap_or_else(|e| e.into_inner());
+    // In a forked child, the parent's are the parent's: forgotten (their
+    // context and PD stay as they are), the child opens its own.
+    l.retain(|c| !c.dev.forked_away());
     if let Some(c) = l.iter().find(|c| std::ptr::eq(c.entry, entry)) {
         return Ok(c.dev.clone());
     }
@@ -136,6 +139,11 @@ pub fn init() {
 
 /// Device lists handed out by `rdma_get_devices`.
 static LISTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The lists, locked (for `crate::fork`'s handlers).
+pub(crate) fn lists_for_fork() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    LISTS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `rdma_get_devices`: every device, opened; a NULL-terminated array of
 /// contexts.

@@ -12,7 +12,7 @@ use super::ffi::*;
 use super::id::{c_id_of_event, id_is_ud};
 use crate::ffi::ibv_ah_attr;
 use crate::handle::{Castable, Kind, Obj};
-use crate::util::{guard, guard_neg, guard_ptr};
+use crate::util::{guard, guard_neg, guard_ptr, guarded, neg};
 use softrdma::rdma_cm::{AhAttr, CmEvent, EventChannel, EventType};
 use std::ffi::{c_char, c_int};
 use std::sync::Mutex;
@@ -166,31 +166,37 @@ fn to_c(ev: CmEvent) -> Option<*mut rdma_cm_event> {
 }
 
 /// Waits for the next event of a channel (per its descriptor's flags) and
-/// hands it out as a C event.
-pub fn get_event(ch: &EventChannel) -> Result<*mut rdma_cm_event, i32> {
+/// hands it out as a C event. It blocks outside any guard — a cancellation
+/// point, as librdmacm's `read()` (see `util`) — so callers call it
+/// outside `guard` too, holding only `Arc`s.
+pub fn get_event(ch: &Obj<Channel>) -> Result<*mut rdma_cm_event, i32> {
     loop {
-        let ev = ch.get_event().map_err(|e| e.errno())?;
-        if let Some(p) = to_c(ev) {
+        ch.ch.wait_count().map_err(|e| e.errno())?;
+        if let Some(p) = guarded(|| Ok(ch.ch.take_counted().and_then(to_c)))? {
             return Ok(p);
         }
-        // An event of an id the program destroyed meanwhile: next.
+        // The counted event's id was destroyed meanwhile: the next one.
     }
 }
 
-pub unsafe extern "C" fn get_cm_event(
+/// `rdma_get_cm_event`: a cancellation point (see `util`).
+pub unsafe extern "C-unwind" fn get_cm_event(
     ch: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,
 ) -> c_int {
-    guard_neg(|| {
+    let c = match guarded(|| {
         if event.is_null() {
             return Err(libc::EINVAL);
         }
-        let c = Obj::<Channel>::get(ch).ok_or(libc::EINVAL)?;
-        let p = get_event(&c.ch)?;
-        // SAFETY: the caller's output pointer.
+        Obj::<Channel>::get(ch).ok_or(libc::EINVAL)
+    }) {
+        Ok(c) => c,
+        Err(e) => return neg(Err(e)),
+    };
+    neg(get_event(&c).map(|p| {
+        // SAFETY: the caller's output pointer (checked non-NULL).
         unsafe { *event = p };
-        Ok(())
-    })
+    }))
 }
 
 pub unsafe extern "C" fn ack_cm_event(event: *mut rdma_cm_event) -> c_int {

@@ -16,7 +16,7 @@ use super::ffi::*;
 use crate::ffi::*;
 use crate::handle::{Castable, Kind, Obj};
 use crate::qp::Qp;
-use crate::util::{guard, guard_neg, zeroed};
+use crate::util::{guard, guard_neg, guarded, neg, zeroed};
 use softrdma::rdma_cm::{CmEvent, CmId, ConnParam, EventType, PortSpace, QpState};
 use softrdma::QpType;
 use std::collections::HashMap;
@@ -59,6 +59,11 @@ impl Castable for Id {
 
 /// softrdma id number → published C id.
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+
+/// The id map, locked (for `crate::fork`'s handlers).
+pub(crate) fn ids_for_fork() -> std::sync::MutexGuard<'static, Option<HashMap<u64, usize>>> {
+    IDS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn ids_insert(num: u64, p: *mut rdma_cm_id) {
     IDS.lock()
@@ -362,41 +367,52 @@ pub unsafe extern "C" fn destroy_id(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-/// librdmacm's `ucma_complete`: for a synchronous id, waits for the
-/// event of the call just made, keeps it in `id->event` and turns its
-/// status into errno.
+/// librdmacm's `ucma_complete`: for a synchronous id, waits for the id's
+/// event and keeps it in `id->event` (acknowledging the previous one); an
+/// event with an error fails the call. The wait is a cancellation point,
+/// outside any guard (see `util`): call this outside `guard`.
 fn complete(o: &Obj<Id>) -> Result<(), i32> {
-    let own = {
-        let st = lock(o);
-        if !st.sync {
-            return Ok(());
+    let ch = guarded(|| {
+        let own = {
+            let st = lock(o);
+            if !st.sync {
+                return Ok(None);
+            }
+            st.own_chan
+        };
+        let r = o.repr();
+        // SAFETY: our allocation; a synchronous id's event field is ours.
+        let old = unsafe { std::mem::replace(&mut (*r).event, std::ptr::null_mut()) };
+        if !old.is_null() {
+            // SAFETY: an event we handed out.
+            unsafe { ack_cm_event(old) };
         }
-        st.own_chan
+        Obj::<Channel>::get(own as *mut rdma_event_channel)
+            .ok_or(libc::EINVAL)
+            .map(Some)
+    })?;
+    let Some(ch) = ch else {
+        return Ok(());
     };
-    let r = o.repr();
-    // SAFETY: our allocation; a synchronous id's event field is ours.
-    let old = unsafe { std::mem::replace(&mut (*r).event, std::ptr::null_mut()) };
-    if !old.is_null() {
-        // SAFETY: an event we handed out.
-        unsafe { ack_cm_event(old) };
-    }
-    let ch = Obj::<Channel>::get(own as *mut rdma_event_channel).ok_or(libc::EINVAL)?;
-    let ev = get_event(&ch.ch)?;
-    // SAFETY: as above; `ev` is a live event.
-    unsafe {
-        (*r).event = ev;
-        let (kind, status) = ((*ev).event, (*ev).status);
-        if status != 0 {
-            return Err(if kind == EventType::Rejected as c_int {
-                libc::ECONNREFUSED
-            } else if status < 0 {
-                -status
-            } else {
-                status
-            });
+    let ev = get_event(&ch)?;
+    guarded(|| {
+        let r = o.repr();
+        // SAFETY: as above; `ev` is a live event.
+        unsafe {
+            (*r).event = ev;
+            let (kind, status) = ((*ev).event, (*ev).status);
+            if status != 0 {
+                return Err(if kind == EventType::Rejected as c_int {
+                    libc::ECONNREFUSED
+                } else if status < 0 {
+                    -status
+                } else {
+                    status
+                });
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 pub unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
@@ -410,13 +426,15 @@ pub unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockadd
     })
 }
 
-pub unsafe extern "C" fn resolve_addr(
+/// `rdma_resolve_addr`; a synchronous id waits for the result (a
+/// cancellation point).
+pub unsafe extern "C-unwind" fn resolve_addr(
     id: *mut rdma_cm_id,
     src: *mut libc::sockaddr,
     dst: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    guard_neg(|| {
+    let o = guarded(|| {
         let o = get(id)?;
         // SAFETY: the caller's addresses.
         let d = unsafe { sockaddr_in(dst) }.ok_or(libc::EINVAL)?;
@@ -428,17 +446,20 @@ pub unsafe extern "C" fn resolve_addr(
         };
         o.cm.resolve_addr(s, d).map_err(|e| e.errno())?;
         refresh(&o);
-        complete(&o)
-    })
+        Ok(o)
+    });
+    neg(o.and_then(|o| complete(&o)))
 }
 
-pub unsafe extern "C" fn resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    guard_neg(|| {
+/// `rdma_resolve_route`; a synchronous id waits (a cancellation point).
+pub unsafe extern "C-unwind" fn resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    let o = guarded(|| {
         let o = get(id)?;
         o.cm.resolve_route().map_err(|e| e.errno())?;
         refresh(&o);
-        complete(&o)
-    })
+        Ok(o)
+    });
+    neg(o.and_then(|o| complete(&o)))
 }
 
 pub unsafe extern "C" fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
@@ -482,27 +503,28 @@ unsafe fn conn_param(p: *const rdma_conn_param) -> Option<ConnParam> {
     })
 }
 
-pub unsafe extern "C" fn connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
-    guard_neg(|| {
+/// `rdma_connect`; a synchronous id waits (a cancellation point).
+pub unsafe extern "C-unwind" fn connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    let o = guarded(|| {
         let o = get(id)?;
         // SAFETY: the caller's parameters.
         let p = unsafe { conn_param(param) };
         o.cm.connect(p.as_ref()).map_err(|e| e.errno())?;
-        complete(&o)
-    })
+        Ok(o)
+    });
+    neg(o.and_then(|o| complete(&o)))
 }
 
-pub unsafe extern "C" fn accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
-    guard_neg(|| {
+/// `rdma_accept`; a synchronous id waits (a cancellation point).
+pub unsafe extern "C-unwind" fn accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    let o = guarded(|| {
         let o = get(id)?;
         // SAFETY: the caller's parameters.
         let p = unsafe { conn_param(param) };
         o.cm.accept(p.as_ref()).map_err(|e| e.errno())?;
-        if id_is_ud(id) {
-            return Ok(());
-        }
-        complete(&o)
-    })
+        Ok((!id_is_ud(id)).then_some(o))
+    });
+    neg(o.and_then(|o| o.map_or(Ok(()), |o| complete(&o))))
 }
 
 fn private(p: *const c_void, len: u8) -> Vec<u8> {
@@ -537,12 +559,14 @@ pub unsafe extern "C" fn notify(id: *mut rdma_cm_id, event: crate::ffi::ibv_even
     })
 }
 
-pub unsafe extern "C" fn disconnect(id: *mut rdma_cm_id) -> c_int {
-    guard_neg(|| {
+/// `rdma_disconnect`; a synchronous id waits (a cancellation point).
+pub unsafe extern "C-unwind" fn disconnect(id: *mut rdma_cm_id) -> c_int {
+    let o = guarded(|| {
         let o = get(id)?;
         o.cm.disconnect().map_err(|e| e.errno())?;
-        complete(&o)
-    })
+        Ok(o)
+    });
+    neg(o.and_then(|o| complete(&o)))
 }
 
 pub unsafe extern "C" fn establish(id: *mut rdma_cm_id) -> c_int {
@@ -736,8 +760,13 @@ pub unsafe extern "C" fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) 
     })
 }
 
-pub unsafe extern "C" fn get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
-    guard_neg(|| {
+/// `rdma_get_request`: a synchronous listener's next connection request
+/// (a cancellation point while it waits).
+pub unsafe extern "C-unwind" fn get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    let prep = guarded(|| {
         let o = get(listen)?;
         if id.is_null() {
             return Err(libc::EINVAL);
@@ -757,7 +786,18 @@ pub unsafe extern "C" fn get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma
             unsafe { ack_cm_event(old) };
         }
         let ch = Obj::<Channel>::get(own as *mut rdma_event_channel).ok_or(libc::EINVAL)?;
-        let ev = get_event(&ch.ch)?;
+        Ok((o, ch))
+    });
+    let (o, ch) = match prep {
+        Ok(x) => x,
+        Err(e) => return neg(Err(e)),
+    };
+    let ev = match get_event(&ch) {
+        Ok(ev) => ev,
+        Err(e) => return neg(Err(e)),
+    };
+    neg(guarded(|| {
+        let r = o.repr();
         // SAFETY: a live event we made.
         let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
         let fail = |e: i32| {
@@ -791,7 +831,7 @@ pub unsafe extern "C" fn get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma
             (*new).event = ev;
         }
         Ok(())
-    })
+    }))
 }
 
 trait CloneAttr {

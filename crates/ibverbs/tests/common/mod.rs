@@ -165,6 +165,17 @@ fn read(p: &Path) -> String {
 /// Builds `tests/c/NAME.c` with AddressSanitizer and UBSan against
 /// Debian's `<infiniband/verbs.h>`; returns the executable's path.
 pub fn build_c(name: &str) -> String {
+    build_c_libs(name, &[])
+}
+
+/// [`build_c`] linking `libs` too (`-lrdmacm`: librdmacm-dev's headers,
+/// our library under that soname).
+pub fn build_c_libs(name: &str, libs: &[&str]) -> String {
+    build_c_with(name, &[], libs)
+}
+
+/// [`build_c`] with extra compiler flags `cflags` and libraries `libs`.
+pub fn build_c_with(name: &str, cflags: &[&str], libs: &[&str]) -> String {
     let gcc = require_tool("gcc");
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let exe = profile_dir().join(format!("softrdma-ibverbs-c-{name}"));
@@ -174,8 +185,10 @@ pub fn build_c(name: &str) -> String {
             "-fsanitize=address,undefined",
             "-fno-sanitize-recover=undefined",
         ])
+        .args(cflags)
         .args(["-fno-omit-frame-pointer", &src, "-o"])
         .arg(&exe)
+        .args(libs)
         .args(["-libverbs", "-lpthread"])
         .output()
         .expect("gcc");

@@ -81,21 +81,19 @@ impl ChanInner {
         if n == 0 {
             return;
         }
-        // SAFETY: writes 8 bytes from a valid u64. It cannot overflow:
-        // the count is bounded by the queue length.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&n as *const u64).cast(), 8) };
+        // It cannot overflow: the count is bounded by the queue length. A
+        // raw system call: no cancellation point.
+        let _ = softrdma_io::sys_write(self.fd.as_raw_fd(), &n.to_ne_bytes());
     }
 
     /// Takes one count: blocks while there is none, unless the descriptor
-    /// is non-blocking (EAGAIN).
+    /// is non-blocking (EAGAIN). A cancellation point, as the kernel
+    /// descriptor's `read()` librdmacm blocks in.
     pub fn take_count(&self) -> io::Result<()> {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        if n == 8 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
+        let mut v = [0u8; 8];
+        match softrdma_io::read_blocking(self.fd.as_raw_fd(), &mut v)? {
+            8 => Ok(()),
+            _ => Err(io::Error::from_raw_os_error(libc::EIO)),
         }
     }
 
@@ -149,16 +147,30 @@ impl EventChannel {
     /// the descriptor is non-blocking (then `Error::Cm` with EAGAIN).
     pub fn get_event(&self) -> Result<CmEvent> {
         loop {
-            self.0.take_count().map_err(|e| {
-                Error::cm(e.raw_os_error().unwrap_or(libc::EIO), "rdma_get_cm_event")
-            })?;
-            let Some(q) = self.0.pop() else {
-                continue;
-            };
-            if let Some(ev) = super::id::deliver(&self.0, q) {
+            self.wait_count()?;
+            if let Some(ev) = self.take_counted() {
                 return Ok(ev);
             }
         }
+    }
+
+    /// The blocking half of [`EventChannel::get_event`]: takes one count of
+    /// the descriptor, waiting for it unless the descriptor is
+    /// non-blocking (then `Error::Cm` with EAGAIN). It holds no lock while
+    /// it waits and is a cancellation point, as librdmacm's `read()`: a
+    /// `pthread_cancel` of the waiting thread unwinds it from here.
+    pub fn wait_count(&self) -> Result<()> {
+        self.0
+            .take_count()
+            .map_err(|e| Error::cm(e.raw_os_error().unwrap_or(libc::EIO), "rdma_get_cm_event"))
+    }
+
+    /// The other half: after [`EventChannel::wait_count`] took a count, the
+    /// event it stands for — `None` when that event's id is gone (wait for
+    /// the next one). Never blocks.
+    pub fn take_counted(&self) -> Option<CmEvent> {
+        let q = self.0.pop()?;
+        super::id::deliver(&self.0, q)
     }
 
     /// The next event, waiting at most `timeout` (`Ok(None)` when none
@@ -168,22 +180,9 @@ impl EventChannel {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let mut p = libc::pollfd {
-                fd: self.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = left.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, ms) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(Error::io("polling the event channel", e));
-            }
-            if r == 0 {
+            let ready = softrdma_io::wait_readable(self.fd(), Some(left))
+                .map_err(|e| Error::io("polling the event channel", e))?;
+            if !ready {
                 return Ok(None);
             }
             self.0.take_count().map_err(|e| {

@@ -219,7 +219,7 @@ pub(crate) fn to_verbs(a: &QpAttrs, dest_port: u16) -> (crate::QpAttr, crate::At
 fn modify(dev: &Device, qpn: Qpn, a: &QpAttrs) -> Result<()> {
     let (attr, mask) = to_verbs(a, dev.local_addr().port());
     dev.shared()
-        .with_core(|c, now| c.modify_qp(now, qpn, &attr, mask))
+        .modify_qp(qpn, &attr, mask)
         .map_err(Error::from)
 }
 
@@ -228,9 +228,9 @@ fn modify_err(dev: &Device, qpn: Qpn) {
         qp_state: crate::QpState::Err,
         ..Default::default()
     };
-    let _ = dev
-        .shared()
-        .with_core(|c, now| c.modify_qp(now, qpn, &a, crate::AttrMask::STATE));
+    // What the QP can send now leaves first (`Shared::modify_qp`): the
+    // peer gets a SEND posted right before `rdma_disconnect`.
+    let _ = dev.shared().modify_qp(qpn, &a, crate::AttrMask::STATE);
 }
 
 /// The device's limit of RDMA READ/atomics in flight (librdmacm's
@@ -294,6 +294,7 @@ impl CmId {
             PortSpace::Tcp | PortSpace::Ib => QpType::Rc,
         });
         super::state::cleanup_at_exit();
+        crate::fork::watch();
         let mut g = lock();
         let e = IdEntry::new(channel.0.clone(), ps, qp_type, random_psn());
         let acks = e.acks.clone();
@@ -1044,6 +1045,12 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
     tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
             e.st, e.cm);
     release_port(g.st(), num, &e);
+    // In a forked child, the parent's connections are the parent's: its
+    // ids are forgotten here, nothing is sent (no DREQ, no REJ).
+    if e.dev.as_ref().is_some_and(Device::forked_away) {
+        g.defer_drop(e);
+        return Ok(());
+    }
     if let (Some(c), Some(dev)) = (e.cm, e.dev.clone()) {
         let t = now(dev.shared());
         if let Some(ds) = g.st().devs.get_mut(&dev.serial()) {
@@ -1055,7 +1062,7 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
     }
     if let Some(l) = &e.listen {
         let sid = service_id(e.ps, e.src.map_or(0, |s| s.port()));
-        for (dev, c) in &l.on {
+        for (dev, c) in l.on.iter().filter(|(d, _)| !d.forked_away()) {
             let t = now(dev.shared());
             if let Some(ds) = g.st().devs.get_mut(&dev.serial()) {
                 let _ = ds.cm.destroy(t, *c);

@@ -173,6 +173,12 @@ pub(crate) fn lock() -> Guard {
     }
 }
 
+/// The state's lock itself, for `crate::fork`'s handlers (held across a
+/// fork).
+pub(crate) fn lock_for_fork() -> MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Locks the state unless another thread holds it.
 pub(crate) fn try_lock() -> Option<Guard> {
     let mut g = match STATE.try_lock() {
