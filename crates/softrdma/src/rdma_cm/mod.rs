@@ -99,9 +99,10 @@ pub enum EventType {
     Disconnected = 10,
     /// Never sent by softrdma.
     DeviceRemoval = 11,
-    /// Never sent by softrdma (no multicast).
+    /// A join completed (`join_multicast`: the group's address handle in
+    /// the event's UD parameters).
     MulticastJoin = 12,
-    /// Never sent by softrdma (no multicast).
+    /// A join failed (status -1, as the kernel's for a failed attach).
     MulticastError = 13,
     /// Never sent by softrdma.
     AddrChange = 14,
