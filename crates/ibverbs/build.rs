@@ -79,6 +79,7 @@ fn main() {
          #include <stddef.h>\n#include <infiniband/verbs.h>\n",
     );
     let mut table = ffi::layout_table();
+    table.extend(ffi::xrc_layout_table());
     if cm_header.exists() {
         c.push_str(
             "#include <infiniband/sa.h>\n#include <rdma/rdma_cma.h>\n#include <rdma/rdma_verbs.h>\n#include <rdma/rsocket.h>\n",
@@ -269,7 +270,9 @@ fn c_fn_pointer(f: &syn::TypeBareFn) -> String {
 /// For every `Option<FnType>` member of a structure of ffi.rs: the member
 /// has the C type of `FnType` (`__builtin_types_compatible_p`).
 fn fn_pointer_checks(dir: &str, newer: &dyn Fn(&str, &str) -> bool) -> String {
-    let src = std::fs::read_to_string(format!("{dir}/src/ffi.rs")).expect("ffi.rs");
+    // ffi.rs and the file it includes (XRC's structures).
+    let src = std::fs::read_to_string(format!("{dir}/src/ffi.rs")).expect("ffi.rs")
+        + &std::fs::read_to_string(format!("{dir}/src/ffi_xrc.rs")).expect("ffi_xrc.rs");
     let file = syn::parse_file(&src).expect("ffi.rs parses");
     let aliases: std::collections::HashMap<String, &syn::TypeBareFn> = file
         .items

@@ -19,7 +19,9 @@
 # Memory windows (verbs_ops.c's mw_type1, mw_local_inv, send_inv: a
 # window bound on one side, WRITE and READ through it from the other, then
 # an unbound or invalidated window refused with NAK remote access error),
-# both directions, at MTU 1024.
+# both directions, at MTU 1024. UD multicast (mckey over rdma_cm, IPv4
+# group 239.67.1.1), softrdma receiving and rxe receiving. XRC has no
+# case: rxe has no XRC.
 # Every exchange is captured by softrdma (SOFTRDMA_PCAP) and checked:
 # each packet softrdma sent has a valid ICRC and decodes in tshark
 # (`-d udp.port==4791,infiniband`) with no malformed-packet warning.
@@ -303,6 +305,71 @@ cm_both rdmacm_v6_udaddy "udaddy -b $CASE_GUEST_IP" "udaddy -s" \
 unset CASE_HOST_IP CASE_GUEST_IP
 ip -n rigpeer addr del 2001:db8:1::1/64 dev rigtap0 2>/dev/null
 fi
+
+# UD multicast over rdma_cm (mckey, rdmacm-utils): one side receives, the
+# other sends 10 messages to the group (QPN 0xFFFFFF), each role on each
+# side. rxe's rdma_cm joins the IP group for the RoCE v2 MGID
+# ::ffff:239.x (cma_igmp_send); IPv6 groups it refuses on 6.1 (ENOTSUPP
+# from cma_iboe_join_multicast), so only IPv4 here.
+# mc_case NAME RECEIVER(softrdma|rxe) GROUP
+mc_case() {
+  local name=$1 rx=$2 grp=$3
+  wanted "$name" || return 0
+  local pcap="$OUT/$name.pcap" hlog="$OUT/$name.host.log" glog="$name.guest.log" rc=0 why="" i
+  local henv=(SOFTRDMA_ADDR=$HOST_IP SOFTRDMA_PCAP="$pcap" SOFTRDMA_MTU=1024)
+  local t0=$SECONDS
+  rm -f "$PEER_DIR/$glog" "$hlog"
+  # The sender starts once the receiver's join completed (its QP is
+  # attached when mckey takes the MULTICAST_JOIN event and prints it):
+  # UD multicast has no retransmission.
+  if [ "$rx" = softrdma ]; then
+    ip netns exec rigpeer env "${henv[@]}" timeout 150 "$SR" exec -- \
+      mckey -m "$grp" -b $HOST_IP -C 10 >"$hlog" 2>&1 &
+    local hp=$!
+    for i in $(seq 1 60); do grep -q 'joined dgid' "$hlog" 2>/dev/null && break; sleep 1; done
+    guest "timeout 120 mckey -m $grp -b $GUEST_IP -C 10 -s > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog" \
+      >/dev/null 2>&1
+    wait "$hp" || { rc=$?; why="softrdma receiver exited $rc"; }
+  else
+    guest "( timeout 150 mckey -m $grp -b $GUEST_IP -C 10 > /rig/$glog 2>&1; echo RC=\$? >> /rig/$glog ) &" \
+      >/dev/null 2>&1
+    for i in $(seq 1 60); do grep -q 'joined dgid' "$PEER_DIR/$glog" 2>/dev/null && break; sleep 1; done
+    ip netns exec rigpeer env "${henv[@]}" timeout 120 "$SR" exec -- \
+      mckey -m "$grp" -b $HOST_IP -C 10 -s >"$hlog" 2>&1 || { rc=$?; why="softrdma sender exited $rc"; }
+    for i in $(seq 1 60); do grep -q '^RC=' "$PEER_DIR/$glog" 2>/dev/null && break; sleep 1; done
+  fi
+  cp "$PEER_DIR/$glog" "$OUT/$glog" 2>/dev/null
+  grep -q '^RC=0' "$PEER_DIR/$glog" 2>/dev/null || { rc=1; why="${why:+$why; }rxe's mckey failed"; }
+  local f
+  for f in "$hlog" "$PEER_DIR/$glog"; do
+    grep -q "joined dgid: ::ffff:$grp" "$f" 2>/dev/null &&
+      grep -q 'data transfers complete' "$f" && grep -q 'return status 0' "$f" ||
+      { rc=1; why="${why:+$why; }$(basename "$f") lacks the join or the transfers"; }
+  done
+  if [ $rc = 0 ]; then
+    local p n
+    p=$(check_pcap "$name" "$pcap") || { rc=1; why="$p"; }
+    # The 10 messages, to the group's IP address and QPN 0xFFFFFF, in
+    # softrdma's capture (sent, or received on the group's socket).
+    n=$(tshark -r "$pcap" -d udp.port==4791,infiniband \
+      -Y "ip.dst == $grp && infiniband.bth.destqp == 0xffffff" 2>/dev/null | wc -l)
+    [ "$n" -ge 10 ] || { rc=1; why="${why:+$why; }$n packets to $grp QPN 0xFFFFFF in the capture"; }
+  fi
+  if [ $rc = 0 ]; then
+    PASS=$((PASS + 1))
+    printf '  ok    %-40s %3ss\n' "$name" $((SECONDS - t0)) | tee -a "$OUT/results.txt"
+  else
+    FAILS+=("$name: $why")
+    printf '  FAIL  %-40s %3ss  %s\n' "$name" $((SECONDS - t0)) "$why" | tee -a "$OUT/results.txt"
+  fi
+}
+if section_wanted mcast_mckey_rx-{softrdma,rxe}; then
+  say "UD multicast: mckey over rdma_cm, 239.67.1.1, each side receiving"
+  mc_case mcast_mckey_rx-softrdma softrdma 239.67.1.1
+  mc_case mcast_mckey_rx-rxe rxe 239.67.1.1
+fi
+# XRC: rxe has none (no IBV_DEVICE_XRC, ibv_open_xrcd fails with
+# EOPNOTSUPP; Linux 6.1 and 6.12 alike), so there is no interop case.
 
 if section_wanted loss3_{write,read,send}_bw_8192_srv-{softrdma,rxe}; then
 say "loss: tc netem loss 3% on the VM's link"

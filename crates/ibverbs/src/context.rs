@@ -4,7 +4,8 @@
 //! program sees), with `sz` and `abi_compat = __VERBS_ABI_IS_EXTENDED` so
 //! verbs.h's `verbs_get_ctx_op` finds the extended entry points we fill
 //! (`query_port`, `query_device_ex`, `create_cq_ex`, `create_qp_ex`,
-//! `create_srq_ex`, `query_rt_values`); every other slot stays NULL and the
+//! `create_srq_ex`, `query_rt_values`, the XRC slots `open_xrcd`,
+//! `close_xrcd`, `open_qp`, `get_srq_num`, …); every other slot stays NULL and the
 //! inline wrappers fail with EOPNOTSUPP themselves.
 //!
 //! Closing a context with PDs, CQs or channels still alive (perftest's
@@ -201,6 +202,10 @@ pub fn new_context(
     vctx.dealloc_td = Some(crate::domain::dealloc_td);
     vctx.alloc_parent_domain = Some(crate::domain::alloc_parent_domain);
     vctx.advise_mr = Some(crate::mr::advise_mr);
+    vctx.open_xrcd = Some(crate::xrc::open_xrcd);
+    vctx.close_xrcd = Some(crate::xrc::close_xrcd);
+    vctx.open_qp = Some(crate::xrc::open_qp);
+    vctx.get_srq_num = Some(crate::xrc::get_srq_num);
     vctx.sz = std::mem::size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &entry.c as *const ibv_device as *mut ibv_device;

@@ -221,12 +221,12 @@ pub struct verbs_context {
     pub ABI_placeholder2: *mut c_void,
     pub ibv_create_flow: *mut c_void,
     pub ABI_placeholder1: *mut c_void,
-    pub open_qp: *mut c_void,
+    pub open_qp: Option<OpenQpFn>,
     pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: Option<GetSrqNumFn>,
     pub create_srq_ex: Option<CreateSrqExFn>,
-    pub open_xrcd: *mut c_void,
-    pub close_xrcd: *mut c_void,
+    pub open_xrcd: Option<OpenXrcdFn>,
+    pub close_xrcd: Option<CloseXrcdFn>,
     pub _ABI_placeholder3: u64,
     pub sz: usize,
     pub context: ibv_context,
@@ -520,7 +520,7 @@ pub struct ibv_srq_init_attr_ex {
     pub comp_mask: u32,
     pub srq_type: c_int,
     pub pd: *mut ibv_pd,
-    pub xrcd: *mut c_void,
+    pub xrcd: *mut ibv_xrcd,
     pub cq: *mut ibv_cq,
     pub tm_cap: ibv_tm_cap,
 }
@@ -565,7 +565,7 @@ pub struct ibv_qp_init_attr_ex {
     pub sq_sig_all: c_int,
     pub comp_mask: u32,
     pub pd: *mut ibv_pd,
-    pub xrcd: *mut c_void,
+    pub xrcd: *mut ibv_xrcd,
     pub create_flags: u32,
     pub max_tso_header: u16,
     pub rwq_ind_tbl: *mut c_void,
@@ -1260,3 +1260,5 @@ layout_checks! {
     struct ibv_td { context }
     struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
 }
+
+include!("ffi_xrc.rs");

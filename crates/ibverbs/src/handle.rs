@@ -56,6 +56,8 @@ pub enum Kind {
     CmEvent,
     Td,
     ImportedMr,
+    Xrcd,
+    TgtQp,
 }
 
 /// What a Rust type needs to say to live behind a C pointer.

@@ -86,3 +86,4 @@ mod srq;
 mod sysfs;
 #[allow(missing_docs)]
 mod util;
+mod xrc;

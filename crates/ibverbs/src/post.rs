@@ -226,6 +226,10 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
         let u = unsafe { w.wr.ud };
         wr.ud = Some(ud_dest(u.ah, u.remote_qpn, u.remote_qkey)?);
     }
+    if q.is_xrc_send() {
+        // `wr.qp_type.xrc.remote_srqn`: the XRC SRQ at the target.
+        wr.remote_srqn = w.qp_type.xrc.remote_srqn;
+    }
     Ok(wr)
 }
 

@@ -46,6 +46,9 @@ impl Qp {
     pub fn is_ud(&self) -> bool {
         self.qp_type == IBV_QPT_UD
     }
+    pub fn is_xrc_send(&self) -> bool {
+        self.qp_type == IBV_QPT_XRC_SEND
+    }
 }
 
 /// The data path's check (post, `ibv_wr_*`): NULL and the magic word.
@@ -84,9 +87,24 @@ fn new_qp(
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
-        8..=10 | 0xff => return Err(libc::EOPNOTSUPP), // raw packet, XRC, driver
+        IBV_QPT_XRC_SEND => QpType::XrcSend,
+        // A TGT QP comes from an XRC domain (ibv_create_qp_ex).
+        IBV_QPT_XRC_RECV => return Err(libc::EINVAL),
+        8 | 0xff => return Err(libc::EOPNOTSUPP), // raw packet, driver
         _ => return Err(libc::EINVAL),
     };
+    // An XRC INI QP has no receive side: uverbs ignores its receive CQ
+    // and SRQ (the send CQ stands for both) and its receive capabilities.
+    let xrc_ini = t == QpType::XrcSend;
+    let (recv_cq, srq) = if xrc_ini {
+        (send_cq, std::ptr::null_mut())
+    } else {
+        (recv_cq, srq)
+    };
+    if xrc_ini {
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
     let x = Obj::<Pd>::get_use(p).ok_or(libc::EINVAL)?;
     let scq = Obj::<Cq>::get_use(send_cq).ok_or(libc::EINVAL)?;
     let rcq = Obj::<Cq>::get_use(recv_cq).ok_or(libc::EINVAL)?;
@@ -200,16 +218,21 @@ pub unsafe extern "C" fn create_qp_ex(
         }
         // SAFETY: valid attribute structure.
         let a = unsafe { &mut *attr };
-        let known =
-            IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-            return Err(libc::EINVAL);
-        }
+        let known = IBV_QP_INIT_ATTR_PD
+            | IBV_QP_INIT_ATTR_XRCD
+            | IBV_QP_INIT_ATTR_CREATE_FLAGS
+            | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         if a.comp_mask & !known != 0 {
-            return Err(libc::EOPNOTSUPP); // XRC, RSS, TSO
+            return Err(libc::EOPNOTSUPP); // RSS, TSO
         }
         if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
             return Err(libc::EOPNOTSUPP);
+        }
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            return crate::xrc::create_tgt_qp(&c, a);
+        }
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
         }
         if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
             && a.send_ops_flags & !SEND_OPS_SUPPORTED != 0
@@ -242,6 +265,14 @@ pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
 }
 
 pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {
+    if crate::xrc::tgt(q).is_some() {
+        return guard_errno(|| crate::xrc::destroy_tgt(q));
+    }
+    // A QP still attached to multicast groups: EBUSY (uverbs refuses a
+    // user's destroy until the program detaches them).
+    if Obj::<Qp>::get(q).is_some_and(|x| !x.qp.mcast_groups().is_empty()) {
+        return libc::EBUSY;
+    }
     guard_errno(|| match Obj::<Qp>::take(q) {
         Ok(x) => {
             x.ctx
@@ -263,70 +294,113 @@ fn qp_state(v: c_int) -> Result<QpState, i32> {
         .ok_or(libc::EINVAL)
 }
 
+/// `ibv_qp_attr` and its mask as softrdma's `QpAttr`.
+fn qp_attr_of(a: &ibv_qp_attr, mask: c_int, ctx: &Ctx) -> Result<(QpAttr, AttrMask), i32> {
+    let m = AttrMask(mask as u32);
+    if mask < 0 {
+        return Err(libc::EINVAL);
+    }
+    let mut qa = QpAttr::default();
+    if m.contains(AttrMask::STATE) {
+        qa.qp_state = qp_state(a.qp_state)?;
+    }
+    if m.contains(AttrMask::CUR_STATE) {
+        qa.cur_qp_state = qp_state(a.cur_qp_state)?;
+    }
+    if m.contains(AttrMask::PATH_MTU) {
+        qa.path_mtu = u32::try_from(a.path_mtu)
+            .ok()
+            .and_then(Mtu::from_ibv)
+            .ok_or(libc::EINVAL)?;
+    }
+    if m.contains(AttrMask::AV) {
+        qa.ah_attr = address_vector(&a.ah_attr)?;
+        ctx.check_peer(qa.ah_attr.dest);
+    }
+    if m.contains(AttrMask::CAP) {
+        // Resizing a QP's queues is not supported.
+        return Err(libc::EINVAL);
+    }
+    qa.qkey = QKey(a.qkey);
+    qa.rq_psn = Psn::new(a.rq_psn);
+    qa.sq_psn = Psn::new(a.sq_psn);
+    qa.dest_qp_num = Qpn::new(a.dest_qp_num);
+    qa.qp_access_flags = Access(a.qp_access_flags);
+    qa.pkey_index = a.pkey_index;
+    qa.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    qa.max_rd_atomic = a.max_rd_atomic;
+    qa.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    qa.min_rnr_timer = a.min_rnr_timer;
+    qa.port_num = a.port_num;
+    qa.timeout = a.timeout;
+    qa.retry_cnt = a.retry_cnt;
+    qa.rnr_retry = a.rnr_retry;
+    Ok((qa, m))
+}
+
 pub unsafe extern "C" fn modify_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     guard_errno(|| {
-        let Some(x) = Obj::<Qp>::get(q) else {
-            return libc::EINVAL;
-        };
         if attr.is_null() {
             return libc::EINVAL;
         }
         // SAFETY: valid attribute structure.
         let a = unsafe { &*attr };
-        let m = AttrMask(mask as u32);
-        let r = (|| -> Result<(), i32> {
-            if mask < 0 {
-                return Err(libc::EINVAL);
-            }
-            let mut qa = QpAttr::default();
-            if m.contains(AttrMask::STATE) {
-                qa.qp_state = qp_state(a.qp_state)?;
-            }
-            if m.contains(AttrMask::CUR_STATE) {
-                qa.cur_qp_state = qp_state(a.cur_qp_state)?;
-            }
-            if m.contains(AttrMask::PATH_MTU) {
-                qa.path_mtu = u32::try_from(a.path_mtu)
-                    .ok()
-                    .and_then(Mtu::from_ibv)
-                    .ok_or(libc::EINVAL)?;
-            }
-            if m.contains(AttrMask::AV) {
-                qa.ah_attr = address_vector(&a.ah_attr)?;
-                x.ctx.check_peer(qa.ah_attr.dest);
-            }
-            if m.contains(AttrMask::CAP) {
-                // Resizing a QP's queues is not supported.
-                return Err(libc::EINVAL);
-            }
-            qa.qkey = QKey(a.qkey);
-            qa.rq_psn = Psn::new(a.rq_psn);
-            qa.sq_psn = Psn::new(a.sq_psn);
-            qa.dest_qp_num = Qpn::new(a.dest_qp_num);
-            qa.qp_access_flags = Access(a.qp_access_flags);
-            qa.pkey_index = a.pkey_index;
-            qa.en_sqd_async_notify = a.en_sqd_async_notify != 0;
-            qa.max_rd_atomic = a.max_rd_atomic;
-            qa.max_dest_rd_atomic = a.max_dest_rd_atomic;
-            qa.min_rnr_timer = a.min_rnr_timer;
-            qa.port_num = a.port_num;
-            qa.timeout = a.timeout;
-            qa.retry_cnt = a.retry_cnt;
-            qa.rnr_retry = a.rnr_retry;
-            x.qp.modify(&qa, m).map_err(|e| e.errno())
-        })();
+        let (r, api) = if let Some(x) = Obj::<Qp>::get(q) {
+            let r = qp_attr_of(a, mask, &x.ctx)
+                .and_then(|(qa, m)| x.qp.modify(&qa, m).map_err(|e| e.errno()));
+            (r, x.api())
+        } else if let Some(x) = crate::xrc::tgt(q) {
+            let r = qp_attr_of(a, mask, &x.ctx)
+                .and_then(|(qa, m)| x.qp.modify(&qa, m).map_err(|e| e.errno()));
+            (r, x.api())
+        } else {
+            return libc::EINVAL;
+        };
         match r {
             Ok(()) => {
-                if m.contains(AttrMask::STATE) {
+                if AttrMask(mask as u32).contains(AttrMask::STATE) {
                     // libibverbs keeps `qp->state` in step with modify.
                     // SAFETY: a field of our own allocation.
-                    unsafe { (*x.api()).state = a.qp_state };
+                    unsafe { (*api).state = a.qp_state };
                 }
                 0
             }
             Err(e) => e,
         }
     })
+}
+
+/// softrdma's attributes as `ibv_qp_attr` (`ud`: no path to report).
+fn ibv_attr_of(qa: &QpAttr, cap: ibv_qp_cap, ud: bool) -> ibv_qp_attr {
+    let mut o = ibv_qp_attr {
+        qp_state: qa.qp_state.to_ibv() as c_int,
+        cur_qp_state: qa.qp_state.to_ibv() as c_int,
+        path_mtu: qa.path_mtu as c_int,
+        path_mig_state: 0, // IBV_MIG_MIGRATED
+        qkey: qa.qkey.0,
+        rq_psn: qa.rq_psn.value(),
+        sq_psn: qa.sq_psn.value(),
+        dest_qp_num: qa.dest_qp_num.value(),
+        qp_access_flags: qa.qp_access_flags.0,
+        cap,
+        ah_attr: ah_attr_of(&qa.ah_attr),
+        pkey_index: qa.pkey_index,
+        en_sqd_async_notify: qa.en_sqd_async_notify as u8,
+        sq_draining: 0,
+        max_rd_atomic: qa.max_rd_atomic,
+        max_dest_rd_atomic: qa.max_dest_rd_atomic,
+        min_rnr_timer: qa.min_rnr_timer,
+        port_num: 1,
+        timeout: qa.timeout,
+        retry_cnt: qa.retry_cnt,
+        rnr_retry: qa.rnr_retry,
+        ..Default::default()
+    };
+    if ud || qa.qp_state == QpState::Reset || qa.qp_state == QpState::Init {
+        // No path yet (or none at all).
+        o.ah_attr = ibv_ah_attr::default();
+    }
+    o
 }
 
 pub unsafe extern "C" fn query_qp(
@@ -336,49 +410,17 @@ pub unsafe extern "C" fn query_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard_errno(|| {
-        let Some(x) = Obj::<Qp>::get(q) else {
-            return libc::EINVAL;
-        };
         if attr.is_null() || init.is_null() {
             return libc::EINVAL;
         }
-        let qa = match x.qp.query() {
-            Ok(a) => a,
-            Err(e) => return e.errno(),
-        };
-        let mut o = ibv_qp_attr {
-            qp_state: qa.qp_state.to_ibv() as c_int,
-            cur_qp_state: qa.qp_state.to_ibv() as c_int,
-            path_mtu: qa.path_mtu as c_int,
-            path_mig_state: 0, // IBV_MIG_MIGRATED
-            qkey: qa.qkey.0,
-            rq_psn: qa.rq_psn.value(),
-            sq_psn: qa.sq_psn.value(),
-            dest_qp_num: qa.dest_qp_num.value(),
-            qp_access_flags: qa.qp_access_flags.0,
-            cap: x.cap,
-            ah_attr: ah_attr_of(&qa.ah_attr),
-            pkey_index: qa.pkey_index,
-            en_sqd_async_notify: qa.en_sqd_async_notify as u8,
-            sq_draining: 0,
-            max_rd_atomic: qa.max_rd_atomic,
-            max_dest_rd_atomic: qa.max_dest_rd_atomic,
-            min_rnr_timer: qa.min_rnr_timer,
-            port_num: 1,
-            timeout: qa.timeout,
-            retry_cnt: qa.retry_cnt,
-            rnr_retry: qa.rnr_retry,
-            ..Default::default()
-        };
-        if x.is_ud() || qa.qp_state == QpState::Reset || qa.qp_state == QpState::Init {
-            // No path yet (or none at all).
-            o.ah_attr = ibv_ah_attr::default();
-        }
-        // SAFETY: valid output structures.
-        unsafe {
-            attr.write(o);
-            let c = &*x.api();
-            init.write(ibv_qp_init_attr {
+        let (o, i) = if let Some(x) = Obj::<Qp>::get(q) {
+            let qa = match x.qp.query() {
+                Ok(a) => a,
+                Err(e) => return e.errno(),
+            };
+            // SAFETY: our own allocation.
+            let c = unsafe { &*x.api() };
+            let i = ibv_qp_init_attr {
                 qp_context: c.qp_context,
                 send_cq: c.send_cq,
                 recv_cq: c.recv_cq,
@@ -386,17 +428,70 @@ pub unsafe extern "C" fn query_qp(
                 cap: x.cap,
                 qp_type: x.qp_type,
                 sq_sig_all: x.sq_sig_all,
-            });
+            };
+            (ibv_attr_of(&qa, x.cap, x.is_ud()), i)
+        } else if let Some(x) = crate::xrc::tgt(q) {
+            let qa = match x.qp.query() {
+                Ok(a) => a,
+                Err(e) => return e.errno(),
+            };
+            // SAFETY: our own allocation.
+            let c = unsafe { &*x.api() };
+            let i = ibv_qp_init_attr {
+                qp_context: c.qp_context,
+                send_cq: std::ptr::null_mut(),
+                recv_cq: std::ptr::null_mut(),
+                srq: std::ptr::null_mut(),
+                cap: ibv_qp_cap::default(),
+                qp_type: IBV_QPT_XRC_RECV,
+                sq_sig_all: 0,
+            };
+            (ibv_attr_of(&qa, ibv_qp_cap::default(), false), i)
+        } else {
+            return libc::EINVAL;
+        };
+        // SAFETY: valid output structures.
+        unsafe {
+            attr.write(o);
+            init.write(i);
         }
         0
     })
 }
 
-pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
+/// `ibv_attach_mcast` (IBVERBS_1.1): a UD QP joins multicast group `gid`.
+/// The LID means nothing on RoCE (the kernel checks it only on IB links).
+pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
     guard_errno(|| {
-        if Obj::<Qp>::get(q).is_none() {
+        let Some(x) = Obj::<Qp>::get(q) else {
+            return libc::EINVAL;
+        };
+        if gid.is_null() {
             return libc::EINVAL;
         }
-        libc::EOPNOTSUPP
+        // SAFETY: a valid GID.
+        let g = unsafe { (*gid).raw };
+        match x.qp.attach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    })
+}
+
+/// `ibv_detach_mcast` (IBVERBS_1.1).
+pub unsafe extern "C" fn detach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
+    guard_errno(|| {
+        let Some(x) = Obj::<Qp>::get(q) else {
+            return libc::EINVAL;
+        };
+        if gid.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a valid GID.
+        let g = unsafe { (*gid).raw };
+        match x.qp.detach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
     })
 }

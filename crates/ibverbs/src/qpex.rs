@@ -216,8 +216,17 @@ unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32
     })
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, _srqn: u32) {
-    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+/// `ibv_wr_set_xrc_srqn`: the XRC SRQ at the target of the request being
+/// built (XRC INI QPs only).
+unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, srqn: u32) {
+    with(q, |x, b| {
+        if !x.is_xrc_send() {
+            return fail(b, libc::EINVAL);
+        }
+        if let Some(w) = last(b) {
+            w.remote_srqn = srqn;
+        }
+    })
 }
 
 fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {

@@ -53,7 +53,9 @@ fn device_attr(c: &Context) -> ibv_device_attr {
         // window is freed with its QP, the two are one.
         | IBV_DEVICE_MEM_WINDOW
         | IBV_DEVICE_MEM_WINDOW_TYPE_2A
-        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+        // XRC domains, SRQs and INI/TGT QPs (see `xrc`).
+        | IBV_DEVICE_XRC;
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge_rd);
     d.max_cq = i(a.max_cq);
@@ -65,6 +67,10 @@ fn device_attr(c: &Context) -> ibv_device_attr {
     d.max_res_rd_atom = i(a.max_qp_rd_atom.saturating_mul(a.max_qp));
     d.atomic_cap = IBV_ATOMIC_HCA;
     d.max_ah = i(a.max_ah);
+    // UD multicast: rxe's limits (see softrdma_proto::mcast).
+    d.max_mcast_grp = softrdma::limits::MAX_MCAST_GRP as c_int;
+    d.max_mcast_qp_attach = softrdma::limits::MAX_MCAST_QP_ATTACH as c_int;
+    d.max_total_mcast_qp_attach = softrdma::limits::MAX_TOTAL_MCAST_QP_ATTACH as c_int;
     d.max_mw = i(a.max_mw);
     d.max_srq = i(a.max_srq);
     d.max_srq_wr = i(a.max_srq_wr);
@@ -131,6 +137,9 @@ pub unsafe extern "C" fn query_device_ex(
                 ud_odp_caps: odp.ud,
             },
         };
+        // XRC reaches on-demand regions through RC's paths (SENDs land in
+        // XRC SRQs' WQEs).
+        x.xrc_odp_caps = odp.rc;
         // The 32 flags of ibv_device_attr and the Memory Placement
         // Extensions (FLUSH both ways, ATOMIC WRITE).
         x.device_cap_flags_ex = x.orig_attr.device_cap_flags as u64

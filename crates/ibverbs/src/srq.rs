@@ -14,6 +14,8 @@ pub struct Srq {
     pub srq: SharedReceiveQueue,
     _pd: Use<Pd>,
     ctx: Ctx,
+    /// An XRC SRQ's domain handle and CQ (it counts as their user).
+    _xrc: Option<(Use<crate::xrc::Xrcd>, Use<crate::cq::Cq>)>,
 }
 
 impl Castable for Srq {
@@ -47,30 +49,42 @@ pub unsafe extern "C" fn create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr
             a.attr.max_sge = s;
         }
         let ctx = x.ctx.clone();
-        let mut c: ibv_srq = zeroed();
-        c.context = ctx.api();
-        c.srq_context = a.srq_context;
-        c.pd = x.api();
-        c.handle = srq.id().0;
-        let id = srq.id().0;
-        let placement = crate::domain::placement(&x, crate::domain::RES_TYPE_SRQ);
-        let o = Obj::new_in(
-            c,
-            Srq {
-                srq,
-                _pd: x,
-                ctx: ctx.clone(),
-            },
-            placement,
-        )
-        .map_err(|(e, _)| e)?;
-        ctx.objs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .srqs
-            .insert(id, Arc::downgrade(&o));
-        Ok(o.publish())
+        publish(&ctx, srq, x, a.srq_context, None)
     })
+}
+
+/// Hands an SRQ to C.
+pub fn publish(
+    ctx: &Ctx,
+    srq: SharedReceiveQueue,
+    x: Use<Pd>,
+    srq_context: *mut std::ffi::c_void,
+    xrc: Option<(Use<crate::xrc::Xrcd>, Use<crate::cq::Cq>)>,
+) -> Result<*mut ibv_srq, i32> {
+    let mut c: ibv_srq = zeroed();
+    c.context = ctx.api();
+    c.srq_context = srq_context;
+    c.pd = x.api();
+    c.handle = srq.id().0;
+    let id = srq.id().0;
+    let placement = crate::domain::placement(&x, crate::domain::RES_TYPE_SRQ);
+    let o = Obj::new_in(
+        c,
+        Srq {
+            srq,
+            _pd: x,
+            ctx: ctx.clone(),
+            _xrc: xrc,
+        },
+        placement,
+    )
+    .map_err(|(e, _)| e)?;
+    ctx.objs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .srqs
+        .insert(id, Arc::downgrade(&o));
+    Ok(o.publish())
 }
 
 pub unsafe extern "C" fn create_srq_ex(
@@ -78,17 +92,30 @@ pub unsafe extern "C" fn create_srq_ex(
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
     guard_ptr(|| {
-        if context(ctx).is_none() || attr.is_null() {
+        let Some(c) = context(ctx) else {
+            return Err(libc::EINVAL);
+        };
+        if attr.is_null() {
             return Err(libc::EINVAL);
         }
         // SAFETY: the caller passes a valid attribute structure.
         let a = unsafe { &mut *attr };
-        let basic = a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || a.srq_type == IBV_SRQT_BASIC;
+        let typed = a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0;
+        if typed && a.srq_type == IBV_SRQT_XRC {
+            return crate::xrc::create_xrc_srq(&c, a);
+        }
+        let basic = !typed || a.srq_type == IBV_SRQT_BASIC;
         if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
             return Err(libc::EINVAL);
         }
-        if !basic || a.comp_mask & !(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE) != 0 {
-            return Err(libc::EOPNOTSUPP); // XRC and tag-matching SRQs
+        // The XRC members mean nothing to a basic SRQ; tag matching is an
+        // offload softrdma does not have.
+        let known = IBV_SRQ_INIT_ATTR_PD
+            | IBV_SRQ_INIT_ATTR_TYPE
+            | IBV_SRQ_INIT_ATTR_XRCD
+            | IBV_SRQ_INIT_ATTR_CQ;
+        if !basic || a.comp_mask & !known != 0 {
+            return Err(libc::EOPNOTSUPP);
         }
         // ibv_srq_init_attr is the prefix of ibv_srq_init_attr_ex.
         // SAFETY: forwarded with the prefix structure.

@@ -165,6 +165,7 @@
 compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO, epoll, eventfd)");
 
 mod fd;
+mod mcast;
 pub mod mem;
 mod netdev;
 mod poll;
@@ -175,8 +176,9 @@ mod socket;
 mod sys;
 
 pub use fd::{EventFd, FdWatch};
+pub use mcast::interface_of;
 pub use netdev::interface_mtu;
-pub use poll::{Poller, Readiness, Waker};
+pub use poll::{PollRegistry, Poller, Readiness, Waker};
 pub use process::{
     at_exit, at_fork, fork_generation, is_nonblocking, read_blocking, readable_now, sys_read,
     sys_write, wait_readable, watch_forks, with_signals_blocked, NoCancel,

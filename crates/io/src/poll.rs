@@ -81,7 +81,7 @@ impl std::fmt::Debug for Waker {
 /// before sleeping. Timeouts also overshoot by the thread's timer slack
 /// (50 µs by default; `prctl(PR_SET_TIMERSLACK)` lowers it).
 pub struct Poller {
-    epoll: OwnedFd,
+    epoll: Arc<OwnedFd>,
     socket: RawFd,
     waker: Waker,
     writable_interest: bool,
@@ -113,7 +113,7 @@ impl Poller {
             TOKEN_WAKER,
         )?;
         Ok(Self {
-            epoll,
+            epoll: Arc::new(epoll),
             socket,
             waker: Waker {
                 inner: Arc::new(WakerInner {
@@ -128,6 +128,14 @@ impl Poller {
     /// A waker for this poller (clone it freely).
     pub fn waker(&self) -> Waker {
         self.waker.clone()
+    }
+
+    /// A handle that adds more sockets to watch (clone it freely; any
+    /// thread may use it while another waits).
+    pub fn registry(&self) -> PollRegistry {
+        PollRegistry {
+            epoll: self.epoll.clone(),
+        }
     }
 
     /// Also report writability (after a send returned fewer than asked).
@@ -159,7 +167,7 @@ impl Poller {
     /// is rounded up to whole milliseconds elsewhere. A signal makes it
     /// return an empty [`Readiness`].
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Readiness> {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
         let ret = epoll_wait(self.epoll.as_raw_fd(), &mut events, timeout);
         let n = match cvt(ret) {
             Ok(n) => n as usize,
@@ -196,6 +204,42 @@ impl Poller {
     fn drain_waker(&self) {
         self.waker.inner.eventfd.drain();
         self.waker.inner.pending.swap(false, Ordering::AcqRel);
+    }
+}
+
+/// Adds sockets to a [`Poller`]'s set, or removes them: their readability
+/// is reported as the main socket's ([`Readiness::readable`]). Used for a
+/// device's multicast group sockets.
+#[derive(Clone)]
+pub struct PollRegistry {
+    epoll: Arc<OwnedFd>,
+}
+
+impl PollRegistry {
+    /// Watches `socket` for readability.
+    pub fn add(&self, socket: &impl AsFd) -> io::Result<()> {
+        let fd = socket.as_fd().as_raw_fd();
+        ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN,
+            TOKEN_SOCKET,
+        )
+    }
+
+    /// Stops watching `socket` (closing it does too).
+    pub fn remove(&self, socket: &impl AsFd) -> io::Result<()> {
+        let fd = socket.as_fd().as_raw_fd();
+        ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, TOKEN_SOCKET)
+    }
+}
+
+impl std::fmt::Debug for PollRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollRegistry")
+            .field("epoll", &self.epoll.as_raw_fd())
+            .finish()
     }
 }
 

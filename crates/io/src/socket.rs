@@ -178,6 +178,17 @@ impl UdpSocket {
 
     /// Binds a socket to `addr` (port 0 picks a free port) with `config`.
     pub fn bind_with(addr: SocketAddr, config: &SocketConfig) -> io::Result<Self> {
+        Self::bind_with_reuse(addr, config, false)
+    }
+
+    /// [`UdpSocket::bind_with`], with `SO_REUSEADDR` when `reuse` (several
+    /// sockets bound to one multicast group and port each get a copy of
+    /// every datagram; see [`UdpSocket::bind_multicast`]).
+    pub(crate) fn bind_with_reuse(
+        addr: SocketAddr,
+        config: &SocketConfig,
+        reuse: bool,
+    ) -> io::Result<Self> {
         let v6 = addr.is_ipv6();
         let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
         // SAFETY: plain syscall with constant arguments; returns a new fd or -1.
@@ -256,6 +267,9 @@ impl UdpSocket {
             setsockopt_int(b, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us as _)?;
         }
 
+        if reuse {
+            setsockopt_int(b, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        }
         let (raw_addr, len) = RawAddr::encode(&addr, v6);
         // SAFETY: `raw_addr` holds a valid sockaddr of `len` bytes.
         cvt(unsafe { libc::bind(b.as_raw_fd(), raw_addr.as_ptr(), len) })?;

@@ -39,6 +39,28 @@ pub(crate) fn setsockopt_int(
     cvt(ret).map(drop)
 }
 
+/// Sets a socket option whose value is a plain C structure (`ip_mreqn`,
+/// `ipv6_mreq`).
+pub(crate) fn setsockopt_struct<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live `T` of plain data and the length passed is
+    // its size; the kernel only reads that many bytes.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    cvt(ret).map(drop)
+}
+
 /// Reads an integer socket option.
 pub(crate) fn getsockopt_int(
     fd: BorrowedFd<'_>,

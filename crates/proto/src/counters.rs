@@ -85,6 +85,14 @@ pub struct Counters {
     pub gsi_dropped: u64,
     /// MADs sent from QP 1.
     pub gsi_tx: u64,
+    /// XRC requests whose XRCETH names no XRC SRQ of the target QP's XRC
+    /// domain (NAKed as invalid requests when they are the expected PSN).
+    pub xrc_bad_srqn: u64,
+    /// Copies of multicast packets delivered to the QPs attached to their
+    /// group (one per QP, each then checked like any UD packet).
+    pub mcast_copies: u64,
+    /// Multicast packets for a group no QP of the device is attached to.
+    pub mcast_unmatched: u64,
 }
 
 impl AddAssign<&Counters> for Counters {
@@ -127,7 +135,10 @@ impl AddAssign<&Counters> for Counters {
             cnp_rcvd,
             gsi_rx,
             gsi_dropped,
-            gsi_tx
+            gsi_tx,
+            xrc_bad_srqn,
+            mcast_copies,
+            mcast_unmatched
         );
     }
 }
@@ -171,6 +182,9 @@ impl Counters {
             ("gsi_rx", self.gsi_rx),
             ("gsi_dropped", self.gsi_dropped),
             ("gsi_tx", self.gsi_tx),
+            ("xrc_bad_srqn", self.xrc_bad_srqn),
+            ("mcast_copies", self.mcast_copies),
+            ("mcast_unmatched", self.mcast_unmatched),
         ];
         all.into_iter().filter(|(_, v)| *v != 0).collect()
     }

@@ -1,353 +1,78 @@
 //! The device: object tables, the receive path (ICRC, P_Key, QP lookup,
 //! peer check, dispatch), the transmit round-robin and the timers.
 
+pub use crate::attr::{Advice, DeviceAttr, OdpCaps};
 use crate::counters::Counters;
 use crate::cq::Cq;
-use crate::gsi::{Gsi, GsiMad};
+pub use crate::datagram::{
+    guid_of, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
+};
+use crate::gsi::Gsi;
 use crate::limits;
 use crate::memory::{MrTable, RegionMemory, Rereg};
-use crate::note::{DropReason, Note, Notes};
-use crate::qp::{Ctx, Qp, RecvWqe, Srq};
+use crate::note::{DropReason, Notes};
+use crate::qp::{Qp, Srq};
 use crate::qpn::QpnAlloc;
 use crate::verbs::*;
 use crate::{Instant, KeyRng, Slab, U32Map};
-use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
 use softrdma_wire::icrc::solve_ipv4_id;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::IpRepr;
 use softrdma_wire::{IbPacket, PKey, PacketRepr, Qpn, Transport};
 use std::collections::{BTreeSet, VecDeque};
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-
-/// Configuration of a device.
-#[derive(Clone, Debug)]
-pub struct DeviceConfig {
-    /// The device's address: source of every packet, its GID.
-    pub local_ip: IpAddr,
-    /// UDP source port of every packet (the engine's socket port). It is
-    /// covered by the ICRC, so it must be what really goes on the wire.
-    pub udp_src_port: u16,
-    /// UDP port the device receives on (4791 on a real link).
-    pub udp_dst_port: u16,
-    /// Active MTU of the port in bytes (UD messages, `query_port`).
-    pub port_mtu: u32,
-    /// Seed for memory keys, initial PSNs and QP numbers when `key` is
-    /// `None` (deterministic: the simulator, tests).
-    pub seed: u64,
-    /// 256 bits keying the generator of memory keys, initial PSNs and
-    /// QP numbers; the engine draws them from the operating system.
-    pub key: Option<[u8; 32]>,
-    /// Node GUID.
-    pub node_guid: u64,
-    /// How multi-packet RC RDMA WRITEs (without immediate) go on the wire.
-    pub write_chunking: WriteChunking,
-    /// Accept an IPv4 packet whose ICRC only checks with an identification
-    /// other than 0 (solved from the ICRC; see
-    /// `softrdma_wire::icrc::solve_ipv4_id`). Peers that are not softrdma —
-    /// Linux rxe, RoCE NICs — send such packets, and a receiver on a UDP
-    /// socket cannot see the field. The price: for those packets the ICRC
-    /// catches a corruption with probability 1 − 2^-15 instead of 1 − 2^-32
-    /// (Ethernet's FCS still guards the link). Never used for loopback
-    /// sources, whose senders are softrdma and send identification 0.
-    pub infer_ipv4_ident: bool,
-}
-
-impl DeviceConfig {
-    /// A device at `ip` on the RoCE v2 port, MTU 4096.
-    pub fn new(ip: IpAddr, seed: u64) -> Self {
-        DeviceConfig {
-            local_ip: ip,
-            udp_src_port: limits::ROCE_PORT,
-            udp_dst_port: limits::ROCE_PORT,
-            port_mtu: limits::MAX_MTU,
-            seed,
-            key: None,
-            node_guid: guid_of(ip),
-            write_chunking: WriteChunking::Never,
-            infer_ipv4_ident: true,
-        }
-    }
-}
-
-/// How a multi-packet RC RDMA WRITE without immediate is sent.
-///
-/// The FIRST packet of a WRITE carries the RETH, so it is 16 bytes longer
-/// than the MIDDLE and LAST packets that follow; a driver that sends runs
-/// of equal-sized datagrams as one UDP GSO super-datagram (and a receiver
-/// that gets them as one GRO super-datagram) gets runs of two packets at
-/// most from a stream of 8 KiB WRITEs. Sent as one WRITE ONLY per packet,
-/// each with the RETH of its own bytes, every full packet has the same
-/// size. The responder places the bytes exactly as for FIRST … LAST; the
-/// wire differs (more, shorter messages; MSN counts each), so rxe and NICs
-/// get the standard segmentation: the engine chunks only towards loopback
-/// peers, which are softrdma devices on this host — the only ones it sends
-/// GSO runs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WriteChunking {
-    /// FIRST, MIDDLE…, LAST, as rxe sends them.
-    #[default]
-    Never,
-    /// WRITE ONLY per packet towards loopback addresses.
-    LoopbackPeers,
-    /// WRITE ONLY per packet towards every peer (tests, the simulator).
-    Always,
-}
-
-/// EUI-64-style node GUID derived from the address (stable per address, so
-/// it is known before a device is opened).
-pub use softrdma_wire::grh::node_guid_of as guid_of;
-
-/// Where a received datagram came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecvMeta {
-    /// Source address and UDP port.
-    pub src: SocketAddr,
-    /// Destination address (the device's).
-    pub dst: IpAddr,
-    /// Length of the UDP payload.
-    pub len: usize,
-    /// Traffic class / TOS as received (0 when unknown).
-    pub traffic_class: u8,
-    /// Hop limit / TTL as received (64 when unknown).
-    pub hop_limit: u8,
-}
-
-impl RecvMeta {
-    /// The IP/UDP headers as a UDP-socket receiver reconstructs them:
-    /// identification 0 and DF for IPv4 (what a Linux UDP socket sender
-    /// puts there); the ICRC masks the fields that vary.
-    pub fn datagram(&self, dst_port: u16) -> Option<DatagramRepr> {
-        let mut ip = IpRepr::between(self.src.ip(), self.dst, self.traffic_class).ok()?;
-        match &mut ip {
-            IpRepr::V4(r) => r.ttl = self.hop_limit,
-            IpRepr::V6(r) => r.hop_limit = self.hop_limit,
-        }
-        Some(DatagramRepr {
-            ip,
-            udp: UdpRepr {
-                src_port: self.src.port(),
-                dst_port,
-                checksum: 0,
-            },
-        })
-    }
-
-    /// The 40 bytes written before a UD payload.
-    pub fn grh_area(&self) -> [u8; GRH_LEN] {
-        match self.datagram(limits::ROCE_PORT) {
-            Some(d) => ud_grh_area(&d, self.len),
-            None => [0; GRH_LEN],
-        }
-    }
-}
-
-/// A datagram to send: its UDP payload is in the buffer given to
-/// [`Device::poll_transmit`], `len` bytes long — or, from
-/// [`Device::poll_transmit_gather`], partly in registered memory (see
-/// [`Transmit::gather`]).
-#[derive(Clone, Debug)]
-pub struct Transmit {
-    /// Destination address and UDP port.
-    pub dst: SocketAddr,
-    /// Bytes of UDP payload written.
-    pub len: usize,
-    /// Traffic class / DSCP+ECN to send with.
-    pub traffic_class: u8,
-    /// Hop limit / TTL to send with.
-    pub hop_limit: u8,
-    /// Zero-copy payload: the datagram is `buf[..gather.header_len]`, then
-    /// each piece's bytes, then `buf[gather.header_len..gather.header_len +
-    /// gather.trailer_len]` (pad and ICRC). `None`: all of it is in `buf`.
-    pub gather: Option<Gather>,
-}
-
-/// The parts of a zero-copy datagram.
-#[derive(Clone, Debug)]
-pub struct Gather {
-    /// Bytes of headers at the start of the buffer.
-    pub header_len: usize,
-    /// Bytes of pad and ICRC right after them in the buffer.
-    pub trailer_len: usize,
-    /// The payload, in order (up to [`MAX_GATHER`]).
-    pub pieces: [Option<crate::memory::Piece>; MAX_GATHER],
-    /// Sequence number of this zero-copy datagram (1, 2, … in the order
-    /// they are handed out): once the driver no longer reads its pieces
-    /// (sent, copied or dropped), it passes this number — or a later one,
-    /// for everything before it too — to [`Device::handle_released`].
-    pub seq: u64,
-}
-
-/// Payload pieces a zero-copy datagram may have; a payload in more pieces
-/// is copied.
-pub const MAX_GATHER: usize = 2;
-
-/// Output that is not a packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// An asynchronous event.
-    Async(AsyncEvent),
-    /// An armed CQ got a completion: signal its completion channel.
-    Completion(CqId),
-}
-
-/// Device attributes (`ibv_device_attr`, the parts that mean something here).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceAttr {
-    /// Node GUID.
-    pub node_guid: u64,
-    /// Largest region.
-    pub max_mr_size: u64,
-    /// Queue pairs.
-    pub max_qp: u32,
-    /// Work requests per queue.
-    pub max_qp_wr: u32,
-    /// SGEs per work request.
-    pub max_sge: u32,
-    /// SGEs per READ.
-    pub max_sge_rd: u32,
-    /// CQs.
-    pub max_cq: u32,
-    /// Entries per CQ.
-    pub max_cqe: u32,
-    /// Regions.
-    pub max_mr: u32,
-    /// Protection domains.
-    pub max_pd: u32,
-    /// Outstanding READ/atomic per QP as responder.
-    pub max_qp_rd_atom: u32,
-    /// Outstanding READ/atomic per QP as requester.
-    pub max_qp_init_rd_atom: u32,
-    /// SRQs.
-    pub max_srq: u32,
-    /// Work requests per SRQ.
-    pub max_srq_wr: u32,
-    /// SGEs per SRQ work request.
-    pub max_srq_sge: u32,
-    /// Address handles.
-    pub max_ah: u32,
-    /// P_Keys.
-    pub max_pkeys: u16,
-    /// Inline bytes.
-    pub max_inline_data: u32,
-    /// Memory windows.
-    pub max_mw: u32,
-    /// On-demand paging (`odp_caps`).
-    pub odp: OdpCaps,
-}
-
-/// On-demand paging capabilities (`ibv_odp_caps`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OdpCaps {
-    /// `IBV_ODP_SUPPORT` | `IBV_ODP_SUPPORT_IMPLICIT`.
-    pub general: u64,
-    /// What RC QPs do on ODP regions (`IBV_ODP_SUPPORT_*` bits).
-    pub rc: u32,
-    /// What UC QPs do.
-    pub uc: u32,
-    /// What UD QPs do.
-    pub ud: u32,
-    /// Largest implicit region (`max_size` of `ibv_odp_caps`' implicit
-    /// caps in the extended query; the whole 64-bit space).
-    pub implicit_max: u64,
-}
-
-impl OdpCaps {
-    /// IBV_ODP_SUPPORT.
-    pub const SUPPORT: u64 = 1;
-    /// IBV_ODP_SUPPORT_IMPLICIT.
-    pub const SUPPORT_IMPLICIT: u64 = 2;
-    /// IBV_ODP_SUPPORT_SEND.
-    pub const SEND: u32 = 1;
-    /// IBV_ODP_SUPPORT_RECV.
-    pub const RECV: u32 = 2;
-    /// IBV_ODP_SUPPORT_WRITE.
-    pub const WRITE: u32 = 4;
-    /// IBV_ODP_SUPPORT_READ.
-    pub const READ: u32 = 8;
-    /// IBV_ODP_SUPPORT_ATOMIC.
-    pub const ATOMIC: u32 = 16;
-    /// IBV_ODP_SUPPORT_SRQ_RECV.
-    pub const SRQ_RECV: u32 = 32;
-    /// IBV_ODP_SUPPORT_FLUSH (rdma-core 56).
-    pub const FLUSH: u32 = 64;
-    /// IBV_ODP_SUPPORT_ATOMIC_WRITE (rdma-core 56).
-    pub const ATOMIC_WRITE: u32 = 128;
-
-    /// softrdma's: every operation of every transport reaches on-demand
-    /// regions the same way as pinned ones, and implicit regions exist.
-    pub const fn softrdma() -> OdpCaps {
-        OdpCaps {
-            general: Self::SUPPORT | Self::SUPPORT_IMPLICIT,
-            rc: Self::SEND
-                | Self::RECV
-                | Self::WRITE
-                | Self::READ
-                | Self::ATOMIC
-                | Self::SRQ_RECV
-                | Self::FLUSH
-                | Self::ATOMIC_WRITE,
-            uc: Self::SEND | Self::RECV | Self::WRITE | Self::SRQ_RECV,
-            ud: Self::SEND | Self::RECV | Self::SRQ_RECV,
-            implicit_max: u64::MAX,
-        }
-    }
-}
-
-/// `ibv_advise_mr`'s advice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Advice {
-    /// IBV_ADVISE_MR_ADVICE_PREFETCH: bring the pages in, readable.
-    Prefetch,
-    /// IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: readable and writable.
-    PrefetchWrite,
-    /// IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: only pages already present
-    /// (nothing to do: softrdma keeps no translation to update).
-    PrefetchNoFault,
-}
 
 /// The RNIC.
 pub struct Device {
-    cfg: DeviceConfig,
-    rng: KeyRng,
-    pds: Slab<()>,
-    mrs: MrTable,
-    cqs: Slab<Cq>,
-    srqs: Slab<Srq>,
-    ahs: Slab<AddressVector>,
-    ah_pd: U32Map<PdId>,
-    qps: Slab<Qp>,
-    qpn_map: U32Map<u32>,
+    pub(crate) cfg: DeviceConfig,
+    pub(crate) rng: KeyRng,
+    pub(crate) pds: Slab<()>,
+    pub(crate) mrs: MrTable,
+    pub(crate) cqs: Slab<Cq>,
+    pub(crate) srqs: Slab<Srq>,
+    pub(crate) ahs: Slab<AddressVector>,
+    pub(crate) ah_pd: U32Map<PdId>,
+    pub(crate) qps: Slab<Qp>,
+    pub(crate) qpn_map: U32Map<u32>,
     /// Draws QP numbers at random (ReDMArk V5; see the `qpn` module).
-    qpns: QpnAlloc,
-    tx_ready: VecDeque<u32>,
+    pub(crate) qpns: QpnAlloc,
+    pub(crate) tx_ready: VecDeque<u32>,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
     /// input that reaches a QP, so the earliest is at hand without a scan.
-    timers: BTreeSet<(Instant, u32)>,
-    events: VecDeque<Event>,
+    pub(crate) timers: BTreeSet<(Instant, u32)>,
+    pub(crate) events: VecDeque<Event>,
     /// Drops that belong to no QP, and the totals of destroyed QPs.
-    counters: Counters,
+    pub(crate) counters: Counters,
     /// Notes for the driver's log, when it asked for them.
-    notes: Notes,
+    pub(crate) notes: Notes,
     /// Sequence number of the last zero-copy datagram handed out.
-    gather_seq: u64,
+    pub(crate) gather_seq: u64,
     /// Zero-copy datagrams the driver has released (all up to this one).
-    released: u64,
+    pub(crate) released: u64,
     /// Completions waiting in CQs for a release.
-    gated: usize,
+    pub(crate) gated: usize,
     /// QP 1: MADs for the driver's communication manager (see `gsi`).
-    gsi: Gsi,
+    pub(crate) gsi: Gsi,
     /// Packets refused so far (see [`Device::refusals`]).
-    refusals: u64,
+    pub(crate) refusals: u64,
+    /// XRC domains (see the `xrc` module).
+    pub(crate) xrcds: Slab<crate::xrc::Xrcd>,
+    /// XRC SRQ numbers to SRQ slots.
+    pub(crate) xrc_srqns: U32Map<u32>,
+    /// Multicast groups and their attached QPs (see the `mcast` module).
+    pub(crate) mcast: crate::mcast::Groups,
 }
 
+/// The context a QP's transport runs in (`qp::Ctx`), from the device's
+/// tables, at `now`.
 macro_rules! ctx {
     ($self:ident, $now:expr) => {
-        Ctx {
+        $crate::qp::Ctx {
             now: $now,
             mrs: &mut $self.mrs,
             cqs: &mut $self.cqs,
             srqs: &mut $self.srqs,
+            xrc_srqns: &$self.xrc_srqns,
             ahs: &$self.ahs,
             events: &mut $self.events,
             local_ip: $self.cfg.local_ip,
@@ -361,6 +86,8 @@ macro_rules! ctx {
         }
     };
 }
+
+pub(crate) use ctx;
 
 impl Device {
     /// A device with no objects.
@@ -391,6 +118,9 @@ impl Device {
             gated: 0,
             gsi: Gsi::default(),
             refusals: 0,
+            xrcds: Slab::default(),
+            xrc_srqns: U32Map::default(),
+            mcast: crate::mcast::Groups::default(),
         }
     }
 
@@ -450,8 +180,13 @@ impl Device {
     /// `ibv_dealloc_pd`: fails with `Busy` while anything uses it.
     pub fn dealloc_pd(&mut self, pd: PdId) -> VerbsResult<()> {
         self.pds.get(pd.0).ok_or(VerbsError::NoSuchObject)?;
+        // An XRC TGT QP's PD is that of the SRQ of its current request:
+        // not its own.
         let used = self.mrs.count_in_pd(pd) > 0
-            || self.qps.iter().any(|(_, q)| q.pd == pd)
+            || self
+                .qps
+                .iter()
+                .any(|(_, q)| q.pd == pd && q.qp_type != QpType::XrcRecv)
             || self.srqs.iter().any(|(_, s)| s.pd == pd)
             || self.ah_pd.values().any(|p| *p == pd);
         if used {
@@ -461,7 +196,7 @@ impl Device {
         Ok(())
     }
 
-    fn check_pd(&self, pd: PdId) -> VerbsResult<()> {
+    pub(crate) fn check_pd(&self, pd: PdId) -> VerbsResult<()> {
         self.pds
             .get(pd.0)
             .map(|_| ())
@@ -669,90 +404,6 @@ impl Device {
         Ok(())
     }
 
-    // --------------------------------------------------------- SRQs ----
-
-    /// `ibv_create_srq`.
-    pub fn create_srq(
-        &mut self,
-        pd: PdId,
-        max_wr: u32,
-        max_sge: u32,
-        limit: u32,
-    ) -> VerbsResult<SrqId> {
-        self.check_pd(pd)?;
-        if max_wr == 0
-            || max_wr > limits::MAX_SRQ_WR
-            || max_sge > limits::MAX_SRQ_SGE
-            || limit > max_wr
-        {
-            return Err(VerbsError::InvalidArgument("SRQ attributes out of range"));
-        }
-        if self.srqs.len() >= limits::MAX_SRQ {
-            return Err(VerbsError::NoMemory);
-        }
-        Ok(SrqId(self.srqs.insert(Srq {
-            pd,
-            queue: VecDeque::new(),
-            max_wr,
-            max_sge: max_sge.max(1),
-            limit,
-            users: 0,
-        })))
-    }
-
-    /// `ibv_modify_srq`: new depth and/or arm the limit (0 disarms).
-    pub fn modify_srq(
-        &mut self,
-        srq: SrqId,
-        max_wr: Option<u32>,
-        limit: Option<u32>,
-    ) -> VerbsResult<()> {
-        let s = self.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchObject)?;
-        if let Some(m) = max_wr {
-            if m == 0 || m > limits::MAX_SRQ_WR || (m as usize) < s.queue.len() {
-                return Err(VerbsError::InvalidArgument("max_wr out of range"));
-            }
-            s.max_wr = m;
-        }
-        if let Some(l) = limit {
-            if l > s.max_wr {
-                return Err(VerbsError::InvalidArgument("srq_limit above max_wr"));
-            }
-            s.limit = l;
-        }
-        Ok(())
-    }
-
-    /// `ibv_query_srq`: (max_wr, max_sge, limit, queued).
-    pub fn query_srq(&self, srq: SrqId) -> VerbsResult<(u32, u32, u32, u32)> {
-        let s = self.srqs.get(srq.0).ok_or(VerbsError::NoSuchObject)?;
-        Ok((s.max_wr, s.max_sge, s.limit, s.queue.len() as u32))
-    }
-
-    /// `ibv_destroy_srq`.
-    pub fn destroy_srq(&mut self, srq: SrqId) -> VerbsResult<()> {
-        let s = self.srqs.get(srq.0).ok_or(VerbsError::NoSuchObject)?;
-        if s.users > 0 {
-            return Err(VerbsError::Busy);
-        }
-        self.srqs.remove(srq.0);
-        Ok(())
-    }
-
-    /// `ibv_post_srq_recv`.
-    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> VerbsResult<()> {
-        let s = self.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchObject)?;
-        if s.queue.len() as u32 >= s.max_wr {
-            return Err(VerbsError::QueueFull);
-        }
-        if wr.sg_list.len() as u32 > s.max_sge {
-            return Err(VerbsError::InvalidArgument("too many SGEs"));
-        }
-        s.queue.push_back(RecvWqe { wr });
-        // Receivers waiting on RNR retry on their own timers; nothing to wake.
-        Ok(())
-    }
-
     // ---------------------------------------------------------- AHs ----
 
     /// `ibv_create_ah`.
@@ -822,13 +473,20 @@ impl Device {
 
     /// Validates `create_qp` arguments; returns the capabilities granted.
     fn check_qp_init(&self, init: &QpInit) -> VerbsResult<QpCap> {
+        if init.qp_type == QpType::XrcRecv {
+            return Err(VerbsError::InvalidArgument(
+                "an XRC TGT QP is created in an XRC domain (create_xrc_tgt_qp)",
+            ));
+        }
         self.check_pd(init.pd)?;
         if self.cqs.get(init.send_cq.0).is_none() || self.cqs.get(init.recv_cq.0).is_none() {
             return Err(VerbsError::InvalidArgument("unknown CQ"));
         }
         if let Some(s) = init.srq {
-            if self.srqs.get(s.0).is_none() {
-                return Err(VerbsError::InvalidArgument("unknown SRQ"));
+            // An XRC SRQ takes requests through TGT QPs only (uverbs'
+            // create_qp: EINVAL).
+            if self.srqs.get(s.0).is_none_or(|s| s.xrc.is_some()) {
+                return Err(VerbsError::InvalidArgument("unknown or XRC SRQ"));
             }
         }
         let c = init.cap;
@@ -845,19 +503,14 @@ impl Device {
         if self.qps.len() >= limits::MAX_QP {
             return Err(VerbsError::NoMemory);
         }
+        // An XRC INI QP has no receive queue (uverbs' create_qp sets its
+        // receive capabilities to 0).
+        let no_rq = init.srq.is_some() || init.qp_type == QpType::XrcSend;
         Ok(QpCap {
             max_send_wr: c.max_send_wr.max(1),
-            max_recv_wr: if init.srq.is_some() {
-                0
-            } else {
-                c.max_recv_wr.max(1)
-            },
+            max_recv_wr: if no_rq { 0 } else { c.max_recv_wr.max(1) },
             max_send_sge: c.max_send_sge.max(1),
-            max_recv_sge: if init.srq.is_some() {
-                0
-            } else {
-                c.max_recv_sge.max(1)
-            },
+            max_recv_sge: if no_rq { 0 } else { c.max_recv_sge.max(1) },
             // Inline data is always possible up to the device limit.
             max_inline_data: limits::MAX_INLINE_DATA.max(c.max_inline_data),
         })
@@ -885,13 +538,16 @@ impl Device {
         self.qpn_map.remove(&qpn.value());
         self.qpns.released(qpn.value());
         self.counters += &qp.counters;
-        for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(c) = self.cqs.get_mut(cq.0) {
-                c.users -= 1;
+        self.mcast_forget_qp(qpn);
+        if !self.forget_xrc_qp(&qp) {
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(c) = self.cqs.get_mut(cq.0) {
+                    c.users -= 1;
+                }
             }
-        }
-        if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
-            s.users -= 1;
+            if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+                s.users -= 1;
+            }
         }
         self.tx_ready.retain(|&i| i != idx);
         if let Some(t) = qp.armed {
@@ -1018,7 +674,7 @@ impl Device {
     }
 
     /// Makes the timer set agree with the QP's deadline.
-    fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp, idx: u32) {
+    pub(crate) fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp, idx: u32) {
         let d = qp.deadline();
         if d != qp.armed {
             if let Some(old) = qp.armed {
@@ -1031,7 +687,7 @@ impl Device {
         }
     }
 
-    fn wake(tx_ready: &mut VecDeque<u32>, qp: &mut Qp, idx: u32) {
+    pub(crate) fn wake(tx_ready: &mut VecDeque<u32>, qp: &mut Qp, idx: u32) {
         if !qp.tx_queued {
             qp.tx_queued = true;
             tx_ready.push_back(idx);
@@ -1071,6 +727,10 @@ impl Device {
             self.note_drop(meta, Some(&pkt), DropReason::BadPkey);
             return;
         }
+        if repr.bth.dest_qp == Qpn::MULTICAST {
+            self.handle_mcast(now, meta, &pkt, &repr);
+            return;
+        }
         let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else {
             // QP 1 is never in the map: MADs take this branch, off the
             // data path.
@@ -1092,10 +752,15 @@ impl Device {
             self.note_drop(meta, Some(&pkt), DropReason::UnknownQp);
             return;
         };
-        let type_ok = matches!(
-            (qp.qp_type, info.transport),
-            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
-        );
+        // An XRC INI QP takes XRC responses, an XRC TGT QP XRC requests.
+        let type_ok = match (qp.qp_type, info.transport) {
+            (QpType::Rc, Transport::Rc)
+            | (QpType::Uc, Transport::Uc)
+            | (QpType::Ud, Transport::Ud) => true,
+            (QpType::XrcSend, Transport::Xrc) => !info.is_request(),
+            (QpType::XrcRecv, Transport::Xrc) => info.is_request(),
+            _ => false,
+        };
         if !type_ok {
             qp.counters.malformed += 1;
             self.refusals += 1;
@@ -1137,51 +802,6 @@ impl Device {
         }
         Self::wake(&mut self.tx_ready, qp, idx);
         Self::sync_timer(&mut self.timers, qp, idx);
-    }
-
-    /// A QP's counters and state before an input, when notes are on (a
-    /// copy of the counters only then).
-    #[inline]
-    fn notes_before(notes: &Notes, qp: &Qp) -> Option<(Counters, QpState)> {
-        if notes.on {
-            Some((qp.counters, qp.state))
-        } else {
-            None
-        }
-    }
-
-    /// A note of a packet dropped before it reached a QP.
-    #[cold]
-    fn note_drop(&mut self, meta: &RecvMeta, pkt: Option<&IbPacket<&[u8]>>, reason: DropReason) {
-        if self.notes.on {
-            let bth = pkt.map(|p| p.bth());
-            self.notes.push(Note::Dropped {
-                qpn: bth.as_ref().map(|b| b.dest_qp()),
-                psn: bth.as_ref().map(|b| b.psn()),
-                from: meta.src,
-                reason,
-            });
-        }
-    }
-
-    // ----------------------------------------------------- the notes ----
-
-    /// Keeps [notes](crate::note) for [`Device::poll_note`] (`true`), or
-    /// not (`false`, the default: they then cost one branch per input).
-    pub fn set_notes(&mut self, on: bool) {
-        self.notes.on = on;
-    }
-
-    /// The next note, oldest first.
-    #[must_use]
-    pub fn poll_note(&mut self) -> Option<Note> {
-        self.notes.pop()
-    }
-
-    /// Notes not kept because the queue was full
-    /// ([`MAX_NOTES`](crate::note::MAX_NOTES)).
-    pub fn notes_lost(&self) -> u64 {
-        self.notes.lost
     }
 
     /// ICRC check with the headers a UDP socket cannot see reconstructed;
@@ -1368,46 +988,6 @@ impl Device {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
-    }
-
-    // ------------------------------------------------------------ QP 1 ----
-
-    /// The next MAD received on QP 1 (see the `gsi` module).
-    #[must_use]
-    pub fn poll_gsi(&mut self) -> Option<GsiMad> {
-        self.gsi.pop()
-    }
-
-    /// Whether MADs wait in QP 1's queue.
-    pub fn gsi_pending(&self) -> bool {
-        self.gsi.pending()
-    }
-
-    /// Writes a UD SEND_ONLY from QP 1 to QP `dst_qpn` at `dst` (port
-    /// `udp_dst_port`) carrying `mad` (a multiple of 4 bytes, at most 256)
-    /// with Q_Key `qkey` into `buf`, as rxe does. `None` when it cannot be
-    /// built (a MAD of another length, addresses of two IP versions).
-    #[must_use]
-    pub fn emit_gsi(
-        &mut self,
-        dst: IpAddr,
-        dst_qpn: Qpn,
-        qkey: softrdma_wire::QKey,
-        mad: &[u8],
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        let dst = SocketAddr::new(dst, self.cfg.udp_dst_port);
-        let t = self.gsi.emit(
-            self.cfg.local_ip,
-            self.cfg.udp_src_port,
-            dst,
-            dst_qpn,
-            qkey,
-            mad,
-            buf,
-        )?;
-        self.counters.gsi_tx += 1;
-        Some(t)
     }
 
     /// True when some QP may have a packet to send.

@@ -136,3 +136,43 @@ impl Gsi {
         })
     }
 }
+
+impl crate::device::Device {
+    /// The next MAD received on QP 1 (see the `gsi` module).
+    #[must_use]
+    pub fn poll_gsi(&mut self) -> Option<GsiMad> {
+        self.gsi.pop()
+    }
+
+    /// Whether MADs wait in QP 1's queue.
+    pub fn gsi_pending(&self) -> bool {
+        self.gsi.pending()
+    }
+
+    /// Writes a UD SEND_ONLY from QP 1 to QP `dst_qpn` at `dst` (port
+    /// `udp_dst_port`) carrying `mad` (a multiple of 4 bytes, at most 256)
+    /// with Q_Key `qkey` into `buf`, as rxe does. `None` when it cannot be
+    /// built (a MAD of another length, addresses of two IP versions).
+    #[must_use]
+    pub fn emit_gsi(
+        &mut self,
+        dst: IpAddr,
+        dst_qpn: Qpn,
+        qkey: softrdma_wire::QKey,
+        mad: &[u8],
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let dst = SocketAddr::new(dst, self.cfg.udp_dst_port);
+        let t = self.gsi.emit(
+            self.cfg.local_ip,
+            self.cfg.udp_src_port,
+            dst,
+            dst_qpn,
+            qkey,
+            mad,
+            buf,
+        )?;
+        self.counters.gsi_tx += 1;
+        Some(t)
+    }
+}

@@ -25,17 +25,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod attr;
 pub mod counters;
 pub mod cq;
+pub mod datagram;
 pub mod device;
 mod gsi;
 pub mod limits;
+pub mod mcast;
 pub mod memory;
 pub mod mw;
 pub mod note;
 mod qp;
 mod qpn;
+mod srq;
 pub mod verbs;
+mod xrc;
 
 pub use counters::Counters;
 pub use device::{
@@ -43,6 +48,7 @@ pub use device::{
     MAX_GATHER,
 };
 pub use gsi::GsiMad;
+pub use mcast::McastChange;
 pub use memory::{Fault, RegionMemory, Rereg, VecMemory};
 pub use mw::BindError;
 pub use verbs::*;

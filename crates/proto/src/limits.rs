@@ -97,3 +97,19 @@ pub const MAX_RESP_QUEUE: usize = 2 * MAX_RD_ATOMIC as usize + 32;
 /// manager; more are dropped and counted (`gsi_dropped`: the CM's peers
 /// retransmit).
 pub const GSI_RX_QUEUE: usize = 256;
+
+/// Multicast groups per device (`max_mcast_grp`; rxe's
+/// `RXE_MAX_MCAST_GRP`, 8,192).
+pub const MAX_MCAST_GRP: usize = 8192;
+/// QPs attached to one multicast group (`max_mcast_qp_attach`; rxe's
+/// `RXE_MAX_MCAST_QP_ATTACH`, 56).
+pub const MAX_MCAST_QP_ATTACH: usize = 56;
+/// Attachments over all groups (`max_total_mcast_qp_attach`; rxe's
+/// `RXE_MAX_TOT_MCAST_QP_ATTACH`, 0x70000 = 8,192 × 56).
+pub const MAX_TOTAL_MCAST_QP_ATTACH: usize = MAX_MCAST_GRP * MAX_MCAST_QP_ATTACH;
+/// XRC domains per device.
+pub const MAX_XRCD: usize = 1 << 16;
+/// Draws of an XRC SRQ number before `create_xrc_srq` gives up (with at
+/// most [`MAX_SRQ`] of 2^24 numbers taken, a draw is refused with
+/// probability under 1 %).
+pub const SRQN_DRAW_TRIES: u32 = 300;

@@ -276,3 +276,57 @@ impl Notes {
         }
     }
 }
+
+use crate::device::RecvMeta;
+use crate::qp::Qp;
+use softrdma_wire::IbPacket;
+
+impl crate::device::Device {
+    /// A QP's counters and state before an input, when notes are on (a
+    /// copy of the counters only then).
+    #[inline]
+    pub(crate) fn notes_before(notes: &Notes, qp: &Qp) -> Option<(Counters, QpState)> {
+        if notes.on {
+            Some((qp.counters, qp.state))
+        } else {
+            None
+        }
+    }
+
+    /// A note of a packet dropped before it reached a QP.
+    #[cold]
+    pub(crate) fn note_drop(
+        &mut self,
+        meta: &RecvMeta,
+        pkt: Option<&IbPacket<&[u8]>>,
+        reason: DropReason,
+    ) {
+        if self.notes.on {
+            let bth = pkt.map(|p| p.bth());
+            self.notes.push(Note::Dropped {
+                qpn: bth.as_ref().map(|b| b.dest_qp()),
+                psn: bth.as_ref().map(|b| b.psn()),
+                from: meta.src,
+                reason,
+            });
+        }
+    }
+
+    /// Keeps [notes](crate::note) for [`Device::poll_note`] (`true`), or
+    /// not (`false`, the default: they then cost one branch per input).
+    pub fn set_notes(&mut self, on: bool) {
+        self.notes.on = on;
+    }
+
+    /// The next note, oldest first.
+    #[must_use]
+    pub fn poll_note(&mut self) -> Option<Note> {
+        self.notes.pop()
+    }
+
+    /// Notes not kept because the queue was full
+    /// ([`MAX_NOTES`](crate::note::MAX_NOTES)).
+    pub fn notes_lost(&self) -> u64 {
+        self.notes.lost
+    }
+}

@@ -21,6 +21,9 @@ pub struct AhId(pub u32);
 /// Handle of a memory window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MwId(pub u32);
+/// Handle of an XRC domain (`ibv_xrcd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XrcdId(pub u32);
 
 /// Memory window type (`ibv_mw_type`, IBA 10.6.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -90,6 +93,33 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram (IBV_QPT_UD = 4).
     Ud,
+    /// XRC initiator (IBV_QPT_XRC_SEND = 9, the kernel's XRC_INI): RC's
+    /// requester whose requests name an XRC SRQ of the target's XRC domain
+    /// in their XRCETH; no receive queue.
+    XrcSend,
+    /// XRC target (IBV_QPT_XRC_RECV = 10, XRC_TGT): RC's responder in an
+    /// XRC domain; each request goes to the XRC SRQ its XRCETH names (that
+    /// SRQ's receive WQE, CQ and protection domain); no send queue, no PD
+    /// and no CQ of its own.
+    XrcRecv,
+}
+
+impl QpType {
+    /// RC and both XRC types: the reliable connected transport (PSNs,
+    /// ACKs, retries).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+    /// libibverbs number (`ibv_qp_type`).
+    pub const fn to_ibv(self) -> u32 {
+        match self {
+            QpType::Rc => 2,
+            QpType::Uc => 3,
+            QpType::Ud => 4,
+            QpType::XrcSend => 9,
+            QpType::XrcRecv => 10,
+        }
+    }
 }
 
 /// Queue pair state (`ibv_qp_state`, IBA 10.3.1).
@@ -388,6 +418,9 @@ pub struct SendWr {
     pub flush: FlushSpec,
     /// FLUSH: bytes from `remote_addr` (level range).
     pub flush_len: u64,
+    /// XRC: the number of the XRC SRQ at the target that takes the request
+    /// (`wr.qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`; 24 bits).
+    pub remote_srqn: u32,
 }
 
 impl SendWr {
@@ -409,6 +442,7 @@ impl SendWr {
             bind: None,
             flush: FlushSpec::default(),
             flush_len: 0,
+            remote_srqn: 0,
         }
     }
     /// Total payload length.

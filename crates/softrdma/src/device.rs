@@ -319,6 +319,11 @@ impl Device {
         };
         let poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
         let waker = poller.waker();
+        let mut group_cfg = SocketConfig::default();
+        group_cfg.send_buffer = opts.send_buffer;
+        group_cfg.recv_buffer = opts.recv_buffer;
+        group_cfg.gro = opts.gro;
+        let mcast = crate::mcast::GroupSockets::new(&socket, poller.registry(), group_cfg);
         let shared = Arc::new(
             Shared::new(
                 core,
@@ -330,6 +335,7 @@ impl Device {
                     gso: opts.gso,
                     refuse_sends: settings.refuse_sends.value,
                 },
+                mcast,
             )
             .map_err(|e| Error::io("creating the device", e))?,
         );

@@ -242,6 +242,8 @@ pub(crate) struct Shared {
     /// MADs for QP 1 wait in the core for the progress thread to hand
     /// them to rdma_cm (`receive_arrived` received them).
     gsi_waiting: AtomicBool,
+    /// The sockets of the multicast groups the device joined.
+    pub(crate) mcast: crate::mcast::GroupSockets,
     /// The process's fork generation when the device opened: in a forked
     /// child the device is the parent's (`forked_away`).
     generation: u64,
@@ -317,6 +319,7 @@ impl Shared {
         poller_waker: Waker,
         pcap: Option<SharedWriter>,
         tuning: Tuning,
+        mcast: crate::mcast::GroupSockets,
     ) -> std::io::Result<Shared> {
         let local = socket.local_addr();
         Ok(Shared {
@@ -348,6 +351,7 @@ impl Shared {
             cm_deadline: AtomicU64::new(u64::MAX),
             cm_used: AtomicBool::new(false),
             gsi_waiting: AtomicBool::new(false),
+            mcast,
             generation: softrdma_io::fork_generation(),
             refusals: crate::log::RefusalLog::default(),
         })
@@ -548,7 +552,7 @@ impl Shared {
     /// Delivers the core's events: completion notifications to channels,
     /// asynchronous events to the device's queue. Returns whether an
     /// asynchronous event fired.
-    fn route_events(&self, core: &mut Core) -> bool {
+    pub(crate) fn route_events(&self, core: &mut Core) -> bool {
         // Completions this interaction gated may already be released; and a
         // sender may release while we publish what we wait for (see
         // `release`).
@@ -576,6 +580,11 @@ impl Shared {
         }
         while let Some(n) = core.poll_note() {
             crate::log::note(self.local.ip(), n);
+        }
+        // Groups joined or left (an attach reports its own join's error:
+        // see `crate::mcast`); here what a destroyed QP left.
+        if let Err(e) = self.mcast.apply(core) {
+            tracing::warn!(target: "softrdma::engine", "multicast: {e}");
         }
         async_event
     }
@@ -757,7 +766,10 @@ impl Shared {
     /// Receives and processes what has arrived, if no other thread is doing
     /// it. Returns the number of datagrams processed.
     pub fn poll_rx(&self) -> usize {
-        self.poll_rx_with(RX_BATCH, true)
+        // Multicast groups' sockets, when some group is joined (a load
+        // otherwise).
+        let m = self.mcast.poll(self);
+        m + self.poll_rx_with(RX_BATCH, true)
     }
 
     /// Receives and processes what has already arrived, waiting for a
@@ -775,7 +787,7 @@ impl Shared {
     /// which it wakes.
     pub fn receive_arrived(&self) {
         for _ in 0..ARRIVED_BATCHES {
-            if self.rx_batch(lock(&self.rx), RX_BATCH, true, false) == 0 {
+            if self.rx_batch(lock(&self.rx), &self.socket, None, RX_BATCH, true, false) == 0 {
                 break;
             }
         }
@@ -784,18 +796,33 @@ impl Shared {
     /// Receives up to `batch` buffers and processes them; with `send`, also
     /// sends what that produced (ACKs, responses) before returning.
     fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
+        self.rx_from(&self.socket, None, batch, send)
+    }
+
+    /// Receives up to `batch` buffers from `socket` and processes them;
+    /// `group`: the multicast group a group socket receives (the
+    /// destination of each of its datagrams).
+    pub(crate) fn rx_from(
+        &self,
+        socket: &UdpSocket,
+        group: Option<IpAddr>,
+        batch: usize,
+        send: bool,
+    ) -> usize {
         let Some(rx_guard) = self.rx.try_lock() else {
             return 0;
         };
-        self.rx_batch(rx_guard, batch, send, true)
+        self.rx_batch(rx_guard, socket, group, batch, send, true)
     }
 
-    /// [`Self::poll_rx_with`] with the receive buffers taken. With
+    /// [`Self::rx_from`] with the receive buffers taken. With
     /// `gsi_here`, MADs received for QP 1 go to rdma_cm from this thread;
     /// otherwise the progress thread takes them (`cm_timers`).
     fn rx_batch(
         &self,
         mut rx_guard: MutexGuard<'_, RxBufs>,
+        socket: &UdpSocket,
+        group: Option<IpAddr>,
         batch: usize,
         send: bool,
         gsi_here: bool,
@@ -805,7 +832,7 @@ impl Shared {
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = match self.socket.recv(&mut slices[..batch], &mut rx.meta) {
+        let n = match socket.recv(&mut slices[..batch], &mut rx.meta) {
             Ok(n) => n,
             Err(_) => return 0,
         };
@@ -820,7 +847,7 @@ impl Shared {
             for dgram in m.datagrams(&buf[..m.len]) {
                 let meta = RecvMeta {
                     src: m.addr,
-                    dst: m.dst_ip.unwrap_or(self.local.ip()),
+                    dst: group.or(m.dst_ip).unwrap_or(self.local.ip()),
                     len: dgram.len(),
                     traffic_class: m.tos,
                     hop_limit: m.ttl.unwrap_or(64),

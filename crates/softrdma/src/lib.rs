@@ -44,14 +44,17 @@ mod error;
 mod event;
 mod fork;
 mod log;
+mod mcast;
 pub mod memory;
 pub mod pcap;
 mod privilege;
+mod qp;
 pub mod rdma_cm;
 #[cfg(feature = "tokio")]
 mod stream;
 mod sync;
 mod verbs;
+mod xrc;
 
 pub use device::{Device, DeviceOptions, PortAttr, GID_TABLE_LEN, ROCE_PORT};
 pub use error::{ConnectError, Error, Result};
@@ -66,7 +69,7 @@ pub use softrdma_proto::limits;
 pub use softrdma_proto::{
     Access, AddressVector, Advice, AsyncEvent, AttrMask, Counters, CqId, FlushSpec, Mtu, MwBind,
     MwId, MwType, OdpCaps, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest,
-    Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Wc, WcFlags, WcOpcode, WcStatus, WrOpcode, XrcdId,
 };
 /// GIDs and the GRH area of UD receives: `gid_of`, `addr_of_gid`,
 /// `ud_grh_source`, `GRH_LEN`.
@@ -78,3 +81,4 @@ pub use verbs::{
     AddressHandle, CompletionQueue, ConnectOptions, MemoryRegion, MemoryWindow, ProtectionDomain,
     QpBuilder, QpEndpoint, QueuePair, SharedReceiveQueue, EMPTY_WC,
 };
+pub use xrc::{XrcDomain, XrcTgtQp};

@@ -422,6 +422,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ieth<T> {
     }
 }
 
+// -------------------------------------------------------------- XRCETH ----
+
+view!(
+    /// XRC Extended Transport Header (IBA 9.3.7, 4 bytes): 8 reserved bits,
+    /// then the 24-bit number of the XRC SRQ at the target that takes the
+    /// request (its receive WQE, its CQ, and the protection domain every
+    /// access of the request is checked against).
+    XrcEth,
+    4
+);
+
+/// The XRC SRQ number field: the low 24 bits of the big-endian word.
+const XRC_SRQN_MASK: u32 = 0x00ff_ffff;
+
+impl<T: AsRef<[u8]>> XrcEth<T> {
+    /// XRC SRQ number (24 bits; the reserved byte is ignored).
+    pub fn srqn(&self) -> u32 {
+        be::u32(self.buffer.as_ref(), 0) & XRC_SRQN_MASK
+    }
+}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> XrcEth<T> {
+    /// Sets the XRC SRQ number (cut to 24 bits) and clears the reserved byte.
+    pub fn set_srqn(&mut self, v: u32) {
+        be::set_u32(self.buffer.as_mut(), 0, v & XRC_SRQN_MASK)
+    }
+}
+
 // ---------------------------------------------------------------- FETH ----
 
 /// FLUSH placement type bit: make the data globally visible (IBA A19,
@@ -585,6 +612,21 @@ mod tests {
         r.emit(&mut Reth::new_unchecked(&mut o[..]));
         assert_eq!(o, b);
         assert_eq!(Reth::new_checked(&b[..15]).unwrap_err(), Error::Truncated);
+    }
+
+    #[test]
+    fn xrceth_golden() {
+        // IBA 9.3.7: a reserved byte, then the 24-bit XRC SRQ number.
+        let b = [0x00, 0x12, 0x34, 0x56];
+        let v = XrcEth::new_checked(&b[..]).unwrap();
+        assert_eq!(v.srqn(), 0x12_3456);
+        // The reserved byte is not part of the number, and is cleared.
+        let r = [0xff, 0x12, 0x34, 0x56];
+        assert_eq!(XrcEth::new_checked(&r[..]).unwrap().srqn(), 0x12_3456);
+        let mut o = [0xaa; 4];
+        XrcEth::new_unchecked(&mut o[..]).set_srqn(0xab12_3456);
+        assert_eq!(o, b);
+        assert_eq!(XrcEth::new_checked(&b[..3]).unwrap_err(), Error::Truncated);
     }
 
     #[test]

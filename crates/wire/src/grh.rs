@@ -154,6 +154,13 @@ pub fn addr_of_gid(gid: [u8; 16]) -> IpAddr {
     }
 }
 
+/// Whether a GID is a multicast GID as Linux's `rdma_is_multicast_addr`
+/// decides for RoCE: an IPv6 multicast address (`ff00::/8`), or an
+/// IPv4-mapped IPv4 multicast address (`::ffff:224.0.0.0/100`).
+pub fn is_multicast_gid(gid: [u8; 16]) -> bool {
+    gid[0] == 0xff || addr_of_gid(gid).is_multicast()
+}
+
 /// The 40 bytes placed before a received UD payload: the IPv6 header, or 20
 /// zero bytes and the IPv4 header. `ib_len` is the transport packet's length
 /// (BTH through ICRC) so the length fields read as received.
@@ -193,6 +200,26 @@ mod tests {
         assert_eq!(addr_of_gid(g), a);
         let b: IpAddr = "2001:db8::1".parse().unwrap();
         assert_eq!(addr_of_gid(gid_of(b)), b);
+    }
+
+    #[test]
+    fn multicast_gids() {
+        for (addr, mc) in [
+            ("239.67.0.1", true),
+            ("224.0.0.1", true),
+            ("198.18.0.1", false),
+            ("ff0e::67:1", true),
+            ("ff02::1", true),
+            ("2001:db8::1", false),
+        ] {
+            let a: IpAddr = addr.parse().unwrap();
+            assert_eq!(is_multicast_gid(gid_of(a)), mc, "{addr}");
+            assert_eq!(addr_of_gid(gid_of(a)), a);
+        }
+        // The v4-mapped form only: ::239.1.1.1 (IPv4-compatible) is not.
+        let mut g = [0u8; 16];
+        g[12..].copy_from_slice(&[239, 1, 1, 1]);
+        assert!(!is_multicast_gid(g));
     }
 
     #[test]

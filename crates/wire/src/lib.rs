@@ -35,7 +35,7 @@ pub mod types;
 pub use bth::{Bth, BthRepr};
 pub use ext::{
     Aeth, AethRepr, AtomicAckEth, AtomicEth, AtomicEthRepr, Deth, DethRepr, Feth, FethRepr,
-    NakCode, Reth, RethRepr, Syndrome,
+    NakCode, Reth, RethRepr, Syndrome, XrcEth,
 };
 pub use grh::{Grh, GrhRepr};
 pub use icrc::Icrc;

@@ -1,7 +1,7 @@
 //! The BTH opcode table, as data.
 //!
 //! IBA 9.2.1 (table 38) splits the 8-bit opcode in a 3-bit transport prefix
-//! (RC 000, UC 001, RD 010, UD 011, CNP 100) and a 5-bit operation. One table
+//! (RC 000, UC 001, RD 010, UD 011, CNP 100, XRC 101) and a 5-bit operation. One table
 //! entry per opcode says which extension headers follow the BTH, whether the
 //! packet is a first/middle/last/only piece of a message, whether it carries
 //! payload and what kind of packet it is. Header offsets are computed from it;
@@ -26,6 +26,10 @@ pub enum Transport {
     Ud,
     /// RoCE v2 congestion notification packet (opcode 0x81, Annex A17.9.2).
     Cnp,
+    /// Extended reliable connected (IBA 9.2 table 38 prefix 101, IBA
+    /// 9.3.7 / 9.4: every request carries an XRCETH naming the XRC SRQ at
+    /// the target; responses are RC's).
+    Xrc,
 }
 
 /// Which piece of a message a packet is.
@@ -136,10 +140,15 @@ impl Headers {
     /// FLUSH ETH (4 bytes): placement type, selectivity level. Before the
     /// RETH of a FLUSH (IBA 1.5, annex A19).
     pub const FETH: Headers = Headers(1 << 8);
+    /// XRC ETH (4 bytes): the XRC SRQ number at the target (IBA 9.3.7);
+    /// right after the BTH (and where there is one, after the DETH: IBA
+    /// 9.2's header order RDETH, DETH, XRCETH, then RETH/AtomicETH…).
+    pub const XRCETH: Headers = Headers(1 << 9);
 
     /// Every header in wire order with its length, the order they follow the BTH.
-    pub const ORDER: [(Headers, usize); 9] = [
+    pub const ORDER: [(Headers, usize); 10] = [
         (Headers::DETH, 8),
+        (Headers::XRCETH, 4),
         (Headers::FETH, 4),
         (Headers::RETH, 16),
         (Headers::ATOMIC_ETH, 28),
@@ -196,8 +205,9 @@ impl Headers {
 
 impl fmt::Debug for Headers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [&str; 9] = [
+        const NAMES: [&str; 10] = [
             "DETH",
+            "XRCETH",
             "FETH",
             "RETH",
             "AtomicETH",
@@ -545,8 +555,58 @@ const TABLE_DATA: [Option<OpcodeInfo>; 256] = {
     );
     // RoCE v2 CNP (Annex A17.9.2): BTH + 16 reserved bytes.
     t[0x81] = e("CNP", T::Cnp, O::Cnp, P::Only, Headers::CNP_PAD, false);
+    // Extended reliable connected (prefix 101): RC's operations at RC's
+    // opcode + 0xa0, the requests with an XRCETH first (IBA 9.3.7; rxe's
+    // XRC patches and the NICs lay them out so), the responses exactly as
+    // RC's. The memory placement extensions (0x1c, 0x1d) have no XRC
+    // opcode here: neither rxe nor rdma-core's providers send them on XRC.
+    let mut i = 0;
+    while i < XRC_NAMES.len() {
+        let (rc, name) = XRC_NAMES[i];
+        if let Some(r) = t[rc as usize] {
+            let headers = if r.operation.is_request() {
+                r.headers.with(Headers::XRCETH)
+            } else {
+                r.headers
+            };
+            t[XRC_PREFIX as usize | rc as usize] =
+                e(name, T::Xrc, r.operation, r.position, headers, r.payload);
+        }
+        i += 1;
+    }
     t
 };
+
+/// The transport prefix of XRC opcodes (IBA 9.2 table 38: 101).
+pub const XRC_PREFIX: u8 = 0xa0;
+
+/// The RC opcodes XRC repeats (at `XRC_PREFIX | opcode`) and the XRC names,
+/// as Wireshark spells them.
+const XRC_NAMES: [(u8, &str); 23] = [
+    (0x00, "XRC_SEND_FIRST"),
+    (0x01, "XRC_SEND_MIDDLE"),
+    (0x02, "XRC_SEND_LAST"),
+    (0x03, "XRC_SEND_LAST_WITH_IMMEDIATE"),
+    (0x04, "XRC_SEND_ONLY"),
+    (0x05, "XRC_SEND_ONLY_WITH_IMMEDIATE"),
+    (0x06, "XRC_RDMA_WRITE_FIRST"),
+    (0x07, "XRC_RDMA_WRITE_MIDDLE"),
+    (0x08, "XRC_RDMA_WRITE_LAST"),
+    (0x09, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE"),
+    (0x0a, "XRC_RDMA_WRITE_ONLY"),
+    (0x0b, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"),
+    (0x0c, "XRC_RDMA_READ_REQUEST"),
+    (0x0d, "XRC_RDMA_READ_RESPONSE_FIRST"),
+    (0x0e, "XRC_RDMA_READ_RESPONSE_MIDDLE"),
+    (0x0f, "XRC_RDMA_READ_RESPONSE_LAST"),
+    (0x10, "XRC_RDMA_READ_RESPONSE_ONLY"),
+    (0x11, "XRC_ACKNOWLEDGE"),
+    (0x12, "XRC_ATOMIC_ACKNOWLEDGE"),
+    (0x13, "XRC_COMPARE_SWAP"),
+    (0x14, "XRC_FETCH_ADD"),
+    (0x16, "XRC_SEND_LAST_WITH_INVALIDATE"),
+    (0x17, "XRC_SEND_ONLY_WITH_INVALIDATE"),
+];
 
 static TABLE: [Option<OpcodeInfo>; 256] = TABLE_DATA;
 
@@ -557,7 +617,7 @@ const fn find_slot(t: Transport, o: Operation, p: Position, imm: bool, inv: bool
         + inv as usize
 }
 const OPERATIONS: usize = Operation::Cnp as usize + 1;
-const FIND_LEN: usize = (Transport::Cnp as usize + 1) * OPERATIONS * 4 * 2 * 2;
+const FIND_LEN: usize = (Transport::Xrc as usize + 1) * OPERATIONS * 4 * 2 * 2;
 
 /// The table inverted (computed from it at compile time): what
 /// [`Opcode::find`] looks up, so a requester builds opcodes by name at the
@@ -586,6 +646,10 @@ impl Opcode {
     pub const RC_ACKNOWLEDGE: Opcode = Opcode(0x11);
     /// RC ATOMIC ACKNOWLEDGE.
     pub const RC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0x12);
+    /// XRC ACKNOWLEDGE.
+    pub const XRC_ACKNOWLEDGE: Opcode = Opcode(0xb1);
+    /// XRC ATOMIC ACKNOWLEDGE.
+    pub const XRC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0xb2);
     /// RoCE v2 congestion notification packet.
     pub const CNP: Opcode = Opcode(0x81);
 
@@ -652,6 +716,7 @@ mod tests {
                 Transport::Rd => 2,
                 Transport::Ud => 3,
                 Transport::Cnp => 4,
+                Transport::Xrc => 5,
             };
             assert_eq!(prefix, expected, "{op:?}");
             assert!(i.name.starts_with(match i.transport {
@@ -660,7 +725,27 @@ mod tests {
                 Transport::Rd => "RD_",
                 Transport::Ud => "UD_",
                 Transport::Cnp => "CNP",
+                Transport::Xrc => "XRC_",
             }));
+            // XRCETH on XRC requests, and nowhere else.
+            assert_eq!(
+                i.headers.contains(Headers::XRCETH),
+                i.transport == Transport::Xrc && i.is_request(),
+                "{op:?}"
+            );
+            // XRC repeats RC's entry at RC's opcode + 0xa0, XRCETH aside.
+            if i.transport == Transport::Xrc {
+                let rc = Opcode(v & 0x1f).info().expect("the RC opcode");
+                assert_eq!(
+                    (rc.operation, rc.position, rc.payload),
+                    (i.operation, i.position, i.payload)
+                );
+                assert_eq!(
+                    rc.headers.with(Headers::XRCETH),
+                    i.headers.with(Headers::XRCETH)
+                );
+                assert_eq!(&i.name[4..], &rc.name[3..], "{op:?}");
+            }
             // RETH only at the start of writes, on read requests and on
             // the memory placement requests.
             if i.headers.contains(Headers::RETH) {
@@ -711,8 +796,8 @@ mod tests {
                 Some(op)
             );
         }
-        // 25 RC, 12 UC, 2 UD, 1 CNP.
-        assert_eq!(known, 40);
+        // 25 RC, 12 UC, 2 UD, 1 CNP, 23 XRC.
+        assert_eq!(known, 63);
         // Combinations with no opcode find none.
         assert_eq!(
             Opcode::find(
@@ -724,7 +809,7 @@ mod tests {
             ),
             None
         );
-        assert_eq!(FIND.iter().filter(|o| o.is_some()).count(), 40);
+        assert_eq!(FIND.iter().filter(|o| o.is_some()).count(), 63);
     }
 
     #[test]
@@ -749,5 +834,23 @@ mod tests {
         let aw = Opcode(0x1d).info().unwrap();
         assert_eq!(aw.ext_len(), 16);
         assert!(aw.payload && aw.is_request());
+        // IBA 9.3.7: the XRCETH comes first, then RETH/AtomicETH, ImmDt,
+        // IETH; XRC responses have none.
+        let w = Opcode(0xab).info().unwrap();
+        assert_eq!(w.name, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE");
+        assert_eq!(w.ext_len(), 4 + 16 + 4);
+        assert_eq!(w.headers.offset_of(Headers::XRCETH), Some(0));
+        assert_eq!(w.headers.offset_of(Headers::RETH), Some(4));
+        assert_eq!(w.headers.offset_of(Headers::IMM), Some(20));
+        let cs = Opcode(0xb3).info().unwrap();
+        assert_eq!(cs.ext_len(), 4 + 28);
+        assert_eq!(cs.headers.offset_of(Headers::ATOMIC_ETH), Some(4));
+        let inv = Opcode(0xb7).info().unwrap();
+        assert_eq!(inv.headers.offset_of(Headers::IETH), Some(4));
+        assert_eq!(Opcode(0xa1).info().unwrap().ext_len(), 4);
+        assert_eq!(Opcode::XRC_ACKNOWLEDGE.info().unwrap().ext_len(), 4);
+        assert_eq!(Opcode::XRC_ATOMIC_ACKNOWLEDGE.info().unwrap().ext_len(), 12);
+        assert_eq!(Opcode(0xae).info().unwrap().ext_len(), 0);
+        assert!(Opcode(0xb5).info().is_none() && Opcode(0xbc).info().is_none());
     }
 }

@@ -7,7 +7,7 @@
 use crate::bth::{self, Bth, BthRepr};
 use crate::ext::{
     Aeth, AethRepr, AtomicAckEth, AtomicEth, AtomicEthRepr, Deth, DethRepr, Feth, FethRepr, Ieth,
-    ImmDt, Reth, RethRepr,
+    ImmDt, Reth, RethRepr, XrcEth,
 };
 use crate::opcode::{Headers, OpcodeInfo};
 use crate::types::RKey;
@@ -103,6 +103,10 @@ impl<T: AsRef<[u8]>> IbPacket<T> {
     pub fn feth(&self) -> Option<Feth<&[u8]>> {
         self.ext(Headers::FETH, 4).map(Feth::new_unchecked)
     }
+    /// The XRCETH, when the opcode carries one (XRC requests).
+    pub fn xrceth(&self) -> Option<XrcEth<&[u8]>> {
+        self.ext(Headers::XRCETH, 4).map(XrcEth::new_unchecked)
+    }
 
     /// Length of BTH plus extension headers.
     pub fn header_len(&self) -> usize {
@@ -161,6 +165,8 @@ pub struct PacketRepr<'a> {
     pub bth: BthRepr,
     /// DETH (UD).
     pub deth: Option<DethRepr>,
+    /// XRCETH (XRC requests): the XRC SRQ number at the target, 24 bits.
+    pub xrceth: Option<u32>,
     /// FETH (FLUSH).
     pub feth: Option<FethRepr>,
     /// RETH (RDMA WRITE first/only, READ request, FLUSH, ATOMIC WRITE).
@@ -191,6 +197,7 @@ impl<'a> PacketRepr<'a> {
         PacketRepr {
             bth,
             deth: None,
+            xrceth: None,
             feth: None,
             reth: None,
             atomic_eth: None,
@@ -210,6 +217,7 @@ impl<'a> PacketRepr<'a> {
         Ok(PacketRepr {
             bth,
             deth: p.deth().map(|v| DethRepr::parse(&v)).transpose()?,
+            xrceth: p.xrceth().map(|v| v.srqn()),
             feth: p.feth().map(|v| FethRepr::parse(&v)).transpose()?,
             reth: p.reth().map(|v| RethRepr::parse(&v)).transpose()?,
             atomic_eth: p
@@ -239,6 +247,8 @@ impl<'a> PacketRepr<'a> {
             .ok_or(Error::UnknownOpcode(self.bth.opcode.0))?;
         let h = info.headers;
         let ok = h.contains(Headers::DETH) == self.deth.is_some()
+            && h.contains(Headers::XRCETH) == self.xrceth.is_some()
+            && self.xrceth.is_none_or(|n| n <= 0x00ff_ffff)
             && h.contains(Headers::FETH) == self.feth.is_some()
             && h.contains(Headers::RETH) == self.reth.is_some()
             && h.contains(Headers::ATOMIC_ETH) == self.atomic_eth.is_some()
@@ -282,6 +292,10 @@ impl<'a> PacketRepr<'a> {
         if let Some(d) = &self.deth {
             let o = at(Headers::DETH);
             d.emit(&mut Deth::new_unchecked(&mut ext[o..o + 8]));
+        }
+        if let Some(n) = self.xrceth {
+            let o = at(Headers::XRCETH);
+            XrcEth::new_unchecked(&mut ext[o..o + 4]).set_srqn(n);
         }
         if let Some(f) = &self.feth {
             let o = at(Headers::FETH);
@@ -413,6 +427,93 @@ mod tests {
             IbPacket::new_checked(&long[..]).unwrap_err(),
             Error::Malformed
         );
+    }
+
+    /// XRC requests (IBA 9.3.7, 9.4): the XRCETH right after the BTH, then
+    /// RC's extension headers; XRC responses are RC's layout at RC's opcode
+    /// + 0xa0. Bytes written from the spec's layouts.
+    #[test]
+    fn xrc_golden() {
+        // SEND ONLY with immediate to XRC SRQ 0x00abcd, 5 bytes.
+        let data = *b"hello";
+        let mut r = PacketRepr::new(bth(0xa5, PacketRepr::pad_for(5)), &data);
+        r.xrceth = Some(0x00_abcd);
+        r.imm = Some(0x0102_0304);
+        let mut buf = vec![0xaa; r.buffer_len()];
+        assert_eq!(r.emit(&mut buf).unwrap(), 12 + 4 + 4 + 5 + 3 + 4);
+        let want: [u8; 28] = [
+            0xa5, 0x30, 0xff, 0xff, // opcode, pad 3, P_Key
+            0x00, 0x00, 0x00, 0x11, // reserved, dest QP
+            0x80, 0x00, 0x00, 0x05, // AckReq, PSN
+            0x00, 0x00, 0xab, 0xcd, // XRCETH: reserved, XRC SRQ number
+            0x01, 0x02, 0x03, 0x04, // ImmDt
+            b'h', b'e', b'l', b'l', b'o', 0, 0, 0, // payload, pad
+        ];
+        assert_eq!(&buf[..28], &want);
+        assert_eq!(PacketRepr::parse_bytes(&buf).unwrap(), r);
+        let p = IbPacket::new_checked(&buf[..]).unwrap();
+        assert_eq!(p.xrceth().unwrap().srqn(), 0xabcd);
+
+        // RDMA WRITE FIRST: XRCETH then RETH.
+        let data = [9u8; 8];
+        let mut r = PacketRepr::new(bth(0xa6, 0), &data);
+        r.xrceth = Some(0xfe_dcba);
+        r.reth = Some(RethRepr {
+            va: 0x1122_3344_5566_7788,
+            rkey: RKey(0x99aa_bbcc),
+            dma_len: 8192,
+        });
+        let mut buf = vec![0; r.buffer_len()];
+        r.emit(&mut buf).unwrap();
+        assert_eq!(&buf[12..16], &[0x00, 0xfe, 0xdc, 0xba]);
+        assert_eq!(
+            &buf[16..32],
+            &[
+                0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0, 0, 0x20,
+                0
+            ]
+        );
+        assert_eq!(&buf[32..40], &data);
+        assert_eq!(PacketRepr::parse_bytes(&buf).unwrap(), r);
+
+        // CmpSwap: XRCETH then AtomicETH (28 bytes), no payload.
+        let mut r = PacketRepr::new(bth(0xb3, 0), &[]);
+        r.xrceth = Some(7);
+        r.atomic_eth = Some(AtomicEthRepr {
+            va: 0x1000,
+            rkey: RKey(5),
+            swap_add: 2,
+            compare: 1,
+        });
+        let mut buf = vec![0; r.buffer_len()];
+        assert_eq!(r.emit(&mut buf).unwrap(), 12 + 4 + 28 + 4);
+        assert_eq!(&buf[12..20], &[0, 0, 0, 7, 0, 0, 0, 0]);
+        assert_eq!(PacketRepr::parse_bytes(&buf).unwrap(), r);
+
+        // XRC ACKNOWLEDGE: AETH only, no XRCETH.
+        let mut r = PacketRepr::new(bth(0xb1, 0), &[]);
+        r.aeth = Some(AethRepr {
+            syndrome: Syndrome::ACK,
+            msn: Msn::new(6),
+        });
+        let mut buf = vec![0; r.buffer_len()];
+        assert_eq!(r.emit(&mut buf).unwrap(), 12 + 4 + 4);
+        assert_eq!(&buf[12..16], &[0x1f, 0, 0, 6]);
+        assert_eq!(PacketRepr::parse_bytes(&buf).unwrap(), r);
+
+        // A request without its XRCETH, or a response with one, is not a
+        // packet; nor is an SRQ number wider than 24 bits.
+        let mut r = PacketRepr::new(bth(0xa4, 0), &[]);
+        assert_eq!(r.check(), Err(Error::BadRepr));
+        r.xrceth = Some(1 << 24);
+        assert_eq!(r.check(), Err(Error::BadRepr));
+        let mut r = PacketRepr::new(bth(0xb1, 0), &[]);
+        r.aeth = Some(AethRepr {
+            syndrome: Syndrome::ACK,
+            msn: Msn::new(6),
+        });
+        r.xrceth = Some(1);
+        assert_eq!(r.check(), Err(Error::BadRepr));
     }
 
     /// An ATOMIC WRITE: RETH (length 8) then the 8 bytes verbatim.

@@ -50,6 +50,9 @@ pub fn write_packet<W: Write, T: AsRef<[u8]>>(out: &mut W, p: &IbPacket<T>) -> f
     if let Some(d) = p.deth() {
         write!(out, " DETH(qkey={} srcqp={})", d.qkey(), d.src_qp())?;
     }
+    if let Some(x) = p.xrceth() {
+        write!(out, " XRCETH(srqn={:#08x})", x.srqn())?;
+    }
     if let Some(f) = p.feth() {
         write!(
             out,

@@ -110,6 +110,10 @@ pub struct Qpn(u32);
 impl Qpn {
     /// QP1, the general services interface (connection manager MADs).
     pub const GSI: Qpn = Qpn(1);
+    /// The destination QP of every multicast packet (IBA's multicast QPN,
+    /// Linux's `IB_MULTICAST_QPN`): the packet goes to each QP of the
+    /// device attached to the group its destination GID names.
+    pub const MULTICAST: Qpn = Qpn(MASK_24);
     /// Builds a QPN from the low 24 bits of `v`.
     #[inline]
     pub const fn new(v: u32) -> Self {

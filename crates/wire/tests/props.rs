@@ -135,6 +135,11 @@ fn build<'a>(
     if h.contains(Headers::IETH) {
         p.ieth = Some(RKey(f.misc.2));
     }
+    if h.contains(Headers::XRCETH) {
+        // 24 bits; the reserved byte is not carried (reused from DETH's
+        // random source QP word).
+        p.xrceth = Some(f.deth.1 & 0x00ff_ffff);
+    }
     let ip = if v6 {
         let (s, d, tc, fl, hl) = f.ip6;
         IpRepr::V6(Ipv6Repr {
@@ -272,8 +277,8 @@ fn emit_then_parse_is_identity_for_every_opcode_pad_and_ip_version() {
     }
     // 33 opcodes with payload (ATOMIC WRITE among them) x 4 pads + 7
     // without (READ request, ACK, atomic ACK, the two atomics, FLUSH, CNP)
-    // x 1, times 2 IP versions.
-    assert_eq!(combos, (33 * 4 + 7) * 2);
+    // x 1, and XRC's 18 with payload and 5 without, times 2 IP versions.
+    assert_eq!(combos, ((33 + 18) * 4 + 7 + 5) * 2);
 }
 
 #[test]
@@ -368,6 +373,12 @@ fn canonical(x: &[u8]) -> bool {
     let ext = bth + 12;
     if let Some(o) = info.headers.offset_of(Headers::DETH) {
         if x[ext + o + 4] != 0 {
+            return false;
+        }
+    }
+    // The XRCETH's reserved byte (IBA 9.3.7) is not carried by the Repr.
+    if let Some(o) = info.headers.offset_of(Headers::XRCETH) {
+        if x[ext + o] != 0 {
             return false;
         }
     }

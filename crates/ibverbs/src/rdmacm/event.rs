@@ -83,7 +83,8 @@ fn ah_attr(a: &AhAttr) -> ibv_ah_attr {
 /// The C event of a softrdma event (its ids made C ids first).
 fn to_c(ev: CmEvent) -> Option<*mut rdma_cm_event> {
     let (id, listen) = c_id_of_event(&ev)?;
-    let ud = id_is_ud(id);
+    let ud = id_is_ud(id) || ev.mc.is_some();
+    let mc = ev.mc;
     let mut repr = EventRepr {
         ev: rdma_cm_event {
             id,
@@ -138,7 +139,16 @@ fn to_c(ev: CmEvent) -> Option<*mut rdma_cm_event> {
             _ev: Mutex::new(ev),
         },
     );
-    if n > 0 {
+    if let Some((_, context)) = mc {
+        // Multicast events carry the join's context (librdmacm's
+        // `param.ud.private_data = mc->context`), no private data.
+        let r = o.repr();
+        // SAFETY: our own allocation, not shared yet.
+        unsafe {
+            (*r).ev.param.ud.private_data = context as *const std::ffi::c_void;
+            (*r).ev.param.ud.private_data_len = 0;
+        }
+    } else if n > 0 {
         let r = o.repr();
         // SAFETY: our own allocation, not shared yet; the pointer stays
         // valid as long as the event (the buffer is inside it). The

@@ -94,7 +94,7 @@ fn lock(o: &Obj<Id>) -> std::sync::MutexGuard<'_, IdC> {
 }
 
 /// The id behind a program's pointer, its public fields read back.
-fn get(p: *mut rdma_cm_id) -> Result<Arc<Obj<Id>>, i32> {
+pub(super) fn get(p: *mut rdma_cm_id) -> Result<Arc<Obj<Id>>, i32> {
     init();
     let o = Obj::<Id>::get(p).ok_or(libc::EINVAL)?;
     read_back(&o);

@@ -16,9 +16,9 @@
 //! - `id`: ids and every call on them.
 //! - `qp`: the QP/SRQ/endpoint helpers.
 //! - `addrinfo`: `rdma_getaddrinfo`.
-//! - multicast and rsockets are not implemented: their entry points exist
-//!   (programs bind every import at load time) and fail with EOPNOTSUPP /
-//!   ENOSYS.
+//! - `mcast`: multicast joins and leaves.
+//! - rsockets are not implemented: their entry points exist (programs bind
+//!   every import at load time) and fail with ENOSYS.
 
 pub mod addrinfo;
 pub mod device;
@@ -26,16 +26,10 @@ pub mod event;
 #[allow(non_camel_case_types, non_snake_case, dead_code)]
 pub mod ffi;
 pub mod id;
+pub mod mcast;
 pub mod qp;
 
 use crate::util::set_errno;
-use std::ffi::c_int;
-
-/// Multicast joins and leaves: not supported (EOPNOTSUPP).
-pub unsafe extern "C" fn multicast_unsupported() -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
 
 /// Every rsocket function: not implemented. -1 (as `int`, `ssize_t` or
 /// `off_t`) with errno ENOSYS.

@@ -206,10 +206,15 @@ static void limits(struct ibv_context *ctx)
 	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL,
 	      "QP with 1 MiB inline -> EINVAL");
 	a.cap.max_inline_data = 0;
-	a.qp_type = IBV_QPT_XRC_SEND;
+	/* An XRC TGT QP comes from an XRC domain (ibv_create_qp_ex). */
+	a.qp_type = IBV_QPT_XRC_RECV;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL,
+	      "ibv_create_qp of an XRC TGT QP -> EINVAL (errno %d)", errno);
+	a.qp_type = IBV_QPT_RAW_PACKET;
 	errno = 0;
 	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EOPNOTSUPP,
-	      "XRC QP -> EOPNOTSUPP (errno %d)", errno);
+	      "raw packet QP -> EOPNOTSUPP (errno %d)", errno);
 	a.qp_type = 77;
 	errno = 0;
 	CHECK(ibv_create_qp(pd, &a) == NULL && errno == EINVAL, "QP type 77 -> EINVAL");
@@ -374,11 +379,13 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_alloc_mw(pd, 3) == NULL && errno == EINVAL, "ibv_alloc_mw(type 3) -> EINVAL");
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL && ibv_dealloc_mw(mw) == 0, "ibv_alloc_mw(type 2), ibv_dealloc_mw");
-	/* Verbs the device does not have. */
+	/* XRC domains: libibverbs' argument checks (tests/c/xrc.c has the
+	 * rest). */
 	struct ibv_xrcd_init_attr xa = { 0 };
 	errno = 0;
-	CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP,
-	      "ibv_open_xrcd -> EOPNOTSUPP");
+	CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EINVAL,
+	      "ibv_open_xrcd without FD/OFLAGS -> EINVAL");
+	/* Verbs the device does not have. */
 	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_CVLAN };
 	errno = 0;
 	CHECK(ibv_create_cq_ex(ctx, &cx) == NULL && errno == EOPNOTSUPP,

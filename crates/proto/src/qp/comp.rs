@@ -144,7 +144,7 @@ impl Qp {
 
     /// An ACK, NAK, READ response or atomic ACK for this QP's requester.
     pub(crate) fn handle_response(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx) {
-        if self.qp_type != QpType::Rc
+        if !matches!(self.qp_type, QpType::Rc | QpType::XrcSend)
             || !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
         {
             self.counters.stale_responses += 1;

@@ -8,9 +8,12 @@
 //!   queues ACKs, NAKs and read/atomic responses.
 
 pub(crate) mod comp;
+mod dup;
 mod pin;
 pub(crate) mod req;
 pub(crate) mod resp;
+mod ud;
+mod xrc;
 
 use crate::counters::Counters;
 use crate::cq::{Cq, Pushed};
@@ -92,9 +95,22 @@ pub(crate) struct RecvWqe {
     pub wr: RecvWr,
 }
 
+/// What makes a shared receive queue an XRC SRQ (`IBV_SRQT_XRC`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct XrcSrq {
+    /// Its XRC domain: TGT QPs of this domain deliver to it.
+    pub xrcd: XrcdId,
+    /// The CQ its receive completions go to.
+    pub cq: CqId,
+    /// Its number (`ibv_get_srq_num`), what XRCETHs name.
+    pub srqn: u32,
+}
+
 /// A shared receive queue.
 #[derive(Debug)]
 pub(crate) struct Srq {
+    /// XRC SRQs: domain, CQ, number.
+    pub xrc: Option<XrcSrq>,
     pub pd: PdId,
     pub queue: VecDeque<RecvWqe>,
     pub max_wr: u32,
@@ -110,6 +126,8 @@ pub(crate) struct Ctx<'a> {
     pub mrs: &'a mut MrTable,
     pub cqs: &'a mut Slab<Cq>,
     pub srqs: &'a mut Slab<Srq>,
+    /// XRC SRQ numbers to SRQ slots.
+    pub xrc_srqns: &'a crate::U32Map<u32>,
     pub ahs: &'a Slab<AddressVector>,
     pub events: &'a mut VecDeque<crate::device::Event>,
     pub local_ip: std::net::IpAddr,
@@ -194,12 +212,19 @@ pub(crate) struct Qp {
     pub comp_floor: u64,
     /// The UDP port the peer sends from, once known (RC/UC; see `pin`).
     pub peer_port: Option<u16>,
+    /// The XRC domain of an XRC TGT QP. Such a QP has no PD, CQ or SRQ of
+    /// its own: while it handles a request, `pd`, `recv_cq` and `srq` are
+    /// those of the XRC SRQ the request's XRCETH names (see `xrc`).
+    pub xrcd: Option<XrcdId>,
 }
 
-/// Attribute masks allowed per transition (IBA table 91 / `ib_modify_qp_is_ok`).
+/// Attribute masks allowed per transition (IBA table 91 / the kernel's
+/// `qp_state_table` in drivers/infiniband/core/verbs.c, which
+/// `ib_modify_qp_is_ok` checks), per transport: RC, UC, UD, XRC INI, XRC
+/// TGT.
 struct Transition {
-    required: [u32; 3], // RC, UC, UD
-    optional: [u32; 3],
+    required: [u32; 5],
+    optional: [u32; 5],
 }
 
 const fn ti(x: QpType) -> usize {
@@ -207,12 +232,28 @@ const fn ti(x: QpType) -> usize {
         QpType::Rc => 0,
         QpType::Uc => 1,
         QpType::Ud => 2,
+        QpType::XrcSend => 3,
+        QpType::XrcRecv => 4,
     }
 }
 
 /// The attributes (mask bits) required for a transition, by QP type.
 pub(crate) fn required_mask(t: QpType, from: QpState, to: QpState) -> Option<u32> {
     transition(from, to).map(|tr| tr.required[ti(t)])
+}
+
+/// Attributes libibverbs programs pass that an XRC QP has no use for: the
+/// kernel's uverbs drops them before checking the mask
+/// (`modify_qp_mask`: XRC INI has no responder, XRC TGT no requester),
+/// and so does softrdma.
+pub(crate) const fn ignored_mask(t: QpType) -> u32 {
+    match t {
+        QpType::XrcSend => AttrMask::MAX_DEST_RD_ATOMIC.0 | AttrMask::MIN_RNR_TIMER.0,
+        QpType::XrcRecv => {
+            AttrMask::MAX_QP_RD_ATOMIC.0 | AttrMask::RETRY_CNT.0 | AttrMask::RNR_RETRY.0
+        }
+        _ => 0,
+    }
 }
 
 fn transition(from: QpState, to: QpState) -> Option<Transition> {
@@ -236,59 +277,79 @@ fn transition(from: QpState, to: QpState) -> Option<Transition> {
     const CUR: u32 = AttrMask::CUR_STATE.0;
     const MIG: u32 = AttrMask::PATH_MIG_STATE.0;
     const SQD_N: u32 = AttrMask::EN_SQD_ASYNC_NOTIFY.0;
-    let t = |required: [u32; 3], optional: [u32; 3]| Some(Transition { required, optional });
+    let t = |required: [u32; 5], optional: [u32; 5]| Some(Transition { required, optional });
+    // RC, UC, UD, XRC INI, XRC TGT.
+    const CONN: u32 = PKEY | PORT | ACC;
     match (from, to) {
-        (_, Reset) | (_, Err) => t([0; 3], [0; 3]),
-        (Reset, Init) => t(
-            [PKEY | PORT | ACC, PKEY | PORT | ACC, PKEY | PORT | QKEY],
-            [0; 3],
-        ),
-        (Init, Init) => t(
-            [0; 3],
-            [PKEY | PORT | ACC, PKEY | PORT | ACC, PKEY | PORT | QKEY],
-        ),
+        (_, Reset) | (_, Err) => t([0; 5], [0; 5]),
+        (Reset, Init) => t([CONN, CONN, PKEY | PORT | QKEY, CONN, CONN], [0; 5]),
+        (Init, Init) => t([0; 5], [CONN, CONN, PKEY | PORT | QKEY, CONN, CONN]),
         (Init, Rtr) => t(
             [
                 AV | MTU | DQPN | RQPSN | MDRA | RNRT,
                 AV | MTU | DQPN | RQPSN,
                 0,
+                AV | MTU | DQPN | RQPSN,
+                AV | MTU | DQPN | RQPSN | MDRA | RNRT,
             ],
-            [ALT | ACC | PKEY, ALT | ACC | PKEY, PKEY | QKEY],
+            [
+                ALT | ACC | PKEY,
+                ALT | ACC | PKEY,
+                PKEY | QKEY,
+                ALT | ACC | PKEY,
+                ALT | ACC | PKEY,
+            ],
         ),
         (Rtr, Rts) => t(
-            [TMO | RETRY | RNR | SQPSN | MRA, SQPSN, SQPSN],
+            [
+                TMO | RETRY | RNR | SQPSN | MRA,
+                SQPSN,
+                SQPSN,
+                TMO | RETRY | RNR | SQPSN | MRA,
+                TMO | SQPSN,
+            ],
             [
                 CUR | ALT | ACC | RNRT | MIG,
                 CUR | ALT | ACC | MIG,
                 CUR | QKEY,
+                CUR | ALT | ACC | MIG,
+                CUR | ALT | ACC | RNRT | MIG,
             ],
         ),
         (Rts, Rts) => t(
-            [0; 3],
+            [0; 5],
             [
                 CUR | ACC | ALT | MIG | RNRT,
                 CUR | ACC | ALT | MIG,
                 CUR | QKEY,
+                CUR | ACC | ALT | MIG,
+                CUR | ACC | ALT | MIG | RNRT,
             ],
         ),
-        (Rts, Sqd) => t([0; 3], [SQD_N; 3]),
+        (Rts, Sqd) => t([0; 5], [SQD_N; 5]),
         (Sqd, Rts) => t(
-            [0; 3],
+            [0; 5],
             [
                 CUR | ALT | ACC | RNRT | MIG,
                 CUR | ALT | ACC | MIG,
                 CUR | QKEY,
+                CUR | ALT | ACC | MIG,
+                CUR | ALT | ACC | RNRT | MIG,
             ],
         ),
         (Sqd, Sqd) => t(
-            [0; 3],
+            [0; 5],
             [
                 PORT | AV | TMO | RETRY | RNR | MRA | MDRA | ALT | ACC | PKEY | RNRT | MIG,
                 AV | ALT | ACC | PKEY | MIG,
                 PKEY | QKEY,
+                PORT | AV | TMO | RETRY | RNR | MRA | ALT | ACC | PKEY | MIG,
+                PORT | AV | TMO | MDRA | ALT | ACC | PKEY | RNRT | MIG,
             ],
         ),
-        (Sqe, Rts) => t([0; 3], [CUR | ACC, CUR | ACC, CUR | QKEY]),
+        // The kernel's table has SQE only for UD (and UC); softrdma keeps
+        // the RC entry it always had.
+        (Sqe, Rts) => t([0; 5], [CUR | ACC, CUR | ACC, CUR | QKEY, 0, 0]),
         _ => None,
     }
 }
@@ -317,6 +378,7 @@ impl Qp {
             armed: None,
             comp_floor: 0,
             peer_port: None,
+            xrcd: None,
         }
     }
 
@@ -343,6 +405,7 @@ impl Qp {
         let tr = transition(cur, to).ok_or(VerbsError::InvalidArgument("invalid transition"))?;
         let t = ti(self.qp_type);
         let allowed = tr.required[t] | tr.optional[t] | AttrMask::STATE.0;
+        let mask = AttrMask(mask.0 & !ignored_mask(self.qp_type));
         let given = mask.0;
         if given & tr.required[t] != tr.required[t] {
             return Err(VerbsError::InvalidArgument("required attribute missing"));
@@ -510,7 +573,7 @@ impl Qp {
             let wc = self.flush_recv_wc(&r);
             ctx.complete(self.recv_cq, wc);
         }
-        if self.srq.is_some() {
+        if self.srq.is_some() && self.qp_type != QpType::XrcRecv {
             ctx.event(AsyncEvent::QpLastWqeReached(self.qpn));
         }
     }
@@ -563,6 +626,11 @@ impl Qp {
 
     /// Validates and queues a send work request.
     pub fn post_send(&mut self, wr: SendWr, ctx: &mut Ctx) -> VerbsResult<()> {
+        if self.qp_type == QpType::XrcRecv {
+            return Err(VerbsError::InvalidArgument(
+                "an XRC TGT QP has no send queue",
+            ));
+        }
         match self.state {
             QpState::Reset | QpState::Init | QpState::Rtr => {
                 return Err(VerbsError::InvalidArgument("QP not ready to send"))
@@ -582,6 +650,10 @@ impl Qp {
         }
         let op_ok = match self.qp_type {
             QpType::Rc => true,
+            // XRC has no FLUSH or ATOMIC WRITE opcode (see softrdma_wire's
+            // opcode table).
+            QpType::XrcSend => !matches!(wr.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite),
+            QpType::XrcRecv => false,
             QpType::Uc => matches!(
                 wr.opcode,
                 WrOpcode::Send
@@ -662,6 +734,11 @@ impl Qp {
 
     /// Validates and queues a receive work request.
     pub fn post_recv(&mut self, wr: RecvWr, ctx: &mut Ctx) -> VerbsResult<()> {
+        if matches!(self.qp_type, QpType::XrcSend | QpType::XrcRecv) {
+            return Err(VerbsError::InvalidArgument(
+                "an XRC QP has no receive queue (XRC SRQs receive)",
+            ));
+        }
         if self.srq.is_some() {
             return Err(VerbsError::InvalidArgument("QP uses an SRQ"));
         }

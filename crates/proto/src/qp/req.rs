@@ -205,6 +205,7 @@ fn request_opcode(qp_type: QpType, op: WrOpcode, first: bool, last: bool) -> Opt
         QpType::Rc => T::Rc,
         QpType::Uc => T::Uc,
         QpType::Ud => T::Ud,
+        QpType::XrcSend | QpType::XrcRecv => T::Xrc,
     };
     let (operation, imm, inv) = match op {
         // LOCAL_INV and BIND_MW are local: never sent.
@@ -349,7 +350,7 @@ impl Qp {
             }
         }
         let idx = self.req.cur;
-        let rc = self.qp_type == QpType::Rc;
+        let rc = self.qp_type.is_reliable();
         let w = &self.sq[idx];
         let psn = w.first_psn.add(self.req.cur_pkt);
         let oldest = if rc { self.oldest_unacked() } else { None };
@@ -487,10 +488,14 @@ impl Qp {
             ack_req: false,
             psn,
         };
-        if self.qp_type == QpType::Rc {
+        if self.qp_type.is_reliable() {
             bth.ack_req = last || fills_window || (k + 1).is_multiple_of(ACK_REQ_EVERY_PKTS);
         }
         let mut repr = PacketRepr::new(bth, &[]);
+        if self.qp_type == QpType::XrcSend {
+            // IBA 9.3.7: every XRC request names the XRC SRQ at the target.
+            repr.xrceth = Some(w.wr.remote_srqn & 0x00ff_ffff);
+        }
         let mut av = self.attr.ah_attr;
         let payload_len = if is_read || op.is_atomic() || op == WrOpcode::Flush {
             0
@@ -651,6 +656,15 @@ mod tests {
             (QpType::Rc, AtomicFetchAndAdd, true, true, 0x14),
             (QpType::Rc, Flush, true, true, 0x1c),
             (QpType::Rc, AtomicWrite, true, true, 0x1d),
+            (QpType::XrcSend, Send, true, true, 0xa4),
+            (QpType::XrcSend, Send, false, false, 0xa1),
+            (QpType::XrcSend, SendWithImm, false, true, 0xa3),
+            (QpType::XrcSend, SendWithInv, true, true, 0xb7),
+            (QpType::XrcSend, RdmaWrite, true, false, 0xa6),
+            (QpType::XrcSend, RdmaWriteWithImm, true, true, 0xab),
+            (QpType::XrcSend, RdmaRead, true, true, 0xac),
+            (QpType::XrcSend, AtomicCmpAndSwp, true, true, 0xb3),
+            (QpType::XrcSend, AtomicFetchAndAdd, true, true, 0xb4),
         ];
         for (t, op, f, l, want) in cases {
             let o = request_opcode(t, op, f, l).unwrap();

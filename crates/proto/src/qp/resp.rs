@@ -11,7 +11,7 @@ use crate::verbs::*;
 use softrdma_wire::ext::{CREDITS_UNLIMITED, FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT};
 use softrdma_wire::{
     AethRepr, BthRepr, Msn, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr, Position, Psn,
-    Syndrome, Transport,
+    Syndrome,
 };
 use std::collections::VecDeque;
 
@@ -41,31 +41,31 @@ pub(crate) enum RespJob {
 
 #[derive(Debug)]
 pub(crate) struct ReadJob {
-    res_id: u64,
+    pub(super) res_id: u64,
     /// PSN of the next response.
-    psn: Psn,
-    span: Option<Span>,
+    pub(super) psn: Psn,
+    pub(super) span: Option<Span>,
     /// Bytes already sent.
-    offset: usize,
-    len: usize,
-    msn: Msn,
+    pub(super) offset: usize,
+    pub(super) len: usize,
+    pub(super) msn: Msn,
     /// Answering a duplicate request (re-executed from its PSN).
-    replay: bool,
+    pub(super) replay: bool,
 }
 
 /// A READ or atomic the responder remembers for duplicates (IBA 9.7.5.1.3,
 /// "responder resources", `max_dest_rd_atomic` of them).
 #[derive(Debug, Clone, Copy)]
-struct Resource {
-    id: u64,
-    first_psn: Psn,
-    npkts: u32,
+pub(super) struct Resource {
+    pub(super) id: u64,
+    pub(super) first_psn: Psn,
+    pub(super) npkts: u32,
     /// `Some(original value)` for an atomic.
-    atomic: Option<u64>,
+    pub(super) atomic: Option<u64>,
     /// A FLUSH or ATOMIC WRITE: a duplicate is acknowledged again, never
     /// executed again (oA19-14, oA19-15).
-    placement: bool,
-    msn: Msn,
+    pub(super) placement: bool,
+    pub(super) msn: Msn,
 }
 
 /// The message being received.
@@ -96,7 +96,7 @@ pub(crate) struct Responder {
     nak_sent: bool,
     /// UC: skip packets until the next message start.
     uc_drop: bool,
-    resources: VecDeque<Resource>,
+    pub(super) resources: VecDeque<Resource>,
     max_resources: usize,
     /// `max_dest_rd_atomic` as negotiated: READ/atomic requests whose
     /// responses may wait to be sent at once (0: none accepted).
@@ -109,7 +109,7 @@ pub(crate) struct Responder {
 }
 
 /// How a request failed at the responder (IBA 9.7.5.2.2 classes).
-enum Fail {
+pub(super) enum Fail {
     /// NAK and move to the error state.
     Nak(NakCode),
     /// Receiver not ready: RNR NAK, state unchanged.
@@ -159,12 +159,12 @@ impl Responder {
     /// ([`MAX_RESP_QUEUE`](crate::limits::MAX_RESP_QUEUE)); a peer that
     /// keeps sending without reading its answers gets no more of them (it
     /// retransmits what it still needs).
-    fn has_room(&self) -> bool {
+    pub(super) fn has_room(&self) -> bool {
         self.out.len() < crate::limits::MAX_RESP_QUEUE
     }
 
     /// Queues an ACK, merging it with an ACK already at the tail.
-    fn queue_ack(&mut self, psn: Psn) {
+    pub(super) fn queue_ack(&mut self, psn: Psn) {
         let msn = self.msn;
         if let Some(RespJob::Ack {
             psn: p,
@@ -186,9 +186,13 @@ impl Responder {
             syndrome: Syndrome::ACK,
         });
     }
+    /// Queues a NAK that ends the connection (always goes out).
+    pub(super) fn queue_nak_fatal(&mut self, psn: Psn, syndrome: Syndrome) {
+        self.queue_nak(psn, syndrome)
+    }
     /// Queues a NAK. One that ends the connection always goes out; an RNR
     /// or sequence NAK only while the queue has room.
-    fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
+    pub(super) fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
         let fatal = matches!(syndrome, Syndrome::Nak(c) if c != NakCode::PsnSequenceError);
         if !fatal && !self.has_room() {
             self.dropped += 1;
@@ -256,7 +260,7 @@ impl Qp {
     }
 
     /// Takes a receive WQE from the QP's queue or its SRQ.
-    fn take_recv(&mut self, ctx: &mut Ctx) -> Option<(RecvWqe, bool)> {
+    pub(super) fn take_recv(&mut self, ctx: &mut Ctx) -> Option<(RecvWqe, bool)> {
         match self.srq {
             None => self.rq.pop_front().map(|w| (w, false)),
             Some(id) => {
@@ -314,7 +318,10 @@ impl Qp {
             self.handle_ud(pkt, info, meta, ctx);
             return;
         }
-        let rc = self.qp_type == QpType::Rc;
+        if self.qp_type == QpType::XrcRecv && !self.select_xrc_srq(pkt, ctx) {
+            return;
+        }
+        let rc = self.qp_type.is_reliable();
         let psn = pkt.bth.psn;
 
         // 1. PSN.
@@ -411,7 +418,7 @@ impl Qp {
         info: &OpcodeInfo,
         ctx: &mut Ctx,
     ) -> Result<(), Fail> {
-        let rc = self.qp_type == QpType::Rc;
+        let rc = self.qp_type.is_reliable();
         let mtu = self.mtu() as usize;
         let psn = pkt.bth.psn;
         let plen = pkt.payload.len();
@@ -539,7 +546,7 @@ impl Qp {
 
     /// Check 6: R_Key, bounds and rights; no check for zero-length
     /// transfers (IBA 9.7.5.1.6 / C9-88). `Ok(None)` for zero length.
-    fn check_rkey(
+    pub(super) fn check_rkey(
         &self,
         rkey: softrdma_wire::RKey,
         va: u64,
@@ -639,7 +646,7 @@ impl Qp {
         info: &OpcodeInfo,
         ctx: &mut Ctx,
     ) -> Result<(), Fail> {
-        let rc = self.qp_type == QpType::Rc;
+        let rc = self.qp_type.is_reliable();
         if info.position.starts() {
             // 4. Resources: a receive WQE.
             if !self.has_recv(ctx) {
@@ -718,7 +725,7 @@ impl Qp {
         info: &OpcodeInfo,
         ctx: &mut Ctx,
     ) -> Result<(), Fail> {
-        let rc = self.qp_type == QpType::Rc;
+        let rc = self.qp_type.is_reliable();
         if info.position.starts() {
             let reth = pkt.reth.ok_or(Fail::Nak(NakCode::InvalidRequest))?;
             let len = reth.dma_len as usize;
@@ -775,7 +782,13 @@ impl Qp {
         Ok(())
     }
 
-    fn recv_wc(&self, wqe: &RecvWqe, byte_len: u32, opcode: WcOpcode, pkt: &PacketRepr<'_>) -> Wc {
+    pub(super) fn recv_wc(
+        &self,
+        wqe: &RecvWqe,
+        byte_len: u32,
+        opcode: WcOpcode,
+        pkt: &PacketRepr<'_>,
+    ) -> Wc {
         Wc {
             wr_id: wqe.wr.wr_id,
             status: WcStatus::Success,
@@ -790,171 +803,10 @@ impl Qp {
         }
     }
 
-    fn recv_error(&self, wqe: &RecvWqe, status: WcStatus, ctx: &mut Ctx) {
+    pub(super) fn recv_error(&self, wqe: &RecvWqe, status: WcStatus, ctx: &mut Ctx) {
         let mut wc = self.flush_recv_wc(wqe);
         wc.status = status;
         ctx.complete(self.recv_cq, wc);
-    }
-
-    /// A request with a PSN before `epsn` (IBA 9.7.5.1.3).
-    fn handle_duplicate(&mut self, pkt: &PacketRepr<'_>, info: &OpcodeInfo, ctx: &mut Ctx) {
-        let psn = pkt.bth.psn;
-        if psn.distance_from(self.resp.epsn) < softrdma_wire::types::HALF_24 {
-            return;
-        }
-        self.counters.duplicate_requests += 1;
-        match info.operation {
-            Operation::Send | Operation::RdmaWrite => {
-                // C9-105: acknowledge again, do not execute again.
-                let last = self.resp.epsn.sub(1);
-                self.resp.queue_ack(last);
-            }
-            Operation::ReadRequest => {
-                let Some(reth) = pkt.reth else { return };
-                let Some(res) = self
-                    .resp
-                    .resources
-                    .iter()
-                    .find(|r| {
-                        r.atomic.is_none()
-                            && !r.placement
-                            && psn.distance_from(r.first_psn) < r.npkts
-                    })
-                    .copied()
-                else {
-                    return;
-                };
-                // Re-execute from the duplicate's PSN with its own RETH,
-                // checked again: a region deregistered since is a remote
-                // access error now.
-                let Ok(span) = self.check_rkey(
-                    reth.rkey,
-                    reth.va,
-                    reth.dma_len as u64,
-                    Access::REMOTE_READ,
-                    ctx,
-                ) else {
-                    self.counters.rem_access_nak_sent += 1;
-                    ctx.event(AsyncEvent::QpAccessErr(self.qpn));
-                    self.resp
-                        .queue_nak(psn, Syndrome::Nak(NakCode::RemoteAccessError));
-                    self.enter_error(ctx);
-                    return;
-                };
-                let remaining = res.npkts - psn.distance_from(res.first_psn);
-                let mtu = self.mtu() as u64;
-                if reth.dma_len as u64 > remaining as u64 * mtu {
-                    return;
-                }
-                self.resp
-                    .out
-                    .retain(|j| !matches!(j, RespJob::Read(r) if r.res_id == res.id));
-                self.resp.out.push_back(RespJob::Read(ReadJob {
-                    res_id: res.id,
-                    psn,
-                    span,
-                    offset: 0,
-                    len: reth.dma_len as usize,
-                    msn: res.msn,
-                    replay: true,
-                }));
-            }
-            Operation::Flush | Operation::AtomicWrite => {
-                // Acknowledge again; never execute again (oA19-14, -15).
-                if let Some(res) = self
-                    .resp
-                    .resources
-                    .iter()
-                    .find(|r| r.first_psn == psn && r.placement)
-                {
-                    let msn = res.msn;
-                    self.resp.out.push_back(RespJob::PlacementAck { psn, msn });
-                }
-            }
-            Operation::CompareSwap | Operation::FetchAdd => {
-                // Replay the saved result; never execute twice.
-                if let Some(res) = self
-                    .resp
-                    .resources
-                    .iter()
-                    .find(|r| r.first_psn == psn && r.atomic.is_some())
-                {
-                    let orig = res.atomic.unwrap_or(0);
-                    let msn = res.msn;
-                    // Once in the queue is enough.
-                    let queued = self
-                        .resp
-                        .out
-                        .iter()
-                        .any(|j| matches!(j, RespJob::AtomicAck { psn: p, .. } if *p == psn));
-                    if queued || !self.resp.has_room() {
-                        self.resp.dropped += 1;
-                        return;
-                    }
-                    self.resp.out.push_back(RespJob::AtomicAck {
-                        psn,
-                        msn,
-                        orig,
-                        replay: true,
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// A UD request (IBA 9.8.4): Q_Key, a receive WQE, GRH area + payload.
-    fn handle_ud(
-        &mut self,
-        pkt: &PacketRepr<'_>,
-        info: &OpcodeInfo,
-        meta: &RecvMeta,
-        ctx: &mut Ctx,
-    ) {
-        let Some(deth) = pkt.deth else { return };
-        if info.operation != Operation::Send {
-            return;
-        }
-        if deth.qkey != self.attr.qkey {
-            self.counters.bad_qkey += 1;
-            return;
-        }
-        let Some((wqe, _)) = self.take_recv(ctx) else {
-            self.counters.ud_drops += 1;
-            return;
-        };
-        let sgl = match ctx
-            .mrs
-            .resolve_local(self.pd, &wqe.wr.sg_list, Access::LOCAL_WRITE)
-        {
-            Ok(s) => s,
-            Err(_) => {
-                self.recv_error(&wqe, WcStatus::LocProtErr, ctx);
-                self.enter_error(ctx);
-                return;
-            }
-        };
-        let grh = softrdma_wire::grh::GRH_LEN as u64;
-        let total = grh + pkt.payload.len() as u64;
-        if total > sgl.len() {
-            self.recv_error(&wqe, WcStatus::LocLenErr, ctx);
-            return;
-        }
-        if sgl.write(0, &meta.grh_area()).is_err() || sgl.write(grh, pkt.payload).is_err() {
-            self.recv_error(&wqe, WcStatus::LocProtErr, ctx);
-            self.enter_error(ctx);
-            return;
-        }
-        let mut wc = self.recv_wc(&wqe, total as u32, WcOpcode::Recv, pkt);
-        wc.src_qp = deth.src_qp;
-        wc.wc_flags = WcFlags::GRH;
-        if let Some(imm) = pkt.imm {
-            wc.wc_flags = wc.wc_flags.with(WcFlags::WITH_IMM);
-            wc.imm_or_inv = imm;
-        }
-        if !ctx.complete(self.recv_cq, wc) {
-            self.enter_error(ctx);
-        }
     }
 
     /// A READ whose region went away mid-response: NAK remote access error
@@ -965,7 +817,7 @@ impl Qp {
         self.enter_error(ctx);
         let mut r = PacketRepr::new(
             BthRepr {
-                opcode: Opcode::RC_ACKNOWLEDGE,
+                opcode: self.ack_opcode(),
                 solicited: false,
                 mig_req: false,
                 pad_count: 0,
@@ -1001,6 +853,8 @@ impl Qp {
         let mtu = self.mtu() as usize;
         let av = self.attr.ah_attr;
         let (pkey, dest_qp) = (self.pkey(), self.attr.dest_qp_num);
+        let tr = self.resp_transport();
+        let (ack_op, atomic_ack_op) = (self.ack_opcode(), self.atomic_ack_opcode());
         let bth = move |opcode: Opcode, psn: Psn| BthRepr {
             opcode,
             solicited: false,
@@ -1016,7 +870,7 @@ impl Qp {
         let job = self.resp.out.front_mut()?;
         let tx = match job {
             RespJob::Ack { psn, msn, syndrome } => {
-                let mut r = PacketRepr::new(bth(Opcode::RC_ACKNOWLEDGE, *psn), &[]);
+                let mut r = PacketRepr::new(bth(ack_op, *psn), &[]);
                 r.aeth = Some(AethRepr {
                     syndrome: *syndrome,
                     msn: *msn,
@@ -1029,7 +883,7 @@ impl Qp {
                 tx
             }
             RespJob::AtomicAck { psn, msn, orig, .. } => {
-                let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn), &[]);
+                let mut r = PacketRepr::new(bth(atomic_ack_op, *psn), &[]);
                 r.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
                         credits: CREDITS_UNLIMITED,
@@ -1042,13 +896,7 @@ impl Qp {
                 tx
             }
             RespJob::PlacementAck { psn, msn } => {
-                let code = Opcode::find(
-                    Transport::Rc,
-                    Operation::ReadResponse,
-                    Position::Only,
-                    false,
-                    false,
-                )?;
+                let code = Opcode::find(tr, Operation::ReadResponse, Position::Only, false, false)?;
                 let mut r = PacketRepr::new(bth(code, *psn), &[]);
                 r.aeth = Some(AethRepr {
                     syndrome: Syndrome::ACK,
@@ -1063,7 +911,7 @@ impl Qp {
                 let first = j.offset == 0;
                 let last = j.offset + n >= j.len;
                 let pos = Position::of(first, last);
-                let code = Opcode::find(Transport::Rc, Operation::ReadResponse, pos, false, false)?;
+                let code = Opcode::find(tr, Operation::ReadResponse, pos, false, false)?;
                 let mut r = PacketRepr::new(bth(code, j.psn), &[]);
                 if first || last {
                     r.aeth = Some(AethRepr {

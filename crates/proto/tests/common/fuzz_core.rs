@@ -248,7 +248,9 @@ impl Target {
                 .with(AttrMask::PKEY_INDEX)
                 .with(AttrMask::PORT);
             let masks = match t {
-                QpType::Rc => [
+                // XRC: RC's masks (the fields an XRC QP has no use for
+                // are ignored, as by the kernel).
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => [
                     base.with(AttrMask::ACCESS_FLAGS),
                     AttrMask::STATE
                         .with(AttrMask::AV)

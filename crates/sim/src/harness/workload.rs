@@ -475,6 +475,8 @@ fn op(rng: &mut Rng, cfg: &Config, ty: QpType, depth: usize, max_len: usize, i: 
                 Kind::SendImm
             }
         }
+        // The harness draws RC, UC and UD pairs (XRC: tests/xrc.rs).
+        QpType::XrcSend | QpType::XrcRecv => unreachable!("no XRC pairs in the harness"),
     };
     let len = if matches!(kind, Kind::FetchAdd | Kind::CmpSwap | Kind::AtomicWrite) {
         8

@@ -33,6 +33,8 @@ pub(crate) struct Queued {
     pub new_id: Option<u64>,
     pub conn: ConnParam,
     pub ud: Option<UdParam>,
+    /// Multicast events: the group's address and the join's context.
+    pub mc: Option<(std::net::IpAddr, u64)>,
 }
 
 impl Queued {
@@ -44,6 +46,7 @@ impl Queued {
             new_id: None,
             conn: ConnParam::zero(),
             ud: None,
+            mc: None,
         }
     }
 }

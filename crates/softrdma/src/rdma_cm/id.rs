@@ -71,7 +71,7 @@ pub struct AddrInfo {
     pub path: Option<Path>,
 }
 
-fn einval(what: &str) -> Error {
+pub(super) fn einval(what: &str) -> Error {
     Error::cm(libc::EINVAL, what.to_string())
 }
 
@@ -81,7 +81,7 @@ fn random_psn() -> Psn {
     Psn::new(u32::from_le_bytes(b))
 }
 
-fn entry(g: &mut Guard, num: u64) -> Result<&mut IdEntry> {
+pub(super) fn entry(g: &mut Guard, num: u64) -> Result<&mut IdEntry> {
     g.st()
         .ids
         .get_mut(&num)
@@ -1193,6 +1193,8 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
                 }
             }
         }
+        // librdmacm's ucma_process_join: the id's QP attaches.
+        EventType::MulticastJoin => super::mcast::on_join(&mut g, num, &mut q),
         EventType::Rejected | EventType::Disconnected => {
             if entry(&mut g, num).ok()?.connect_error {
                 return None;
@@ -1220,6 +1222,7 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         listen_id,
         conn: q.conn,
         ud: q.ud,
+        mc: q.mc,
         acks,
     };
     drop(g);

@@ -51,6 +51,7 @@
 mod channel;
 pub(crate) mod driver;
 mod id;
+mod mcast;
 mod resolve;
 mod simple;
 pub(crate) mod state;
@@ -98,9 +99,10 @@ pub enum EventType {
     Disconnected = 10,
     /// Never sent by softrdma.
     DeviceRemoval = 11,
-    /// Never sent by softrdma (no multicast).
+    /// A join completed (`join_multicast`: the group's address handle in
+    /// the event's UD parameters).
     MulticastJoin = 12,
-    /// Never sent by softrdma (no multicast).
+    /// A join failed (status -1, as the kernel's for a failed attach).
     MulticastError = 13,
     /// Never sent by softrdma.
     AddrChange = 14,
@@ -214,6 +216,9 @@ pub struct CmEvent {
     pub conn: ConnParam,
     /// UD parameters (events of UD ids).
     pub ud: Option<UdParam>,
+    /// Multicast events: the group's address and the context given to
+    /// `join_multicast` (librdmacm reports it as `param.ud.private_data`).
+    pub mc: Option<(std::net::IpAddr, u64)>,
     acks: Arc<Acks>,
 }
 

@@ -110,6 +110,8 @@ pub(crate) struct IdEntry {
     pub connect_error: bool,
     /// The peer's UD QP and Q_Key (UD, after ESTABLISHED).
     pub remote_ud: Option<(Qpn, u32)>,
+    /// Multicast groups joined (`rdma_join_multicast`; see `mcast`).
+    pub mcast: Vec<super::mcast::Join>,
 }
 
 impl IdEntry {
@@ -137,6 +139,7 @@ impl IdEntry {
             opts: Opts::default(),
             connect_error: false,
             remote_ud: None,
+            mcast: Vec::new(),
         }
     }
 
