@@ -181,6 +181,23 @@ pub struct Gather {
 /// is copied.
 pub const MAX_GATHER: usize = 2;
 
+/// What an RC QP's responder puts in an answer ([`Device::responder_view`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponderView {
+    /// The peer's QP.
+    pub dest_qpn: Qpn,
+    /// The peer's address and UDP port.
+    pub dest: SocketAddr,
+    /// Messages the responder completed.
+    pub msn: softrdma_wire::Msn,
+    /// Its RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Traffic class of its packets.
+    pub traffic_class: u8,
+    /// Hop limit of its packets.
+    pub hop_limit: u8,
+}
+
 /// Output that is not a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -950,6 +967,27 @@ impl Device {
         }
         qp.peer_port = Some(port);
         Ok(())
+    }
+
+    /// What RC QP `qpn`'s responder puts in an answer to a request from
+    /// its peer — its peer's QP and address, its MSN and RNR timer — while
+    /// it takes requests (RTR and after, not in error); `None` otherwise.
+    /// Read-only: a driver's fault injector answers requests on the wire
+    /// with it (softrdma-link) without touching the transport.
+    pub fn responder_view(&self, qpn: Qpn) -> Option<ResponderView> {
+        let qp = self.qps.get(self.qp_idx(qpn).ok()?)?;
+        let takes_requests = matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        (qp.qp_type == QpType::Rc && takes_requests).then(|| ResponderView {
+            dest_qpn: qp.attr.dest_qp_num,
+            dest: std::net::SocketAddr::new(qp.attr.ah_attr.dest, qp.attr.ah_attr.dest_port),
+            msn: qp.resp.msn,
+            min_rnr_timer: qp.attr.min_rnr_timer,
+            traffic_class: qp.attr.ah_attr.traffic_class,
+            hop_limit: qp.attr.ah_attr.hop_limit,
+        })
     }
 
     /// State of a QP.
