@@ -821,7 +821,9 @@ impl Shared {
                         let drop_n = tx.pending.len() / 2;
                         for d in tx.pending.drain(..drop_n) {
                             released = released.max(d.seq);
-                            tx.pool.push(d.buf);
+                            if d.buf.len() >= MIN_TX_BUF {
+                                tx.pool.push(d.buf);
+                            }
                         }
                         self.tx_dropped.fetch_add(drop_n as u64, Ordering::Relaxed);
                     }
@@ -833,7 +835,10 @@ impl Shared {
                     self.capture_sent(tx.pending.range(..n));
                     for d in tx.pending.drain(..n) {
                         released = released.max(d.seq);
-                        if tx.pool.len() < 1024 {
+                        // (Datagrams the fault injector held or made are
+                        // only as long as they are: never a buffer the
+                        // core writes a packet of any size into.)
+                        if tx.pool.len() < 1024 && d.buf.len() >= MIN_TX_BUF {
                             tx.pool.push(d.buf);
                         }
                     }
