@@ -187,7 +187,7 @@ fn rc_is_exactly_once_and_byte_exact_under_loss_duplication_reordering_corruptio
     s.mr.atomic_u64(counter).store(0, Ordering::SeqCst);
     for i in 0..ADDS {
         let mut wr = SendWr::new(i, WrOpcode::AtomicFetchAndAdd);
-        wr.sg_list = vec![c.mr.sge(1 << 20 | (i as usize) * 8, 8)];
+        wr.sg_list = vec![c.mr.sge((1 << 20) + (i as usize) * 8, 8)];
         wr.remote_addr = s.mr.addr() + counter as u64;
         wr.rkey = s.mr.rkey();
         wr.compare_add = 1;
@@ -198,7 +198,7 @@ fn rc_is_exactly_once_and_byte_exact_under_loss_duplication_reordering_corruptio
     let mut got: Vec<u64> = (0..ADDS)
         .map(|i| {
             u64::from_le_bytes(
-                c.mr.to_vec(1 << 20 | (i as usize) * 8, 8)
+                c.mr.to_vec((1 << 20) + (i as usize) * 8, 8)
                     .try_into()
                     .unwrap(),
             )
