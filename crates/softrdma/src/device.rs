@@ -205,6 +205,7 @@ impl Drop for DeviceInner {
         // device's memory.
         self.shared.drain();
         self.shared.materialize_queued();
+        self.shared.say_faults(&self.name);
     }
 }
 
@@ -597,6 +598,7 @@ extern "C" fn flush_all_at_exit() {
                 for d in &devs {
                     // (Not a forked child's copy of its parent's.)
                     d.shared.drain();
+                    d.shared.say_faults(&d.name);
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.

@@ -271,6 +271,8 @@ pub(crate) struct Shared {
     rx_fault_due: AtomicU64,
     /// Fault events go to the log (its debug level is on).
     fault_log: bool,
+    /// The faults this device injected were said (at close or exit).
+    faults_said: AtomicBool,
 }
 
 /// Serial numbers of devices.
@@ -400,7 +402,49 @@ impl Shared {
             tx_fault_due: AtomicU64::new(u64::MAX),
             rx_fault_due: AtomicU64::new(u64::MAX),
             fault_log,
+            faults_said: AtomicBool::new(false),
         })
+    }
+
+    /// Says on stderr, once, what faults the device injected (at close, or
+    /// at exit for a device still open): a user running a program under
+    /// `SOFTRDMA_FAULTS` sees what it went through.
+    pub fn say_faults(&self, name: &str) {
+        if !self.faulty || self.forked_away() || self.faults_said.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // (At exit another thread may keep a lock: what it holds is left
+        // out rather than waited for.)
+        let mut c = FaultCounters::default();
+        if let Some(f) = self
+            .tx
+            .try_lock()
+            .and_then(|t| t.faults.as_ref().map(|f| f.counters()))
+        {
+            c.merge(&f);
+        }
+        if let Some(f) = self
+            .rx
+            .try_lock()
+            .and_then(|r| r.faults.as_ref().map(|f| f.counters()))
+        {
+            c.merge(&f);
+        }
+        let list: Vec<String> = c
+            .nonzero()
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let line = format!(
+            "softrdma: {name} ({}) injected faults: {}\n",
+            self.local.ip(),
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join(", ")
+            }
+        );
+        let _ = softrdma_io::sys_write(2, line.as_bytes());
     }
 
     /// Whether this process is a forked child of the one that opened the
