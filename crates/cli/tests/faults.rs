@@ -489,3 +489,88 @@ fn open_mpi_pingpong_and_allreduce_check_their_data_under_faults() {
         println!("Open MPI {prog}: {:.1}s; {}", d.secs, lines.join(" / "));
     }
 }
+
+/// `softrdma devinfo -v` shows the faults a device runs with (the seed
+/// drawn when none was given) and where they came from; `softrdma perf`
+/// counts them with the device's counters, in text and JSON; a bad value
+/// is an error naming the variable and what it accepts.
+#[test]
+fn devinfo_perf_and_bad_values() {
+    let cmd = |args: &[&str], faults: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+        c.args(args).stdin(Stdio::null());
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("SOFTRDMA_") {
+                c.env_remove(k);
+            }
+        }
+        if let Some(f) = faults {
+            c.env("SOFTRDMA_FAULTS", f);
+        }
+        c.output().expect("softrdma")
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let row = |t: &str| {
+        t.lines()
+            .find(|l| l.trim_start().starts_with("faults "))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no faults row in\n{t}"))
+    };
+    let o = cmd(&["devinfo", "-v", "-d", "127.68.11.1"], Some("seed=42,loss=1%"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        row(&text(&o.stdout)),
+        "faults seed=42,loss=0.01 (env SOFTRDMA_FAULTS)"
+    );
+    // Said on stderr when the device opens, and what it injected at close.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("(127.68.11.1) injects faults: seed=42,loss=0.01 (env SOFTRDMA_FAULTS;"),
+        "{err}"
+    );
+    assert!(err.contains("(127.68.11.1) injected faults: none"), "{err}");
+    // Without a seed, the one drawn is shown: the run replays with it.
+    let o = cmd(&["devinfo", "-v", "-d", "127.68.11.1"], Some("on=recv,dup=2%"));
+    let r = row(&text(&o.stdout));
+    assert!(
+        r.starts_with("faults seed=") && r.ends_with(",on=recv,dup=0.02 (env SOFTRDMA_FAULTS)"),
+        "{r}"
+    );
+    let o = cmd(&["devinfo", "-v", "-d", "127.68.11.1"], None);
+    assert_eq!(row(&text(&o.stdout)), "faults none (default)");
+    assert!(!text(&o.stderr).contains("faults"), "{}", text(&o.stderr));
+
+    for (bad, why) in [
+        ("loss=2", "loss=\"2\": want a probability"),
+        ("delay=5", "delay=\"5\": want a time with its unit"),
+        ("on=send,rnr=1", "not in a rule with on=send"),
+    ] {
+        let o = cmd(&["devinfo"], Some(bad));
+        assert_eq!(o.status.code(), Some(1), "{bad}: {}", text(&o.stderr));
+        let e = text(&o.stderr);
+        assert!(
+            e.contains(&format!("SOFTRDMA_FAULTS={bad:?}: want fault rules"))
+                && e.contains(why),
+            "{bad}: {e}"
+        );
+    }
+
+    // perf: both sides' fault counters, in the text and in the JSON.
+    let o = cmd(
+        &["perf", "write-bw", "--loopback", "-n", "300", "-s", "65536"],
+        Some("seed=3,loss=2%,dup=1%"),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let t = text(&o.stdout);
+    assert!(t.contains("fault_tx_lost"), "{t}");
+    assert!(t.contains("fault(s) injected (SOFTRDMA_FAULTS"), "{t}");
+    assert!(t.contains("data verification: ok"), "{t}");
+    let o = cmd(
+        &["perf", "write-bw", "--loopback", "-n", "300", "-s", "65536", "--json"],
+        Some("seed=3,loss=2%,dup=1%"),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let lost = |side: &str| v["counters"][side]["fault_tx_lost"].as_u64().unwrap_or(0);
+    assert!(lost("client") > 0 && lost("server") > 0, "{v:#}");
+}
