@@ -37,6 +37,9 @@ pub struct Device {
     /// Draws QP numbers at random (ReDMArk V5; see the `qpn` module).
     pub(crate) qpns: QpnAlloc,
     pub(crate) tx_ready: VecDeque<u32>,
+    /// The device-wide budget of RC packets in flight, and the QPs that
+    /// wait for it.
+    pub(crate) budget: Budget,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
     /// input that reaches a QP, so the earliest is at hand without a scan.
@@ -84,8 +87,57 @@ macro_rules! ctx {
             next_gather_seq: $self.gather_seq + 1,
             released: $self.released,
             gated: &mut $self.gated,
+            budget_left: $self.budget.left(),
+            budget_queue: !$self.budget.wait.is_empty(),
         }
     };
+}
+
+/// RC request packets in flight over all QPs, against a limit
+/// (`DeviceConfig::inflight_budget_pkts`). Each QP's share is what it
+/// counted at its last `sync_timer`; QPs that had a packet ready while the
+/// budget was spent wait in `wait`, in order. The budget is handed out in
+/// grants of [`BUDGET_GRANT_PKTS`](crate::limits::BUDGET_GRANT_PKTS): a
+/// QP at the head of the queue is woken once that much is free, and while
+/// QPs wait, no other QP takes new budget. So a few QPs send runs of
+/// packets rather than every QP one packet at a time, and the responder
+/// answers a run with one ACK instead of one per packet.
+///
+/// Liveness: what a QP counts is acknowledged, or the QP's retries run
+/// out and it enters the error state (0 counted); a QP without a
+/// transport timer (`timeout` 0) or in an RNR wait counts nothing. So the
+/// budget always comes free, and the queue is served in order.
+#[derive(Debug, Default)]
+pub(crate) struct Budget {
+    /// 0: no limit.
+    pub limit: u32,
+    /// Sum of every QP's `budget_counted`.
+    pub inflight: u32,
+    /// QP slots waiting for the budget (each once: `Qp::budget_parked`).
+    pub wait: VecDeque<u32>,
+    /// QPs woken from `wait` that have not used their grant yet
+    /// (`Qp::budget_woken`).
+    pub granted: u32,
+}
+
+impl Budget {
+    /// Packets that may still go into flight (`u32::MAX` without a limit).
+    pub fn left(&self) -> u32 {
+        if self.limit == 0 {
+            u32::MAX
+        } else {
+            self.limit.saturating_sub(self.inflight)
+        }
+    }
+
+    /// Counts `qp`'s packets in flight now.
+    fn sync(&mut self, qp: &mut Qp) {
+        let n = qp.inflight_pkts();
+        if n != qp.budget_counted {
+            self.inflight = self.inflight - qp.budget_counted + n;
+            qp.budget_counted = n;
+        }
+    }
 }
 
 pub(crate) use ctx;
@@ -97,6 +149,7 @@ impl Device {
             Some(k) => KeyRng::new(k),
             None => KeyRng::from_seed(cfg.seed),
         };
+        let budget_limit = cfg.inflight_budget_pkts;
         Device {
             cfg,
             rng,
@@ -110,6 +163,10 @@ impl Device {
             qpn_map: U32Map::default(),
             qpns: QpnAlloc::default(),
             tx_ready: VecDeque::new(),
+            budget: Budget {
+                limit: budget_limit,
+                ..Budget::default()
+            },
             timers: BTreeSet::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -123,6 +180,15 @@ impl Device {
             xrc_srqns: U32Map::default(),
             mcast: crate::mcast::Groups::default(),
         }
+    }
+
+    /// Changes the device-wide budget of RC packets in flight
+    /// (`DeviceConfig::inflight_budget_pkts`; 0: none). QPs waiting for
+    /// the old budget are woken when the new one has room.
+    pub fn set_inflight_budget_pkts(&mut self, pkts: u32) {
+        self.cfg.inflight_budget_pkts = pkts;
+        self.budget.limit = pkts;
+        self.release_budget();
     }
 
     /// The configuration.
@@ -551,6 +617,14 @@ impl Device {
             }
         }
         self.tx_ready.retain(|&i| i != idx);
+        self.budget.inflight -= qp.budget_counted;
+        if qp.budget_parked {
+            self.budget.wait.retain(|&i| i != idx);
+        }
+        if qp.budget_woken {
+            self.budget.granted -= 1;
+        }
+        self.release_budget();
         if let Some(t) = qp.armed {
             self.timers.remove(&(t, idx));
         }
@@ -578,7 +652,8 @@ impl Device {
             self.notes.derive(qpn, b, after, None, None);
         }
         Self::wake(&mut self.tx_ready, qp, idx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
+        self.release_budget();
         Ok(())
     }
 
@@ -653,7 +728,7 @@ impl Device {
         let mut ctx = ctx!(self, now);
         qp.post_send(wr, &mut ctx)?;
         Self::wake(&mut self.tx_ready, qp, idx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         Ok(())
     }
 
@@ -663,7 +738,7 @@ impl Device {
         let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
         let mut ctx = ctx!(self, now);
         let r = qp.post_recv(wr, &mut ctx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         r
     }
 
@@ -696,7 +771,23 @@ impl Device {
     }
 
     /// Makes the timer set agree with the QP's deadline.
-    pub(crate) fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp, idx: u32) {
+    /// Also counts the QP's packets in flight against the device's budget,
+    /// and parks the QP when it waits for that budget.
+    pub(crate) fn sync_timer(
+        timers: &mut BTreeSet<(Instant, u32)>,
+        budget: &mut Budget,
+        qp: &mut Qp,
+        idx: u32,
+    ) {
+        budget.sync(qp);
+        if std::mem::take(&mut qp.req.budget_blocked) && !qp.budget_parked {
+            if std::mem::take(&mut qp.budget_woken) {
+                budget.granted -= 1;
+            }
+            qp.budget_parked = true;
+            qp.counters.budget_waits += 1;
+            budget.wait.push_back(idx);
+        }
         let d = qp.deadline();
         if d != qp.armed {
             if let Some(old) = qp.armed {
@@ -706,6 +797,25 @@ impl Device {
                 timers.insert((new, idx));
             }
             qp.armed = d;
+        }
+    }
+
+    /// Wakes QPs waiting for the in-flight budget, one per free grant
+    /// (see [`Budget`]).
+    fn release_budget(&mut self) {
+        let b = &mut self.budget;
+        let grant = crate::limits::BUDGET_GRANT_PKTS.min(b.limit).max(1);
+        while b.limit == 0 || b.left() >= (b.granted + 1).saturating_mul(grant) {
+            let Some(idx) = b.wait.pop_front() else {
+                break;
+            };
+            let Some(qp) = self.qps.get_mut(idx) else {
+                continue;
+            };
+            qp.budget_parked = false;
+            qp.budget_woken = true;
+            b.granted += 1;
+            Self::wake(&mut self.tx_ready, qp, idx);
         }
     }
 
@@ -823,7 +933,10 @@ impl Device {
                 .derive(qp.qpn, (&c, st), after, psn, Some(meta.src));
         }
         Self::wake(&mut self.tx_ready, qp, idx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
+        if !self.budget.wait.is_empty() {
+            self.release_budget();
+        }
     }
 
     /// ICRC check with the headers a UDP socket cannot see reconstructed;
@@ -920,11 +1033,18 @@ impl Device {
                 let after = (&qp.counters, qp.state);
                 self.notes.derive(qp.qpn, (&c, st), after, None, None);
             }
-            Self::sync_timer(&mut self.timers, qp, idx);
+            if tx.is_none() && !qp.req.budget_blocked && std::mem::take(&mut qp.budget_woken) {
+                // Nothing more to send: the grant goes back.
+                self.budget.granted -= 1;
+            }
+            Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
             if let Some(tx) = tx {
                 qp.tx_queued = true;
                 self.tx_ready.push_back(idx);
                 return Some(tx);
+            }
+            if !self.budget.wait.is_empty() {
+                self.release_budget();
             }
         }
         None
@@ -964,8 +1084,9 @@ impl Device {
                 self.notes.derive(qp.qpn, (&c, st), after, None, None);
             }
             Self::wake(&mut self.tx_ready, qp, idx);
-            Self::sync_timer(&mut self.timers, qp, idx);
+            Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         }
+        self.release_budget();
     }
 
     /// The driver no longer reads the pieces of the zero-copy datagrams

@@ -86,6 +86,11 @@ pub struct NetStats {
     pub too_big: u64,
     /// Sent to an address no node has.
     pub no_route: u64,
+    /// Dropped because the receiving node's queue was full
+    /// ([`Sim::rx_queue_limit`]: a socket buffer's tail drop).
+    pub queue_drops: u64,
+    /// Dropped by [`Sim::drop_filter`].
+    pub filtered: u64,
 }
 
 /// A node: one device at one address.
@@ -127,7 +132,20 @@ pub struct Sim {
     pub trace: Option<Vec<TraceEntry>>,
     /// Print every datagram and its fate to stderr (env `SOFTRDMA_SIM_TRACE`).
     pub print: bool,
+    /// When set, a node holds at most this many datagrams on their way to
+    /// it (its socket's receive buffer): more are dropped at the tail, as
+    /// a kernel drops datagrams for a full socket. The link has no
+    /// bandwidth limit, so a burst arrives all at once.
+    pub rx_queue_limit: Option<usize>,
+    /// When set, every datagram (UDP payload) for which it returns true is
+    /// dropped: targeted losses.
+    pub drop_filter: Option<DropFilter>,
+    /// Datagrams on their way to each node.
+    queued: Vec<usize>,
 }
+
+/// See [`Sim::drop_filter`].
+pub type DropFilter = Box<dyn FnMut(&[u8]) -> bool>;
 
 impl Sim {
     /// An empty network with a seed for the link's dice.
@@ -142,6 +160,9 @@ impl Sim {
             buf: vec![0; softrdma_proto::device::MIN_TX_BUF],
             trace: None,
             print: std::env::var_os("SOFTRDMA_SIM_TRACE").is_some(),
+            rx_queue_limit: None,
+            drop_filter: None,
+            queued: Vec::new(),
         }
     }
 
@@ -167,6 +188,7 @@ impl Sim {
         }
         let dev = Device::new(cfg);
         self.nodes.push(Node { dev, ip });
+        self.queued.push(0);
         i
     }
 
@@ -175,6 +197,7 @@ impl Sim {
     }
 
     fn schedule(&mut self, at: Instant, to: usize, meta: RecvMeta, data: Vec<u8>) {
+        self.queued[to] += 1;
         self.inflight.push(at.0, (to, meta), data);
     }
 
@@ -205,6 +228,16 @@ impl Sim {
         if data.len() + overhead(dst.ip()) > l.mtu {
             self.stats.too_big += 1;
             return;
+        }
+        if self.drop_filter.as_mut().is_some_and(|f| f(&data)) {
+            self.stats.filtered += 1;
+            return;
+        }
+        if let Some(limit) = self.rx_queue_limit {
+            if self.queued[to] >= limit {
+                self.stats.queue_drops += 1;
+                return;
+            }
         }
         let f = fate(&l.rates(), &mut self.rng, &data);
         if f.lost {
@@ -283,6 +316,7 @@ impl Sim {
         // would.
         while let Some(((to, meta), data)) = self.inflight.pop_due(self.now.0) {
             self.stats.delivered += 1;
+            self.queued[to] -= 1;
             self.nodes[to].dev.handle_datagram(self.now, &meta, &data);
         }
         for n in &mut self.nodes {
