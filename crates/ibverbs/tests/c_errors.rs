@@ -5,8 +5,7 @@
 //! flushes give the completion statuses they should; every verb, attribute
 //! and librdmacm call softrdma refuses gives the errno README's "Verbs:
 //! supported and refused" names; nothing crashes and the sanitizers stay
-//! quiet. Its exit status is its number of failed
-//! checks.
+//! quiet. Its exit status is its number of failed checks.
 
 mod common;
 
