@@ -751,6 +751,19 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_create_qp_ex(ctx, &x) == NULL && errno == EOPNOTSUPP,
 	      "send_ops_flags with TSO -> EOPNOTSUPP (errno %d)", errno);
 
+	x.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	struct ibv_qp *e = ibv_create_qp_ex(ctx, &x);
+	struct ibv_qp_ex *qx = e ? ibv_qp_to_qp_ex(e) : NULL;
+	CHECK(qx != NULL, "an extended QP");
+	if (qx) {
+		char hdr[64] = { 0 };
+		ibv_wr_start(qx);
+		qx->wr_id = 3;
+		ibv_wr_send_tso(qx, hdr, sizeof(hdr), 1024);
+		CHECK(ibv_wr_complete(qx) == EOPNOTSUPP, "ibv_wr_send_tso -> ibv_wr_complete EOPNOTSUPP");
+		CHECK(ibv_destroy_qp(e) == 0, "extended QP destroyed");
+	}
+
 	/* CQs: moderation, creation flags. */
 	struct ibv_modify_cq_attr mc = { .attr_mask = IBV_CQ_ATTR_MODERATE,
 					 .moderate = { .cq_count = 4, .cq_period = 10 } };
