@@ -872,6 +872,9 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	errno = 0;
 	CHECK(rdma_join_multicast_ex(id, &mj, NULL) == -1 && errno == EINVAL,
 	      "rdma_join_multicast_ex with an unknown join flag -> -1, EINVAL (errno %d)", errno);
+	errno = 0;
+	CHECK(rdma_notify(id, IBV_EVENT_QP_FATAL) == -1 && errno == EINVAL,
+	      "rdma_notify of another event than COMM_EST -> -1, EINVAL (errno %d)", errno);
 	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
 
 	CHECK(ibv_destroy_srq(srq) == 0 && ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0 &&
