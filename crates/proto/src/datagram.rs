@@ -43,6 +43,9 @@ pub struct DeviceConfig {
     /// ([`limits::DEVICE_INFLIGHT_PKTS`]); 0: no device-wide limit (each
     /// QP still has its own window). It changes nothing on the wire.
     pub inflight_budget_pkts: u32,
+    /// Send tail-loss probes (see `Qp::tail_probe`); off, a lost tail
+    /// waits for the transport timer.
+    pub tail_probe: bool,
 }
 
 impl DeviceConfig {
@@ -59,6 +62,7 @@ impl DeviceConfig {
             write_chunking: WriteChunking::Never,
             infer_ipv4_ident: true,
             inflight_budget_pkts: limits::DEVICE_INFLIGHT_PKTS,
+            tail_probe: true,
         }
     }
 }

@@ -89,6 +89,7 @@ macro_rules! ctx {
             gated: &mut $self.gated,
             budget_left: $self.budget.left(),
             budget_queue: !$self.budget.wait.is_empty(),
+            tail_probe: $self.cfg.tail_probe,
         }
     };
 }

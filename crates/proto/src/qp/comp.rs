@@ -130,7 +130,9 @@ impl Qp {
             if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
                 self.req.retrans_deadline = Some(ctx.now.add_ns(t));
             }
-            self.req.probe_deadline = self.probe_timeout_ns().map(|t| ctx.now.add_ns(t));
+            if ctx.tail_probe {
+                self.req.probe_deadline = self.probe_timeout_ns().map(|t| ctx.now.add_ns(t));
+            }
         }
     }
 

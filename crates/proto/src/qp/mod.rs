@@ -149,6 +149,8 @@ pub(crate) struct Ctx<'a> {
     /// QPs wait for the budget: only one woken from that queue may take
     /// more.
     pub budget_queue: bool,
+    /// Tail-loss probes are on (`DeviceConfig::tail_probe`).
+    pub tail_probe: bool,
 }
 
 impl Ctx<'_> {

@@ -459,7 +459,7 @@ impl Qp {
         }
         // The probe timer runs from new packets and ACKs only: after a
         // probe, the next recovery is the transport timer's.
-        if rc && self.req.probe_deadline.is_none() && !retransmit {
+        if rc && ctx.tail_probe && self.req.probe_deadline.is_none() && !retransmit {
             self.req.probe_deadline = self.probe_timeout_ns().map(|t| ctx.now.add_ns(t));
         }
         self.counters.tx_packets += 1;
