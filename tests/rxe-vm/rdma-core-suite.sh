@@ -27,7 +27,7 @@
 # trixie), RIG_EXTRA_PKGS, RIG_MEM (default 1024 here) as for rig.sh;
 # SUITE_MODULE_LIMIT seconds per module (default 1800; TCG is slow);
 # RIG_PEER_NS / RIG_PEER_TAP (default rigsuite / rigsuitetap: apart from
-# rig.sh's peer guest). Root. Takes ~NN min under TCG (README).
+# rig.sh's peer guest). Root. Takes ~10.5 min under TCG (README).
 set -eu -o pipefail
 HERE=$(dirname "$(readlink -f "$0")")
 DISTRO=$HERE/../distro
