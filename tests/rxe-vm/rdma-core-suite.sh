@@ -22,9 +22,10 @@
 #   summary.txt   counts ("outcome N", "reason OUTCOME N TEXT")
 #   passed.txt    "pass TEST_ID" lines: paste into tests/distro/pyverbs-expect.txt
 #   versions.txt  kernel, rdma-core and pyverbs of the guest, date, command
+#   dmesg.txt     the guest's kernel log after the run (rxe's complaints)
 #
 # Environment: RIG_DIR (default ~/.cache/rxe-vm-trixie), RIG_SUITE (default
-# trixie), RIG_EXTRA_PKGS, RIG_MEM (default 1024 here) as for rig.sh;
+# trixie), RIG_EXTRA_PKGS, RIG_MEM (default 1024 here), RIG_SMP as for rig.sh;
 # SUITE_MODULE_LIMIT seconds per module (default 1800; TCG is slow);
 # RIG_PEER_NS / RIG_PEER_TAP (default rigsuite / rigsuitetap: apart from
 # rig.sh's peer guest). Root. Takes ~10.5 min under TCG (README).
