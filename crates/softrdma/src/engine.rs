@@ -249,6 +249,10 @@ pub(crate) struct Shared {
     generation: u64,
     /// Refused packets, reported at most once a second.
     refusals: crate::log::RefusalLog,
+    /// The device is shared with other processes (see `host`): datagrams
+    /// come from the device process's ring, not the socket, and QP 1
+    /// traffic leaves through it.
+    pub(crate) host: Option<Arc<crate::host::member::Member>>,
 }
 
 /// Serial numbers of devices.
@@ -320,6 +324,7 @@ impl Shared {
         pcap: Option<SharedWriter>,
         tuning: Tuning,
         mcast: crate::mcast::GroupSockets,
+        host: Option<Arc<crate::host::member::Member>>,
     ) -> std::io::Result<Shared> {
         let local = socket.local_addr();
         Ok(Shared {
@@ -354,6 +359,7 @@ impl Shared {
             mcast,
             generation: softrdma_io::fork_generation(),
             refusals: crate::log::RefusalLog::default(),
+            host,
         })
     }
 
@@ -832,9 +838,12 @@ impl Shared {
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = match socket.recv(&mut slices[..batch], &mut rx.meta) {
-            Ok(n) => n,
-            Err(_) => return 0,
+        let n = match (&self.host, group) {
+            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
+            _ => match socket.recv(&mut slices[..batch], &mut rx.meta) {
+                Ok(n) => n,
+                Err(_) => return 0,
+            },
         };
         if n == 0 {
             return 0;
@@ -920,6 +929,14 @@ impl Shared {
             }
             let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
             match core.emit_gsi(*dst, *qpn, QKey(GSI_QKEY), mad, &mut buf) {
+                Some(t) if self.host.is_some() => {
+                    // Through the device process, which learns the
+                    // connection from it (see `host::route`).
+                    if let Some(h) = &self.host {
+                        h.send_gsi(t.dst.ip(), &buf[..t.len]);
+                    }
+                    tx.pool.push(buf);
+                }
                 Some(t) => tx.pending.push_back(Pending {
                     buf,
                     len: t.len,
@@ -1140,7 +1157,21 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         let cm = shared.cm_deadline.load(Ordering::SeqCst);
         let until = now.0 + t.as_nanos() as u64;
         if !left && again.is_none_or(|d| d.0 >= until) && cm >= until {
-            let _ = poller.wait(Some(t));
+            // A shared device's datagrams come through the ring: sleep
+            // only if it is still empty once the device process can see
+            // that we sleep (it then writes our wake-up eventfd).
+            match &shared.host {
+                Some(h) => {
+                    if h.prepare_sleep() {
+                        let _ = poller.wait(Some(t));
+                        h.drain_wake();
+                    }
+                    h.awake();
+                }
+                None => {
+                    let _ = poller.wait(Some(t));
+                }
+            }
         }
         shared.sleep_until.store(u64::MAX, Ordering::SeqCst);
         if shared.pcap.is_some() {
