@@ -29,6 +29,9 @@ Active MTU in bytes, 256 to 4096 (default 4096), of devices that do not name one
 \fBSOFTRDMA_PCAP\fR
 Capture every packet to this file (\fB{addr}\fR: the device's address); read it with \fBsoftrdma dump\fR or Wireshark.
 .TP
+\fBSOFTRDMA_FAULTS\fR
+Fault injection on every device's datagrams, for testing programs under loss: rules \fIITEM\fR,\fIITEM\fR;... with items \fBseed=\fR\fIN\fR, \fBon=send|recv|both\fR, \fBpeer=\fR\fIIP\fR, \fBloss=\fR, \fBdup=\fR, \fBreorder=\fR, \fBcorrupt=\fR (probabilities: 0.05 or 5%), \fBreorder-every=\fR\fIN\fR, \fBdelay=\fR, \fBjitter=\fR, \fBreorder-delay=\fR (times: 200us, 1ms), \fBdrop-acks=\fR\fIN\fR, \fBrem-access=\fR[\fIOP\fR:]\fIN\fR, \fBrem-inv-req=\fR, \fBrem-op=\fR, \fBrnr=\fR\fIN\fR (e.g. \fBseed=7,loss=1%,dup=0.5%\fR). Each device says the seed it runs with; its counters (\fBfault_*\fR) count every fault.
+.TP
 \fBSOFTRDMA_LOG\fR
 Log filter (\fBdebug\fR, \fBsoftrdma::engine=debug\fR, ...).
 .TP
@@ -43,7 +46,7 @@ Where \fBsoftrdma exec\fR finds libibverbs.so.1 (default: beside the binary, the
 .SH FILES
 .TP
 \fI/etc/softrdma.conf\fR
-Devices, one per line: \fINAME ADDRESS\fR [\fBmtu=\fR\fIBYTES\fR]; \fB#\fR starts a comment. Without a device line (as installed), one device, softrdma0, on a free loopback address.
+Devices, one per line: \fINAME ADDRESS\fR [\fBmtu=\fR\fIBYTES\fR] [\fBfaults=\fR\fISPEC\fR] (SPEC as \fBSOFTRDMA_FAULTS\fR, no spaces); \fB#\fR starts a comment. Without a device line (as installed), one device, softrdma0, on a free loopback address.
 .TP
 \fI/usr/lib/softrdma/libibverbs.so.1\fR, \fIlibrdmacm.so.1\fR
 softrdma's libibverbs and librdmacm (one file, two names), which \fBsoftrdma exec\fR puts first on LD_LIBRARY_PATH; the system's libraries are not replaced.

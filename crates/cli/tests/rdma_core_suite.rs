@@ -13,10 +13,11 @@
 //!   kernel in the rxe VM) passes, unless pending;
 //! - every skip has a reason [`SKIPS`] knows: hardware only softrdma will
 //!   never have (mlx5, EFA, device memory, dmabuf, CUDA, raw packet QPs,
-//!   PCI), or a feature pending with another helper.
+//!   PCI);
+//! - no test [`PENDING`] lists passes (shorten the list when one does).
 //!
 //! It prints the counts per outcome and per skip reason, and the time.
-//! Raise [`FLOOR`] and shorten [`PENDING`] and [`SKIPS`] as features land.
+//! Raise [`FLOOR`] and shorten [`PENDING`] as features land.
 //!
 //! Needs python3-pyverbs (scripts/deps) and root for the huge pages; either
 //! missing fails the test loudly. Holds the ibverbs interop tests' lock.
@@ -28,7 +29,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Tests that must pass: at least this many.
-const FLOOR: usize = 96;
+const FLOOR: usize = 125;
 
 /// Tests allowed to fail or error, with the feature they wait for.
 const PENDING: &[(&str, &str)] = &[
@@ -64,66 +65,28 @@ const PENDING: &[(&str, &str)] = &[
         "tests.test_rdmacm.CMTestCase.test_rdmacm_sync_traffic",
         SHARED_DEVICE,
     ),
-    // They pass on rxe; memory windows are helper memfeat's.
-    ("tests.test_mr.MWTest.test_invalidate_mw_type1", MW),
-    ("tests.test_mr.MWTest.test_mw_type1", MW),
-    ("tests.test_mr.MWTest.test_mw_type2", MW),
-    ("tests.test_mr.MWTest.test_mw_type2_invalidate_dealloc", MW),
-    ("tests.test_mr.MWTest.test_mw_type2_invalidate_local", MW),
-    ("tests.test_mr.MWTest.test_mw_type2_invalidate_remote", MW),
-    ("tests.test_mr.MWTest.test_reg_mw_wrong_type", MW),
-    ("tests.test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw", MW),
 ];
 
 const SHARED_DEVICE: &str = "one device address shared by processes (DESIGN promise 8)";
-const MW: &str = "memory windows (helper memfeat)";
 
-/// What a skip reason is: hardware softrdma will never have, or a feature
-/// pending (with its owner).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Why {
-    Hardware,
-    Pending(&'static str),
-}
-
-/// Skip reasons allowed (a prefix of unittest's reason), and why.
-const SKIPS: &[(&str, Why)] = &[
-    ("Can not run the test over non MLX5 device", Why::Hardware),
-    ("Could not open mlx5 context", Why::Hardware),
-    ("Can not run the test over non EFA device", Why::Hardware),
-    ("Device memory is not supported", Why::Hardware),
-    ("Allocating dmabuf is not supported", Why::Hardware),
-    ("cuda-python", Why::Hardware),
-    ("PCI device must be passed by the user", Why::Hardware),
+/// Skip reasons allowed (a prefix of unittest's reason): features only
+/// hardware has. Every feature a software device can have runs.
+const SKIPS: &[&str] = &[
+    "Can not run the test over non MLX5 device",
+    "Could not open mlx5 context",
+    "Can not run the test over non EFA device",
+    "Device memory is not supported",
+    "Allocating dmabuf is not supported",
+    "cuda-python",
+    "PCI device must be passed by the user",
     // Raw packet QPs (type 8): flow steering, RSS, raw timestamps.
-    ("Create QP type 8 is not supported", Why::Hardware),
-    ("Create Raw Packet QP", Why::Hardware),
+    "Create QP type 8 is not supported",
+    "Create Raw Packet QP",
     // mlx5dv's clock conversion (mlx5dv_get_clock_info).
-    (
-        "Converting timestamp to nanoseconds is not supported",
-        Why::Hardware,
-    ),
+    "Converting timestamp to nanoseconds is not supported",
     // Tag matching (IBV_WC_EX_WITH_TM_INFO, tm_caps): an mlx5 offload; rxe
     // has none either.
-    ("Extended CQ is not supported", Why::Hardware),
-    (
-        "ODP is not supported",
-        Why::Pending("on-demand paging (helper memfeat)"),
-    ),
-    ("Create MW is not supported", Why::Pending(MW)),
-    (
-        "Create memory window of type 3 is not supported",
-        Why::Pending(MW),
-    ),
-    (
-        "Rereg MR is not supported",
-        Why::Pending("ibv_rereg_mr (helper memfeat)"),
-    ),
-    // test_qpex: ATOMIC_WRITE and bind_mw send ops.
-    (
-        "Extended QP is not supported on this device",
-        Why::Pending("ATOMIC_WRITE and bind_mw send ops (helper memfeat)"),
-    ),
+    "Extended CQ is not supported",
 ];
 
 /// The tests that pass on Linux rxe (Debian 12, kernel 6.1, in the rxe
@@ -532,7 +495,7 @@ fn rdma_cores_suite_passes() {
     for (id, o) in &all {
         if let Outcome::Skipped(r) = o {
             *reasons.entry(r.clone()).or_default() += 1;
-            if !SKIPS.iter().any(|(p, _)| r.starts_with(p)) {
+            if !SKIPS.iter().any(|p| r.starts_with(p)) {
                 unknown.push(format!("{id}: skipped '{r}'"));
             }
         }
@@ -551,13 +514,11 @@ fn rdma_cores_suite_passes() {
     );
     println!("skips per reason:");
     for (r, n) in &reasons {
-        let why = SKIPS.iter().find(|(p, _)| r.starts_with(p)).map_or(
-            "NOT ALLOWED".to_string(),
-            |(_, w)| match w {
-                Why::Hardware => "hardware only".into(),
-                Why::Pending(f) => format!("pending: {f}"),
-            },
-        );
+        let why = if SKIPS.iter().any(|p| r.starts_with(p)) {
+            "hardware only"
+        } else {
+            "NOT ALLOWED"
+        };
         println!("  {n:4}  {r}  [{why}]");
     }
     for (id, o) in &failed {
@@ -567,11 +528,11 @@ fn rdma_cores_suite_passes() {
             pending.map_or(String::new(), |(_, f)| format!("  [pending: {f}]"))
         );
     }
-    for (id, f) in PENDING {
-        if ok.contains(id) {
-            println!("  pending test passes now, remove it from PENDING: {id} ({f})");
-        }
-    }
+    let stale: Vec<&str> = PENDING
+        .iter()
+        .filter(|(id, _)| ok.contains(id))
+        .map(|(id, _)| *id)
+        .collect();
 
     // The assertions.
     let bad: Vec<String> = failed
@@ -589,6 +550,7 @@ fn rdma_cores_suite_passes() {
         (ok.len() < FLOOR).then(|| format!("{} tests passed, fewer than {FLOOR}", ok.len())),
         (!lost.is_empty()).then(|| format!("pass on rxe, not here: {lost:#?}")),
         (!unknown.is_empty()).then(|| format!("skipped for a reason not allowed: {unknown:#?}")),
+        (!stale.is_empty()).then(|| format!("pass now, remove them from PENDING: {stale:#?}")),
     ];
     let problems: Vec<String> = problems.into_iter().flatten().collect();
     if !problems.is_empty() {

@@ -19,13 +19,15 @@
 //! | `SOFTRDMA_PCAP` | capture every packet to this file (`{addr}`: the device's address) | none |
 //! | `SOFTRDMA_SPIN_US` | progress thread's busy-poll window in µs, 0–1000000 | 20 |
 //! | `SOFTRDMA_REFUSE_SENDS` | fault injection: fraction 0–1 of send calls refused | 0 |
+//! | `SOFTRDMA_FAULTS` | fault injection on the device's datagrams: seeded loss, duplication, reordering, delay, corruption, dropped ACKs, answers with NAKs (the language: [`faults`]), for devices whose line has no `faults=` | none |
 //! | `SOFTRDMA_POLL_YIELD` | `1`/`yes`/`always`, `0`/`no`/`never`, `auto`: idle CQ polls yield the CPU | auto |
 //! | `SOFTRDMA_VENDOR_ID`, `SOFTRDMA_VENDOR_PART_ID` | the PCI identity the C library reports, decimal or 0x hex | `0xffffff` (see [`DEFAULT_VENDOR_ID`]), 0 |
 //! | `SOFTRDMA_LOG` | log filter, tracing-subscriber's EnvFilter syntax (`debug`, `softrdma::engine=debug`; targets `softrdma::engine`, `softrdma::rdma_cm`) | off |
 //! | `SOFTRDMA_IBVERBS_DIR` | where `softrdma exec` finds libibverbs.so | beside the binary |
 //!
-//! The config file has one device per line, `NAME ADDRESS [mtu=BYTES]`;
-//! `#` starts a comment. `ADDRESS` is an IP address, `auto` (a free
+//! The config file has one device per line, `NAME ADDRESS [mtu=BYTES]
+//! [faults=SPEC]` (`SPEC` in the language of `SOFTRDMA_FAULTS`, without
+//! spaces); `#` starts a comment. `ADDRESS` is an IP address, `auto` (a free
 //! loopback address 127.0.0.x when the device opens), `if:NAME` (the
 //! address of interface NAME, IPv4 first) or `first` (the first
 //! non-loopback interface that is up). With neither `SOFTRDMA_ADDR` nor a
@@ -39,8 +41,10 @@
 //! agree.
 
 mod addr;
+pub mod faults;
 
 pub use addr::{interfaces, AddrSpec, IfAddr, ADDR_WANT};
+pub use faults::{FaultSpec, FAULTS_WANT};
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
@@ -153,6 +157,8 @@ pub struct DeviceEntry {
     pub addr: Setting<AddrSpec>,
     /// Its active MTU in bytes.
     pub mtu: Setting<u32>,
+    /// Its fault injection (its line's `faults=`, else `SOFTRDMA_FAULTS`).
+    pub faults: Setting<Option<FaultSpec>>,
 }
 
 /// Why the configuration is not usable.
@@ -216,6 +222,9 @@ pub struct Config {
     pub spin_us: Setting<u64>,
     /// `SOFTRDMA_REFUSE_SENDS`: fraction of send calls refused.
     pub refuse_sends: Setting<f64>,
+    /// `SOFTRDMA_FAULTS`: fault injection of devices whose line has no
+    /// `faults=`.
+    pub faults: Setting<Option<FaultSpec>>,
     /// `SOFTRDMA_POLL_YIELD`: `None` decides by the host (auto).
     pub poll_yield: Setting<Option<bool>>,
     /// `SOFTRDMA_VENDOR_ID`.
@@ -281,6 +290,26 @@ fn path_var(env: EnvFn<'_>, var: &'static str) -> Setting<Option<PathBuf>> {
     }
 }
 
+/// `SOFTRDMA_FAULTS`: the error names the variable, the item that is
+/// wrong and what the variable accepts.
+fn fault_var(env: EnvFn<'_>) -> Result<Setting<Option<FaultSpec>>, ConfigError> {
+    const VAR: &str = "SOFTRDMA_FAULTS";
+    match text(env, VAR)? {
+        None => Ok(Setting::default_value(None)),
+        Some(v) => match FaultSpec::parse(&v) {
+            Ok(spec) => Ok(Setting {
+                value: Some(spec),
+                source: Source::Env(VAR),
+            }),
+            Err(why) => Err(ConfigError::Var {
+                var: VAR,
+                value: v,
+                want: format!("{FAULTS_WANT} ({why})"),
+            }),
+        },
+    }
+}
+
 /// An MTU in bytes.
 pub fn parse_mtu(s: &str) -> Option<u32> {
     s.trim().parse().ok().filter(|m| MTU_RANGE.contains(m))
@@ -326,6 +355,7 @@ impl Config {
             "a fraction from 0 to 1 (e.g. 0.3)",
             |s| s.parse().ok().filter(|f: &f64| (0.0..=1.0).contains(f)),
         )?;
+        let faults = fault_var(env)?;
         let poll_yield = var(
             env,
             "SOFTRDMA_POLL_YIELD",
@@ -361,6 +391,7 @@ impl Config {
             name: DEFAULT_DEVICE.into(),
             addr,
             mtu: mtu.clone(),
+            faults: faults.clone(),
         };
         let mut config_file = Setting::default_value(None);
         let devices = if let Some(spec) = addr.value {
@@ -377,7 +408,7 @@ impl Config {
             match read(&path) {
                 // The default file with no device line (as the Debian
                 // package installs it: comments only) counts as absent.
-                Ok(text) => match parse_file(&path, &text, &mtu)? {
+                Ok(text) => match parse_file(&path, &text, &mtu, &faults)? {
                     list if list.is_empty() && source == Source::Default => {
                         vec![entry(Setting::default_value(AddrSpec::Auto))]
                     }
@@ -408,6 +439,7 @@ impl Config {
             pcap: path_var(env, "SOFTRDMA_PCAP"),
             spin_us,
             refuse_sends,
+            faults,
             poll_yield,
             vendor_id,
             vendor_part_id,
@@ -447,6 +479,11 @@ impl Config {
                 "refuse_sends",
                 self.refuse_sends.value.to_string(),
                 &self.refuse_sends.source,
+            ),
+            (
+                "faults",
+                opt(&self.faults.value, "none"),
+                &self.faults.source,
             ),
             (
                 "poll_yield",
@@ -495,6 +532,7 @@ fn parse_file(
     path: &Path,
     text: &str,
     mtu: &Setting<u32>,
+    faults: &Setting<Option<FaultSpec>>,
 ) -> Result<Vec<DeviceEntry>, ConfigError> {
     let mut out: Vec<DeviceEntry> = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -513,14 +551,23 @@ fn parse_file(
         }
         let mut it = line.split_whitespace();
         let name = it.next().unwrap_or_default().to_string();
-        let addr = it
-            .next()
-            .ok_or_else(|| bad("missing address (NAME ADDRESS [mtu=BYTES])".into()))?;
+        let addr = it.next().ok_or_else(|| {
+            bad("missing address (NAME ADDRESS [mtu=BYTES] [faults=SPEC])".into())
+        })?;
         let addr = AddrSpec::parse(addr)
             .map_err(|want| bad(format!("bad address {addr:?}: want {want}")))?;
         let mut dev_mtu = mtu.clone();
+        let mut dev_faults = faults.clone();
         for opt in it {
             match opt.split_once('=') {
+                Some(("faults", v)) => {
+                    let f =
+                        FaultSpec::parse(v).map_err(|e| bad(format!("bad faults {v:?}: {e}")))?;
+                    dev_faults = Setting {
+                        value: Some(f),
+                        source: at.clone(),
+                    };
+                }
                 Some(("mtu", v)) => {
                     let m = parse_mtu(v)
                         .ok_or_else(|| bad(format!("bad mtu {v:?}: want {MTU_WANT}")))?;
@@ -529,7 +576,11 @@ fn parse_file(
                         source: at.clone(),
                     };
                 }
-                _ => return Err(bad(format!("unknown option {opt:?} (want mtu=BYTES)"))),
+                _ => {
+                    return Err(bad(format!(
+                        "unknown option {opt:?} (want mtu=BYTES or faults=SPEC)"
+                    )))
+                }
             }
         }
         if name.len() > DEVICE_NAME_MAX {
@@ -545,6 +596,7 @@ fn parse_file(
                 source: at,
             },
             mtu: dev_mtu,
+            faults: dev_faults,
         });
     }
     Ok(out)

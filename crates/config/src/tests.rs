@@ -217,3 +217,61 @@ fn option_wins() {
         }
     );
 }
+
+#[test]
+fn faults_variable_and_file_option() {
+    let c = load(&[("SOFTRDMA_FAULTS", "seed=7,loss=5%")], &[]).unwrap();
+    let f = c.faults.value.as_ref().unwrap();
+    assert_eq!(f.seed, Some(7));
+    assert_eq!(f.rules[0].rates.loss, 0.05);
+    assert_eq!(c.faults.source, Source::Env("SOFTRDMA_FAULTS"));
+    // The variable is every device's, unless its line says otherwise.
+    assert_eq!(c.devices[0].faults, c.faults);
+    assert!(c
+        .describe()
+        .iter()
+        .any(|(k, v, _)| *k == "faults" && v == "seed=7,loss=0.05"));
+    let t = "a auto faults=seed=1,on=recv,dup=1%;rnr=2\nb auto\n";
+    let c = load(
+        &[("SOFTRDMA_CONFIG", "/c"), ("SOFTRDMA_FAULTS", "loss=1%")],
+        &[("/c", t)],
+    )
+    .unwrap();
+    let a = &c.devices[0].faults;
+    assert_eq!(
+        a.source,
+        Source::File {
+            path: "/c".into(),
+            line: 1
+        }
+    );
+    let spec = a.value.as_ref().unwrap();
+    assert_eq!((spec.seed, spec.rules.len()), (Some(1), 2));
+    assert_eq!(c.devices[1].faults.source, Source::Env("SOFTRDMA_FAULTS"));
+    // Defaults: none.
+    let c = load(&[], &[]).unwrap();
+    assert_eq!(c.faults, Setting::default_value(None));
+}
+
+#[test]
+fn bad_faults_name_the_variable_or_line() {
+    let e = err(&[("SOFTRDMA_FAULTS", "loss=20")], &[]);
+    assert!(
+        e.starts_with(
+            "SOFTRDMA_FAULTS=\"loss=20\": want fault rules ITEM,ITEM;ITEM,… with items seed=N"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("(loss=\"20\": want a probability from 0 to 1, or a percentage (0.05 or 5%))"),
+        "{e}"
+    );
+    let e = err(
+        &[("SOFTRDMA_CONFIG", "/c")],
+        &[("/c", "x auto faults=delay=9")],
+    );
+    assert!(
+        e.starts_with("/c:1: bad faults \"delay=9\": delay=\"9\": want a time with its unit"),
+        "{e}"
+    );
+}

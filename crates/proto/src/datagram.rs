@@ -170,6 +170,24 @@ pub struct Gather {
 /// is copied.
 pub const MAX_GATHER: usize = 2;
 
+/// What an RC QP's responder puts in an answer
+/// ([`Device::responder_view`](crate::Device::responder_view)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponderView {
+    /// The peer's QP.
+    pub dest_qpn: softrdma_wire::Qpn,
+    /// The peer's address and UDP port.
+    pub dest: SocketAddr,
+    /// Messages the responder completed.
+    pub msn: softrdma_wire::Msn,
+    /// Its RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Traffic class of its packets.
+    pub traffic_class: u8,
+    /// Hop limit of its packets.
+    pub hop_limit: u8,
+}
+
 /// Output that is not a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {

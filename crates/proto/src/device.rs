@@ -5,7 +5,8 @@ pub use crate::attr::{Advice, DeviceAttr, OdpCaps};
 use crate::counters::Counters;
 use crate::cq::Cq;
 pub use crate::datagram::{
-    guid_of, DeviceConfig, Event, Gather, RecvMeta, Transmit, WriteChunking, MAX_GATHER,
+    guid_of, DeviceConfig, Event, Gather, RecvMeta, ResponderView, Transmit, WriteChunking,
+    MAX_GATHER,
 };
 use crate::gsi::Gsi;
 use crate::limits;
@@ -648,6 +649,27 @@ impl Device {
         }
         qp.peer_port = Some(port);
         Ok(())
+    }
+
+    /// What RC QP `qpn`'s responder puts in an answer to a request from
+    /// its peer — its peer's QP and address, its MSN and RNR timer — while
+    /// it takes requests (RTR and after, not in error); `None` otherwise.
+    /// Read-only: a driver's fault injector answers requests on the wire
+    /// with it (softrdma-link) without touching the transport.
+    pub fn responder_view(&self, qpn: Qpn) -> Option<ResponderView> {
+        let qp = self.qps.get(self.qp_idx(qpn).ok()?)?;
+        let takes_requests = matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        (qp.qp_type == QpType::Rc && takes_requests).then(|| ResponderView {
+            dest_qpn: qp.attr.dest_qp_num,
+            dest: std::net::SocketAddr::new(qp.attr.ah_attr.dest, qp.attr.ah_attr.dest_port),
+            msn: qp.resp.msn,
+            min_rnr_timer: qp.attr.min_rnr_timer,
+            traffic_class: qp.attr.ah_attr.traffic_class,
+            hop_limit: qp.attr.ah_attr.hop_limit,
+        })
     }
 
     /// State of a QP.

@@ -44,8 +44,8 @@ mod xrc;
 
 pub use counters::Counters;
 pub use device::{
-    Advice, Device, DeviceConfig, Event, Gather, OdpCaps, RecvMeta, Transmit, WriteChunking,
-    MAX_GATHER,
+    Advice, Device, DeviceConfig, Event, Gather, OdpCaps, RecvMeta, ResponderView, Transmit,
+    WriteChunking, MAX_GATHER,
 };
 pub use gsi::GsiMad;
 pub use mcast::McastChange;

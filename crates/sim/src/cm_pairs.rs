@@ -30,7 +30,7 @@ use softrdma_cm::{
     Cm, CmConfig, CmId, Event, Instant, QpType, RejReason, ServiceId, SidrRepParams, SidrReqParams,
     SidrStatus, State, Unanswered,
 };
-use softrdma_proto::Rng;
+use softrdma_link::{fate, Rates, Rng};
 use softrdma_wire::cm::{CmaHdrRepr, PortSpace};
 use softrdma_wire::{PKey, QKey, Qpn};
 use std::cmp::Reverse;
@@ -556,36 +556,32 @@ impl World<'_> {
             self.net.no_route += 1;
             return;
         };
-        let l = self.link;
-        if self.rng.chance(l.loss) {
+        // The same dice as the simulator's packet link and the engine's
+        // injector (softrdma-link), thrown for the MAD's 256 bytes (its
+        // PSN-based reordering does not apply: MADs go through QP 1).
+        let rates = Rates {
+            reorder_every: 0,
+            ..self.link.rates()
+        };
+        let f = fate(&rates, &mut self.rng, &mad);
+        if f.lost {
             self.net.lost += 1;
             return;
         }
-        if self.rng.chance(l.corrupt) {
+        if f.corrupt_bit.is_some() {
             // The ICRC catches it; the receiver's transport drops it.
             self.net.corrupted += 1;
             return;
         }
-        let mut delay = l.delay_ns;
-        if l.jitter_ns > 0 {
-            delay += self.rng.below(l.jitter_ns + 1);
-        }
-        if self.rng.chance(l.reorder) {
-            delay += l.reorder_delay_ns;
+        let delay = f.delay_ns;
+        if f.reordered {
             self.net.reordered += 1;
         }
-        let copies = if self.rng.chance(l.duplicate) {
+        if f.duplicate_after_ns.is_some() {
             self.net.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for k in 0..copies {
-            let extra = if k == 0 {
-                0
-            } else {
-                1 + self.rng.below(l.reorder_delay_ns.max(1))
-            };
+        }
+        let lags = [Some(0), f.duplicate_after_ns];
+        for extra in lags.into_iter().flatten() {
             self.seq += 1;
             self.in_flight.insert(
                 self.seq,

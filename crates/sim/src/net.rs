@@ -1,10 +1,12 @@
 //! The simulated network: nodes running a [`Device`], a virtual clock, and a
 //! link model with seeded loss, duplication, reordering, single-bit
-//! corruption, delay, jitter and an MTU.
+//! corruption, delay, jitter and an MTU. The dice and the wire are
+//! softrdma-link's ([`softrdma_link::fate`], [`softrdma_link::DelayQueue`]),
+//! which the engine's fault injector (`SOFTRDMA_FAULTS`) runs on real
+//! sockets.
 
-use softrdma_proto::{Device, DeviceConfig, Instant, RecvMeta, Rng};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use softrdma_link::{fate, DelayQueue, Rates, Rng};
+use softrdma_proto::{Device, DeviceConfig, Instant, RecvMeta};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// Impairments applied to every datagram, each draw from the seeded RNG.
@@ -48,6 +50,23 @@ impl Default for LinkConfig {
     }
 }
 
+impl LinkConfig {
+    /// The impairments as softrdma-link's rates (the MTU is the
+    /// simulator's own).
+    pub fn rates(&self) -> Rates {
+        Rates {
+            loss: self.loss,
+            duplicate: self.duplicate,
+            reorder: self.reorder,
+            reorder_every: self.reorder_psn_mod,
+            reorder_delay_ns: self.reorder_delay_ns,
+            corrupt: self.corrupt,
+            delay_ns: self.delay_ns,
+            jitter_ns: self.jitter_ns,
+        }
+    }
+}
+
 /// What the link did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NetStats {
@@ -77,31 +96,6 @@ pub struct Node {
     pub ip: IpAddr,
 }
 
-struct InFlight {
-    at: Instant,
-    seq: u64,
-    to: usize,
-    meta: RecvMeta,
-    data: Vec<u8>,
-}
-
-impl PartialEq for InFlight {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for InFlight {}
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for InFlight {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
-    }
-}
-
 /// IP + UDP header bytes counted against the link MTU.
 fn overhead(ip: IpAddr) -> usize {
     if ip.is_ipv4() {
@@ -125,8 +119,8 @@ pub struct Sim {
     /// What the link did.
     pub stats: NetStats,
     rng: Rng,
-    inflight: BinaryHeap<Reverse<InFlight>>,
-    seq: u64,
+    /// Datagrams on the wire: (destination node, metadata).
+    inflight: DelayQueue<(usize, RecvMeta)>,
     buf: Vec<u8>,
     /// When set, every datagram handed to the link (before impairments) is
     /// recorded: (time, source, destination, UDP payload).
@@ -144,8 +138,7 @@ impl Sim {
             link,
             stats: NetStats::default(),
             rng: Rng::new(seed ^ 0x5eed_0f11_7e57_1e55),
-            inflight: BinaryHeap::new(),
-            seq: 0,
+            inflight: DelayQueue::new(),
             buf: vec![0; softrdma_proto::device::MIN_TX_BUF],
             trace: None,
             print: std::env::var_os("SOFTRDMA_SIM_TRACE").is_some(),
@@ -182,14 +175,7 @@ impl Sim {
     }
 
     fn schedule(&mut self, at: Instant, to: usize, meta: RecvMeta, data: Vec<u8>) {
-        self.seq += 1;
-        self.inflight.push(Reverse(InFlight {
-            at,
-            seq: self.seq,
-            to,
-            meta,
-            data,
-        }));
+        self.inflight.push(at.0, (to, meta), data);
     }
 
     /// Hands one datagram to the link.
@@ -220,28 +206,20 @@ impl Sim {
             self.stats.too_big += 1;
             return;
         }
-        if self.rng.chance(l.loss) {
+        let f = fate(&l.rates(), &mut self.rng, &data);
+        if f.lost {
             if self.print {
                 eprintln!("{:>12}   ^ lost", self.now.0);
             }
             self.stats.lost += 1;
             return;
         }
-        if !data.is_empty() && self.rng.chance(l.corrupt) {
-            let bit = self.rng.below(data.len() as u64 * 8);
+        if let Some(bit) = f.corrupt_bit {
             data[(bit / 8) as usize] ^= 1 << (bit % 8);
             self.stats.corrupted += 1;
         }
-        let mut delay = l.delay_ns;
-        if l.jitter_ns > 0 {
-            delay += self.rng.below(l.jitter_ns + 1);
-        }
-        let psn_slow = l.reorder_psn_mod != 0
-            && data.len() >= 12
-            && u32::from_be_bytes([0, data[9], data[10], data[11]])
-                .is_multiple_of(l.reorder_psn_mod);
-        if psn_slow || self.rng.chance(l.reorder) {
-            delay += l.reorder_delay_ns;
+        let delay = f.delay_ns;
+        if f.reordered {
             self.stats.reordered += 1;
         }
         let meta = RecvMeta {
@@ -251,9 +229,8 @@ impl Sim {
             traffic_class: tclass,
             hop_limit: hop,
         };
-        if self.rng.chance(l.duplicate) {
+        if let Some(extra) = f.duplicate_after_ns {
             self.stats.duplicated += 1;
-            let extra = 1 + self.rng.below(l.reorder_delay_ns.max(1));
             self.schedule(self.now.add_ns(delay + extra), to, meta, data.clone());
         }
         self.schedule(self.now.add_ns(delay), to, meta, data);
@@ -280,7 +257,7 @@ impl Sim {
 
     /// The time of the next thing that will happen, if anything will.
     pub fn next_event(&self) -> Option<Instant> {
-        let net = self.inflight.peek().map(|r| r.0.at);
+        let net = self.inflight.next_due().map(Instant);
         let timers = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
         match (net, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -304,12 +281,9 @@ impl Sim {
         // Every datagram due now is delivered before anyone answers, so a
         // burst arriving together gets one coalesced ACK, as a batch receive
         // would.
-        while self.inflight.peek().is_some_and(|r| r.0.at <= self.now) {
-            let Reverse(p) = self.inflight.pop().expect("peeked");
+        while let Some(((to, meta), data)) = self.inflight.pop_due(self.now.0) {
             self.stats.delivered += 1;
-            self.nodes[p.to]
-                .dev
-                .handle_datagram(self.now, &p.meta, &p.data);
+            self.nodes[to].dev.handle_datagram(self.now, &meta, &data);
         }
         for n in &mut self.nodes {
             if n.dev.poll_timeout().is_some_and(|d| d <= self.now) {

@@ -32,6 +32,11 @@ pub struct DeviceSettings {
     pub spin: Setting<Duration>,
     /// Fraction of send calls refused (fault injection).
     pub refuse_sends: Setting<f64>,
+    /// Faults injected on the device's datagrams (`SOFTRDMA_FAULTS`, the
+    /// config file's `faults=`); once the device is open, with the seed it
+    /// runs with (drawn when the spec named none), so `softrdma devinfo -v`
+    /// and [`crate::Device::settings`] show what replays the run.
+    pub faults: Setting<Option<FaultSpec>>,
 }
 
 impl DeviceSettings {
@@ -50,9 +55,13 @@ impl DeviceSettings {
             })?),
             None => cfg.devices.first(),
         };
-        let (addr, mtu) = match entry {
-            Some(e) => (e.addr.clone(), e.mtu.clone()),
-            None => (Setting::default_value(AddrSpec::Auto), cfg.mtu.clone()),
+        let (addr, mtu, faults) = match entry {
+            Some(e) => (e.addr.clone(), e.mtu.clone(), e.faults.clone()),
+            None => (
+                Setting::default_value(AddrSpec::Auto),
+                cfg.mtu.clone(),
+                cfg.faults.clone(),
+            ),
         };
         let spin = Setting {
             value: Duration::from_micros(cfg.spin_us.value),
@@ -70,6 +79,7 @@ impl DeviceSettings {
             pcap: cfg.pcap.clone().or_option(opts.pcap.clone().map(Some)),
             spin: spin.or_option(opts.spin),
             refuse_sends: cfg.refuse_sends.clone().or_option(opts.refuse_sends),
+            faults: faults.or_option(opts.faults.clone().map(Some)),
         })
     }
 
@@ -97,6 +107,15 @@ impl DeviceSettings {
                 "refuse_sends",
                 self.refuse_sends.value.to_string(),
                 &self.refuse_sends.source,
+            ),
+            (
+                "faults",
+                self.faults
+                    .value
+                    .as_ref()
+                    .filter(|f| f.is_active())
+                    .map_or_else(|| "none".to_string(), |f| f.to_string()),
+                &self.faults.source,
             ),
         ]);
         v

@@ -72,6 +72,11 @@ pub struct DeviceOptions {
     /// queue (`SOFTRDMA_REFUSE_SENDS` when `None`; default 0). Nothing is
     /// lost: refused datagrams go with a later call.
     pub refuse_sends: Option<f64>,
+    /// Faults to inject on the device's datagrams (the language of
+    /// `SOFTRDMA_FAULTS`: [`crate::config::faults`]). `None`: the
+    /// configured device's (its config file line's `faults=`, else
+    /// `SOFTRDMA_FAULTS`); `Some(FaultSpec::default())`: none.
+    pub faults: Option<crate::config::FaultSpec>,
     /// Send multi-packet RC RDMA WRITEs to loopback peers (softrdma devices
     /// of this host) as one WRITE ONLY per packet, so that the packets are
     /// equal-sized and go out as GSO runs (default true; see
@@ -95,6 +100,7 @@ impl Default for DeviceOptions {
             recv_buffer: SocketConfig::default().recv_buffer,
             avoid: Vec::new(),
             refuse_sends: None,
+            faults: None,
             chunk_loopback_writes: true,
         }
     }
@@ -230,6 +236,7 @@ impl Drop for DeviceInner {
         // device's memory.
         self.shared.drain();
         self.shared.materialize_queued();
+        self.shared.say_faults(&self.name);
     }
 }
 
@@ -342,6 +349,19 @@ impl Device {
             ),
             None => None,
         };
+        let name = format!("softrdma{}", device_index(local.ip()));
+        // Faults to inject: with the seed they run with (the spec's, else
+        // this process's), recorded in the settings and said once.
+        let faults = settings
+            .faults
+            .value
+            .as_ref()
+            .filter(|f| f.is_active())
+            .map(|f| f.with_seed(f.seed.unwrap_or_else(process_fault_seed)));
+        if let Some(f) = &faults {
+            settings.faults.value = Some(f.clone());
+            announce_faults(&name, local, f, &settings.faults.source);
+        }
         let mut poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
         if let Some(h) = &host {
             // The device process reads the socket; we read our ring and
@@ -367,6 +387,7 @@ impl Device {
                     spin: settings.spin.value,
                     gso: opts.gso,
                     refuse_sends: settings.refuse_sends.value,
+                    faults,
                 },
                 mcast,
                 host,
@@ -375,7 +396,6 @@ impl Device {
         );
         let s2 = shared.clone();
         let serial = shared.serial;
-        let name = format!("softrdma{}", device_index(local.ip()));
         // Every signal blocked from its first instruction: the program's
         // signals are the program's (DESIGN promise 7).
         let thread = softrdma_io::with_signals_blocked(|| {
@@ -534,6 +554,13 @@ impl Device {
         self.shared().peek_core(|c| c.counters())
     }
 
+    /// The faults injected so far on the device's datagrams
+    /// (`SOFTRDMA_FAULTS`; all zero without). Counted apart from
+    /// [`Device::counters`], which are the transport's.
+    pub fn fault_counters(&self) -> softrdma_link::FaultCounters {
+        self.shared().fault_counters()
+    }
+
     /// Datagrams the socket refused and the engine had to drop.
     pub fn tx_dropped(&self) -> u64 {
         self.shared()
@@ -668,6 +695,7 @@ extern "C" fn flush_all_at_exit() {
                 for d in &devs {
                     // (Not a forked child's copy of its parent's.)
                     d.shared.drain();
+                    d.shared.say_faults(&d.name);
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.
@@ -679,6 +707,48 @@ extern "C" fn flush_all_at_exit() {
             std::thread::sleep(Duration::from_millis(1));
         }
     });
+}
+
+/// The seed of fault specs that name none: drawn from the operating
+/// system once per process, so every device of a process replays with the
+/// one seed it prints.
+fn process_fault_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        let mut b = [0u8; 8];
+        // Without OS randomness the time still varies from run to run.
+        if getrandom::fill(&mut b).is_err() {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            b = (t.as_nanos() as u64 ^ std::process::id() as u64).to_le_bytes();
+        }
+        u64::from_le_bytes(b)
+    })
+}
+
+/// Says on stderr, once per process and spec, that a device injects
+/// faults, and with which seed: a user sees that a run was not on a clean
+/// link, and how to replay it (`seed=N` in `SOFTRDMA_FAULTS`).
+fn announce_faults(
+    name: &str,
+    local: SocketAddr,
+    spec: &crate::config::FaultSpec,
+    source: &crate::config::Source,
+) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let text = spec.to_string();
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.contains(&text) {
+        return;
+    }
+    said.push(text.clone());
+    drop(said);
+    let line = format!(
+        "softrdma: {name} ({}) injects faults: {text} ({source}; replay with this seed=)\n",
+        local.ip()
+    );
+    let _ = softrdma_io::sys_write(2, line.as_bytes());
 }
 
 /// A small number derived from the address, for the device name.

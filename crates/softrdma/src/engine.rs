@@ -29,6 +29,16 @@
 //! queue). Packets are pulled from the core and queued under both, then sent
 //! under `tx` alone, so concurrent senders can never reorder them.
 //!
+//! Fault injection (`SOFTRDMA_FAULTS`, softrdma-link) sits between the core
+//! and the socket, one injector per direction: the send one in `tx` (every
+//! datagram the core produces passes it before it is queued; what it
+//! delays it holds and queues when due), the receive one in `rx` (every
+//! received datagram passes it before the core sees it; what it answers
+//! is queued for sending). The capture records what really went on the
+//! wire (after the send injector) and what the core really received
+//! (after the receive injector). Without faults each path costs one
+//! branch: `tx.faults` / `rx.faults` is `None`.
+//!
 //! rdma_cm (`crate::rdma_cm`) hooks in at three places and nowhere else, so
 //! a device that never sees a MAD runs exactly as before:
 //! - a received batch that put MADs in QP 1's queue (the core only queues
@@ -48,6 +58,7 @@ use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{Record, SharedWriter};
 use crate::sync::{Mutex, MutexGuard};
 use softrdma_io::{GatherTransmit, IoPiece, Poller, RecvMeta as IoMeta, UdpSocket, Waker};
+use softrdma_link::{FaultCounters, FaultSpec, Injector, Responder, Step};
 use softrdma_proto::device::MIN_TX_BUF;
 use softrdma_proto::memory::Region;
 use softrdma_proto::{CqId, Device as Core, Event, Gather, GsiMad, Instant, RecvMeta};
@@ -182,15 +193,25 @@ impl Pending {
     }
 }
 
+/// What the send injector needs to send a datagram it held: destination,
+/// traffic class, hop limit.
+type TxHeld = (SocketAddr, u8, u8);
+
 #[derive(Default)]
 struct TxQueue {
     pending: VecDeque<Pending>,
     pool: Vec<Vec<u8>>,
+    /// The send injector (`SOFTRDMA_FAULTS`), if any rule acts on sends.
+    faults: Option<Box<Injector<TxHeld>>>,
 }
 
 struct RxBufs {
     bufs: Vec<Vec<u8>>,
     meta: Vec<IoMeta>,
+    /// The receive injector, if any rule acts on what the device receives.
+    faults: Option<Box<Injector<RecvMeta>>>,
+    /// A corrupted copy of a received datagram.
+    scratch: Vec<u8>,
 }
 
 /// What the device and its handles share.
@@ -253,6 +274,17 @@ pub(crate) struct Shared {
     /// come from the device process's ring, not the socket, and QP 1
     /// traffic leaves through it.
     pub(crate) host: Option<Arc<crate::host::member::Member>>,
+    /// Faults are injected (either direction): the progress thread also
+    /// wakes for datagrams the injectors hold.
+    faulty: bool,
+    /// When the send / receive injector's next held datagram is due (ns
+    /// since `epoch`; `u64::MAX`: none), published under `tx` / `rx`.
+    tx_fault_due: AtomicU64,
+    rx_fault_due: AtomicU64,
+    /// Fault events go to the log (its debug level is on).
+    fault_log: bool,
+    /// The faults this device injected were said (at close or exit).
+    faults_said: AtomicBool,
 }
 
 /// Serial numbers of devices.
@@ -290,6 +322,8 @@ pub(crate) struct Tuning {
     /// Fraction of send calls refused as if the socket were full (a fault
     /// injector for tests: datagrams then wait in the engine's queue).
     pub refuse_sends: f64,
+    /// Faults to inject on the device's datagrams, with their seed.
+    pub faults: Option<FaultSpec>,
 }
 
 /// Refuses a fraction of send calls (xorshift64; the state is only
@@ -327,12 +361,33 @@ impl Shared {
         host: Option<Arc<crate::host::member::Member>>,
     ) -> std::io::Result<Shared> {
         let local = socket.local_addr();
+        let fault_log = crate::log::notes_wanted();
+        fn injector<M: Clone>(
+            spec: Option<&FaultSpec>,
+            send: bool,
+            local: SocketAddr,
+            log: bool,
+        ) -> Option<Box<Injector<M>>> {
+            let spec = spec?;
+            let mut i = Injector::new(spec, spec.seed.unwrap_or(0), send, local)?;
+            i.set_events(log);
+            Some(Box::new(i))
+        }
+        let spec = tuning.faults.as_ref();
+        let tx_faults = injector(spec, true, local, fault_log);
+        let rx_faults = injector(spec, false, local, fault_log);
+        let faulty = tx_faults.is_some() || rx_faults.is_some();
         Ok(Shared {
             core: Mutex::new(core),
-            tx: Mutex::new(TxQueue::default()),
+            tx: Mutex::new(TxQueue {
+                faults: tx_faults,
+                ..Default::default()
+            }),
             rx: Mutex::new(RxBufs {
                 bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
                 meta: vec![IoMeta::default(); RX_BATCH],
+                faults: rx_faults,
+                scratch: Vec::new(),
             }),
             socket,
             waker: poller_waker,
@@ -360,7 +415,53 @@ impl Shared {
             generation: softrdma_io::fork_generation(),
             refusals: crate::log::RefusalLog::default(),
             host,
+            faulty,
+            tx_fault_due: AtomicU64::new(u64::MAX),
+            rx_fault_due: AtomicU64::new(u64::MAX),
+            fault_log,
+            faults_said: AtomicBool::new(false),
         })
+    }
+
+    /// Says on stderr, once, what faults the device injected (at close, or
+    /// at exit for a device still open): a user running a program under
+    /// `SOFTRDMA_FAULTS` sees what it went through.
+    pub fn say_faults(&self, name: &str) {
+        if !self.faulty || self.forked_away() || self.faults_said.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // (At exit another thread may keep a lock: what it holds is left
+        // out rather than waited for.)
+        let mut c = FaultCounters::default();
+        if let Some(f) = self
+            .tx
+            .try_lock()
+            .and_then(|t| t.faults.as_ref().map(|f| f.counters()))
+        {
+            c.merge(&f);
+        }
+        if let Some(f) = self
+            .rx
+            .try_lock()
+            .and_then(|r| r.faults.as_ref().map(|f| f.counters()))
+        {
+            c.merge(&f);
+        }
+        let list: Vec<String> = c
+            .nonzero()
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let line = format!(
+            "softrdma: {name} ({}) injected faults: {}\n",
+            self.local.ip(),
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join(", ")
+            }
+        );
+        let _ = softrdma_io::sys_write(2, line.as_bytes());
     }
 
     /// Whether this process is a forked child of the one that opened the
@@ -476,11 +577,119 @@ impl Shared {
             self.flush(core, now);
         } else {
             drop(core);
-            // Datagrams left from an earlier full socket.
-            if !lock(&self.tx).pending.is_empty() {
+            // Datagrams left from an earlier full socket (or held by the
+            // send injector, now due).
+            if !lock(&self.tx).pending.is_empty() || self.tx_fault_due(now) {
                 self.send_pending();
             }
         }
+    }
+
+    /// Whether the send injector holds a datagram due at `now` (one branch
+    /// without faults).
+    fn tx_fault_due(&self, now: Instant) -> bool {
+        self.faulty && self.tx_fault_due.load(Ordering::SeqCst) <= now.0
+    }
+
+    /// When the next datagram either injector holds is due.
+    fn fault_deadline(&self) -> Option<Instant> {
+        if !self.faulty {
+            return None;
+        }
+        let d = self
+            .tx_fault_due
+            .load(Ordering::SeqCst)
+            .min(self.rx_fault_due.load(Ordering::SeqCst));
+        (d != u64::MAX).then_some(Instant(d))
+    }
+
+    /// The faults injected so far (both directions).
+    pub fn fault_counters(&self) -> FaultCounters {
+        let mut c = FaultCounters::default();
+        if !self.faulty {
+            return c;
+        }
+        if let Some(f) = &lock(&self.tx).faults {
+            c.merge(&f.counters());
+        }
+        if let Some(f) = &lock(&self.rx).faults {
+            c.merge(&f.counters());
+        }
+        c
+    }
+
+    /// A datagram the core produced, through the send injector: queued,
+    /// flipped and queued, held for later, or gone.
+    #[cold]
+    #[inline(never)]
+    fn inject_tx(&self, tx: &mut TxQueue, mut p: Pending, now: Instant) {
+        let Some(inj) = tx.faults.as_mut() else {
+            tx.pending.push_back(p);
+            return;
+        };
+        let meta = (p.dst, p.tos, p.ttl);
+        // Datagrams with the faults on are whole in `buf` (no zero copy).
+        debug_assert!(p.gather.is_none());
+        match inj.process(now.0, p.dst.ip(), &meta, &p.buf[..p.len], &mut |_| None) {
+            Step::Pass { flip } => {
+                for b in flip {
+                    flip_bit(&mut p.buf[..p.len], b);
+                }
+                tx.pending.push_back(p);
+            }
+            Step::Held | Step::Gone => tx.pool.push(p.buf),
+        }
+        self.after_tx_injection(tx);
+    }
+
+    /// Publishes the send injector's next deadline and logs its events.
+    fn after_tx_injection(&self, tx: &mut TxQueue) {
+        let Some(inj) = tx.faults.as_mut() else {
+            return;
+        };
+        let due = inj.next_due().unwrap_or(u64::MAX);
+        let before = self.tx_fault_due.swap(due, Ordering::SeqCst);
+        if due < before {
+            // The progress thread may sleep past it.
+            let s = self.sleep_until.load(Ordering::SeqCst);
+            if s != u64::MAX && due < s {
+                self.waker.wake();
+            }
+        }
+        if self.fault_log {
+            while let Some(e) = inj.poll_event() {
+                crate::log::fault(self.local.ip(), &e);
+            }
+        }
+    }
+
+    /// Queues what the send injector held and is now due (everything, when
+    /// the device closes: `all`).
+    fn release_held_tx(&self, tx: &mut TxQueue, now: Instant, all: bool) {
+        let TxQueue {
+            pending, faults, ..
+        } = tx;
+        let Some(inj) = faults.as_mut() else { return };
+        loop {
+            let held = if all {
+                inj.take_held()
+            } else {
+                inj.poll_due(now.0)
+            };
+            let Some(((dst, tos, ttl), buf)) = held else {
+                break;
+            };
+            pending.push_back(Pending {
+                len: buf.len(),
+                buf,
+                dst,
+                tos,
+                ttl,
+                gather: None,
+                seq: 0,
+            });
+        }
+        self.after_tx_injection(tx);
     }
 
     /// The datagrams up to gather sequence number `seq` were sent or
@@ -601,11 +810,18 @@ impl Shared {
         loop {
             let mut tx = lock(&self.tx);
             let mut n = 0;
+            // The send injector copies, corrupts, holds: whole datagrams.
+            let faults = tx.faults.is_some();
             while n < TX_BATCH && tx.pending.len() < TX_QUEUE_MAX {
                 let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
-                match core.poll_transmit_gather(now, &mut buf) {
+                let t = if faults {
+                    core.poll_transmit(now, &mut buf)
+                } else {
+                    core.poll_transmit_gather(now, &mut buf)
+                };
+                match t {
                     Some(t) => {
-                        tx.pending.push_back(Pending {
+                        let p = Pending {
                             buf,
                             len: t.len,
                             dst: t.dst,
@@ -613,7 +829,12 @@ impl Shared {
                             ttl: t.hop_limit,
                             seq: t.gather.as_ref().map_or(0, |g| g.seq),
                             gather: t.gather,
-                        });
+                        };
+                        if faults {
+                            self.inject_tx(&mut tx, p, now);
+                        } else {
+                            tx.pending.push_back(p);
+                        }
                         n += 1;
                     }
                     None => {
@@ -650,6 +871,9 @@ impl Shared {
     /// highest gather sequence number of the datagrams sent or dropped.
     fn send_locked(&self, tx: &mut TxQueue) -> (bool, u64) {
         let mut released = 0;
+        if tx.faults.is_some() {
+            self.release_held_tx(tx, self.now(), false);
+        }
         if tx.pending.is_empty() {
             return (false, released);
         }
@@ -668,7 +892,9 @@ impl Shared {
                         let drop_n = tx.pending.len() / 2;
                         for d in tx.pending.drain(..drop_n) {
                             released = released.max(d.seq);
-                            tx.pool.push(d.buf);
+                            if d.buf.len() >= MIN_TX_BUF {
+                                tx.pool.push(d.buf);
+                            }
                         }
                         self.tx_dropped.fetch_add(drop_n as u64, Ordering::Relaxed);
                     }
@@ -680,7 +906,10 @@ impl Shared {
                     self.capture_sent(tx.pending.range(..n));
                     for d in tx.pending.drain(..n) {
                         released = released.max(d.seq);
-                        if tx.pool.len() < 1024 {
+                        // (Datagrams the fault injector held or made are
+                        // only as long as they are: never a buffer the
+                        // core writes a packet of any size into.)
+                        if tx.pool.len() < 1024 && d.buf.len() >= MIN_TX_BUF {
                             tx.pool.push(d.buf);
                         }
                     }
@@ -840,19 +1069,33 @@ impl Shared {
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
         let n = match (&self.host, group) {
             (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
-            _ => match socket.recv(&mut slices[..batch], &mut rx.meta) {
-                Ok(n) => n,
-                Err(_) => return 0,
-            },
+            _ => socket
+                .recv(&mut slices[..batch], &mut rx.meta)
+                .unwrap_or_default(),
         };
-        if n == 0 {
+        // (With faults, datagrams the receive injector held may be due.)
+        if n == 0
+            && !(rx.faults.is_some() && self.rx_fault_due.load(Ordering::SeqCst) <= self.now().0)
+        {
             return 0;
         }
         let now = self.now();
         self.last_activity.store(now.0, Ordering::Relaxed);
         let mut count = 0;
         let mut core = lock(&self.core);
-        for (m, buf) in rx.meta[..n].iter().zip(rx.bufs.iter()) {
+        let RxBufs {
+            bufs,
+            meta: metas,
+            faults,
+            scratch,
+        } = rx;
+        if let Some(inj) = faults.as_deref_mut() {
+            while let Some((meta, data)) = inj.poll_due(now.0) {
+                self.deliver(&mut core, now, &meta, &data);
+                count += 1;
+            }
+        }
+        for (m, buf) in metas[..n].iter().zip(bufs.iter()) {
             for dgram in m.datagrams(&buf[..m.len]) {
                 let meta = RecvMeta {
                     src: m.addr,
@@ -861,19 +1104,34 @@ impl Shared {
                     traffic_class: m.tos,
                     hop_limit: m.ttl.unwrap_or(64),
                 };
-                if let Some(p) = &self.pcap {
-                    let _ = lock(p).write(&Record {
-                        src: m.addr,
-                        dst: SocketAddr::new(meta.dst, self.local.port()),
-                        traffic_class: meta.traffic_class,
-                        hop_limit: meta.hop_limit,
-                        payload: dgram,
-                        received: true,
-                    });
+                let Some(inj) = faults.as_deref_mut() else {
+                    self.deliver(&mut core, now, &meta, dgram);
+                    count += 1;
+                    continue;
+                };
+                let step = inj.process(now.0, m.addr.ip(), &meta, dgram, &mut |q| {
+                    responder(&core, q)
+                });
+                match step {
+                    Step::Pass { flip } if flip.is_empty() => {
+                        self.deliver(&mut core, now, &meta, dgram);
+                        count += 1;
+                    }
+                    Step::Pass { flip } => {
+                        scratch.clear();
+                        scratch.extend_from_slice(dgram);
+                        for b in flip {
+                            flip_bit(scratch, b);
+                        }
+                        self.deliver(&mut core, now, &meta, scratch);
+                        count += 1;
+                    }
+                    Step::Held | Step::Gone => {}
                 }
-                core.handle_datagram(now, &meta, dgram);
-                count += 1;
             }
+        }
+        if let Some(inj) = faults.as_deref_mut() {
+            self.after_rx_injection(inj);
         }
         let refused = core.refusals();
         if self.refusals.due(refused, Some(now.0)) {
@@ -900,6 +1158,59 @@ impl Shared {
             self.waker.wake();
         }
         count
+    }
+
+    /// Hands a received datagram to the core, recording it first.
+    #[inline]
+    fn deliver(&self, core: &mut Core, now: Instant, meta: &RecvMeta, dgram: &[u8]) {
+        if let Some(p) = &self.pcap {
+            let _ = lock(p).write(&Record {
+                src: meta.src,
+                dst: SocketAddr::new(meta.dst, self.local.port()),
+                traffic_class: meta.traffic_class,
+                hop_limit: meta.hop_limit,
+                payload: dgram,
+                received: true,
+            });
+        }
+        core.handle_datagram(now, meta, dgram);
+    }
+
+    /// After a received batch went through the receive injector: its
+    /// answers leave now (the core lock is held: `tx` comes after it), its
+    /// next deadline is published, its events logged.
+    #[cold]
+    #[inline(never)]
+    fn after_rx_injection(&self, inj: &mut Injector<RecvMeta>) {
+        let mut answers = std::iter::from_fn(|| inj.poll_answer()).peekable();
+        if answers.peek().is_some() {
+            let mut tx = lock(&self.tx);
+            for a in answers {
+                tx.pending.push_back(Pending {
+                    len: a.data.len(),
+                    buf: a.data,
+                    dst: a.dst,
+                    tos: a.traffic_class,
+                    ttl: a.hop_limit,
+                    gather: None,
+                    seq: 0,
+                });
+            }
+            let (_, released) = self.send_locked(&mut tx);
+            drop(tx);
+            self.released.fetch_max(released, Ordering::SeqCst);
+        }
+        let due = inj.next_due().unwrap_or(u64::MAX);
+        self.rx_fault_due.store(due, Ordering::SeqCst);
+        let s = self.sleep_until.load(Ordering::SeqCst);
+        if s != u64::MAX && due < s {
+            self.waker.wake();
+        }
+        if self.fault_log {
+            while let Some(e) = inj.poll_event() {
+                crate::log::fault(self.local.ip(), &e);
+            }
+        }
     }
 
     /// The MADs waiting in QP 1's queue.
@@ -937,15 +1248,22 @@ impl Shared {
                     }
                     tx.pool.push(buf);
                 }
-                Some(t) => tx.pending.push_back(Pending {
-                    buf,
-                    len: t.len,
-                    dst: t.dst,
-                    tos: t.traffic_class,
-                    ttl: t.hop_limit,
-                    gather: None,
-                    seq: 0,
-                }),
+                Some(t) => {
+                    let p = Pending {
+                        buf,
+                        len: t.len,
+                        dst: t.dst,
+                        tos: t.traffic_class,
+                        ttl: t.hop_limit,
+                        gather: None,
+                        seq: 0,
+                    };
+                    if tx.faults.is_some() {
+                        self.inject_tx(&mut tx, p, self.now());
+                    } else {
+                        tx.pending.push_back(p);
+                    }
+                }
                 None => tx.pool.push(buf),
             }
         }
@@ -1039,6 +1357,11 @@ impl Shared {
         }
         for _ in 0..TRIES {
             if let Some(mut tx) = self.tx.try_lock() {
+                // What the send injector holds leaves too, as datagrams in
+                // flight still arrive.
+                if tx.faults.is_some() {
+                    self.release_held_tx(&mut tx, self.now(), true);
+                }
                 if tx.pending.is_empty() {
                     break;
                 }
@@ -1092,6 +1415,25 @@ impl Shared {
     }
 }
 
+/// What the receive injector needs to answer a request for local QP `q`.
+fn responder(core: &Core, q: Qpn) -> Option<Responder> {
+    core.responder_view(q).map(|v| Responder {
+        dest_qpn: v.dest_qpn,
+        dest: v.dest,
+        msn: v.msn,
+        rnr_timer: v.min_rnr_timer,
+        traffic_class: v.traffic_class,
+        hop_limit: v.hop_limit,
+    })
+}
+
+/// Flips bit `b` of a datagram (bit `b % 8` of byte `b / 8`).
+fn flip_bit(d: &mut [u8], b: u64) {
+    if let Some(x) = d.get_mut((b / 8) as usize) {
+        *x ^= 1 << (b % 8);
+    }
+}
+
 /// The progress thread's loop.
 pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
     let mut seen_polls = shared.app_polls.load(Ordering::Relaxed);
@@ -1117,9 +1459,14 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         let got = shared.poll_rx();
         let next = shared.poll_timers();
         let next = shared.cm_timers(next);
-        if !lock(&shared.tx).pending.is_empty() {
+        if !lock(&shared.tx).pending.is_empty() || shared.tx_fault_due(shared.now()) {
             shared.send_pending();
         }
+        // Datagrams the fault injectors hold are due then.
+        let next = match (next, shared.fault_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if got > 0 {
             continue;
         }
@@ -1156,7 +1503,8 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         };
         let cm = shared.cm_deadline.load(Ordering::SeqCst);
         let until = now.0 + t.as_nanos() as u64;
-        if !left && again.is_none_or(|d| d.0 >= until) && cm >= until {
+        let held = shared.fault_deadline().is_none_or(|d| d.0 >= until);
+        if !left && again.is_none_or(|d| d.0 >= until) && cm >= until && held {
             // A shared device's datagrams come through the ring: sleep
             // only if it is still empty once the device process can see
             // that we sleep (it then writes our wake-up eventfd).

@@ -202,3 +202,27 @@ impl RefusalLog {
         }
     }
 }
+
+/// Logs one injected fault (`SOFTRDMA_FAULTS`) of the device at `dev`.
+pub(crate) fn fault(dev: std::net::IpAddr, e: &softrdma_link::FaultEvent) {
+    use softrdma_link::FaultKind;
+    let dir = if e.send { "sent to" } else { "received from" };
+    let what = match e.kind {
+        FaultKind::Lost => "lost".to_string(),
+        FaultKind::Duplicated { after_ns } => format!("duplicated (copy {after_ns} ns later)"),
+        FaultKind::Reordered => "held back (reordered)".to_string(),
+        FaultKind::Delayed { ns } => format!("delayed {ns} ns"),
+        FaultKind::Corrupted { bit } => format!("corrupted (bit {bit} flipped)"),
+        FaultKind::AckDropped => "ACK dropped".to_string(),
+        FaultKind::Answered(a) => format!("answered ({})", a.name()),
+        FaultKind::Swallowed => "dropped after an answered request".to_string(),
+        FaultKind::Overflow => "lost (the injector holds too much)".to_string(),
+    };
+    tracing::debug!(
+        target: ENGINE,
+        dev = %dev,
+        peer = %e.peer,
+        "fault injected: {what}: {dir} peer: {}",
+        e.packet
+    );
+}

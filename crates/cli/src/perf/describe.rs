@@ -148,6 +148,16 @@ pub(super) fn counter_notes(role: &str, c: &[(String, u64)]) -> Vec<String> {
             "the {role}'s socket dropped {dropped} datagram(s) (its receive queue was full: the receiving side could not keep up)"
         ));
     }
+    let injected: u64 = c
+        .iter()
+        .filter(|(k, _)| k.starts_with("fault_"))
+        .map(|(_, n)| n)
+        .sum();
+    if injected > 0 {
+        v.push(format!(
+            "{role}: {injected} fault(s) injected (SOFTRDMA_FAULTS; the fault_* counters)"
+        ));
+    }
     for (k, what) in [
         ("engine_tx_dropped", "datagram(s) the socket would not take"),
         ("retransmits", "packet(s) sent again (RC recovery)"),

@@ -164,7 +164,8 @@ pub fn lat_row(f: &LatFigures) -> String {
 }
 
 /// The counters of a device worth printing: the main ones always, the
-/// others when not zero, then the socket's drops.
+/// others when not zero, the faults injected (`fault_*`, when not zero),
+/// then the socket's drops.
 pub fn device_counters(dev: &Device) -> Vec<(String, u64)> {
     let c = dev.counters();
     let naks_sent = c.rnr_nak_sent
@@ -192,6 +193,10 @@ pub fn device_counters(dev: &Device) -> Vec<(String, u64)> {
         if !always.iter().any(|(a, _)| *a == k) {
             v.push((k.to_string(), n));
         }
+    }
+    // Faults injected (SOFTRDMA_FAULTS): what the figures went through.
+    for (k, n) in dev.fault_counters().nonzero() {
+        v.push((k.to_string(), n));
     }
     let s = dev.socket_stats();
     v.push(("socket_send_errors".into(), s.send_errors));
