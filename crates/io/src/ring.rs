@@ -446,6 +446,47 @@ mod tests {
     }
 
     #[test]
+    fn two_threads_move_every_record_intact() {
+        let mut p = Ring::create("t", 1 << 16).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        const N: u32 = 200_000;
+        let t = std::thread::spawn(move || {
+            let mut i = 0u32;
+            while i < N {
+                let len = 24 + (i as usize * 131) % 4100;
+                let body = vec![(i % 251) as u8; len];
+                if p.push(1, &[&i.to_le_bytes(), &body]).is_ok() {
+                    i += 1;
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut buf = vec![0u8; 8192];
+        let mut next = 0u32;
+        while next < N {
+            match c.pop(&mut buf) {
+                Some((1, n)) => {
+                    let k = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                    assert_eq!(k, next);
+                    assert_eq!(n, 4 + 24 + (k as usize * 131) % 4100);
+                    assert!(
+                        buf[4..n].iter().all(|&b| b == (k % 251) as u8),
+                        "record {k}"
+                    );
+                    next += 1;
+                }
+                Some(other) => panic!("{other:?}"),
+                None => {
+                    assert!(!c.is_broken());
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
     fn records_in_order_with_wrap_and_full() {
         let mut p = Ring::create("t", 4096).unwrap();
         let mut c = Ring::attach(dup(&p)).unwrap();

@@ -32,9 +32,6 @@ extern "C" {
     ) -> libc::c_int;
 }
 
-/// glibc's `POSIX_SPAWN_SETSID` (<spawn.h>, glibc 2.26).
-const POSIX_SPAWN_SETSID: libc::c_short = 0x80;
-
 fn check(r: libc::c_int) -> io::Result<()> {
     if r == 0 {
         Ok(())
@@ -135,9 +132,18 @@ pub fn spawn_detached(
             libc::sigfillset(all.as_mut_ptr());
             check(libc::posix_spawnattr_setsigmask(at, empty.as_ptr()))?;
             check(libc::posix_spawnattr_setsigdefault(at, all.as_ptr()))?;
+            // A process group of its own (pgid = its pid): the terminal's
+            // signals (^C, ^Z) go to the foreground group, not to it. The
+            // same session: the scheduler's autogroup (one per session)
+            // shares the CPU between the program and its device process
+            // as between the program's own threads; a session of its own
+            // would put the device process in a group of its own, which a
+            // loaded machine starves for hundreds of milliseconds (RC
+            // retry timeouts) while the program spins.
+            check(libc::posix_spawnattr_setpgroup(at, 0))?;
             check(libc::posix_spawnattr_setflags(
                 at,
-                POSIX_SPAWN_SETSID
+                libc::POSIX_SPAWN_SETPGROUP as libc::c_short
                     | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
                     | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
             ))?;

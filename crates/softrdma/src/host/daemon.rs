@@ -32,7 +32,7 @@ pub const MEMBER_RING: usize = 8 << 20;
 /// How long the device process waits for its first member.
 const FIRST_MEMBER_WAIT: Duration = Duration::from_secs(10);
 /// Busy-polling after the last datagram before sleeping in the kernel.
-const SPIN: Duration = Duration::from_micros(200);
+const SPIN: Duration = Duration::from_micros(50);
 /// Datagrams received per call.
 const RX_BATCH: usize = 32;
 /// Receive buffer (a GRO train).
@@ -71,6 +71,8 @@ struct Member {
     comm: String,
     /// Records pushed and not yet published.
     dirty: bool,
+    /// Datagrams handed to it.
+    pushed: u64,
 }
 
 /// Writes the ring header of a datagram from `src`.
@@ -104,6 +106,21 @@ pub(crate) fn parse_rec_header(h: &[u8]) -> Option<(SocketAddr, u8, u8)> {
     Some((SocketAddr::new(ip, port), h[1], h[2]))
 }
 
+/// Appends a line to `SOFTRDMA_HOST_TRACE`'s file, if set (debugging the
+/// device process, whose standard error is /dev/null).
+fn trace(line: &str) {
+    if let Some(p) = std::env::var_os("SOFTRDMA_HOST_TRACE") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(p)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 /// Runs the device process for `opts.addr`: wins the election, binds the
 /// address, detaches (its first process exits with [`EXIT_RUNNING`]) and
 /// serves until the last member leaves. Returns the exit status when it
@@ -130,7 +147,12 @@ pub fn serve(opts: &HostOptions) -> i32 {
     if softrdma_io::detach().is_err() {
         return EXIT_ERROR;
     }
-    match Host::new(listener, socket).and_then(|mut h| h.run()) {
+    let r = Host::new(listener, socket).and_then(|mut h| h.run());
+    trace(&format!(
+        "device process {} ends: {r:?}",
+        std::process::id()
+    ));
+    match r {
         Ok(()) => 0,
         Err(_) => EXIT_ERROR,
     }
@@ -239,6 +261,7 @@ impl Host {
                     // A full ring is loss (counted in the ring).
                     if member.ring.push_unpublished(TAG_DATAGRAM, &[&h, dgram]) {
                         member.dirty = true;
+                        member.pushed += 1;
                     }
                 }
             }
@@ -310,6 +333,7 @@ impl Host {
             pid: cred.pid,
             comm,
             dirty: false,
+            pushed: 0,
         });
         Ok(())
     }
@@ -396,6 +420,14 @@ impl Host {
         let Some(m) = self.members[slot].take() else {
             return;
         };
+        trace(&format!(
+            "member {} pid {} left: pushed {}, ring refused {}, unrouted so far {}",
+            m.id,
+            m.pid,
+            m.pushed,
+            m.ring.refused_count(),
+            self.unrouted
+        ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
         let port = self.socket.local_addr().port();
         let mut buf = vec![0u8; 512];
