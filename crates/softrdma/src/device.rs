@@ -83,6 +83,12 @@ pub struct DeviceOptions {
     /// `softrdma_proto::WriteChunking`). Other peers always get FIRST …
     /// LAST, as rxe sends them.
     pub chunk_loopback_writes: bool,
+    /// The device is this process's alone: it binds its address itself
+    /// and fails (`AddrInUse`) when another device or device process
+    /// holds it, instead of sharing it with the other processes that open
+    /// devices on it (see the `host` module). `softrdma perf --loopback`
+    /// wants its two ends on two addresses.
+    pub exclusive: bool,
 }
 
 impl Default for DeviceOptions {
@@ -102,6 +108,7 @@ impl Default for DeviceOptions {
             refuse_sends: None,
             faults: None,
             chunk_loopback_writes: true,
+            exclusive: false,
         }
     }
 }
@@ -291,6 +298,7 @@ impl Device {
         // (see `host`), or this process's alone when no device process
         // can run. A free loopback address picked for us: ours alone.
         let (socket, host) = match explicit
+            .filter(|_| !opts.exclusive)
             .map(|ip| crate::host::member::Member::join(SocketAddr::new(ip, opts.port), &opts))
         {
             Some(Ok((socket, member))) => (socket, Some(Arc::new(member))),
