@@ -676,6 +676,12 @@ impl Mpi {
                     v.push("-x".into());
                     v.push(e);
                 }
+                if per_host > 1 {
+                    // More spinning ranks than cores (README: fewer than 4
+                    // cores): ranks yield, so the device process that
+                    // hands them their packets runs.
+                    v.extend(s(&["-x", "SOFTRDMA_POLL_YIELD=1"]));
+                }
                 ("mpirun.openmpi", v)
             }
             Mpi::Mpich => {
@@ -699,6 +705,9 @@ impl Mpi {
                     ("UCX_LOG_LEVEL", "info".into()),
                 ] {
                     v.extend(["-genv".to_string(), k.to_string(), val]);
+                }
+                if per_host > 1 {
+                    v.extend(s(&["-genv", "SOFTRDMA_POLL_YIELD", "1"]));
                 }
                 ("mpiexec.mpich", v)
             }
