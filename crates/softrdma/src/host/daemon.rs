@@ -5,7 +5,7 @@
 use super::msg::{self, MemberInfo, Reply, Request};
 use super::route::{MemberId, Routes};
 use softrdma_io::{
-    EventFd, Poller, RecvMeta as IoMeta, Ring, SeqPacket, SocketConfig, Transmit, UdpSocket,
+    EventFd, PidFd, Poller, RecvMeta as IoMeta, Ring, SeqPacket, SocketConfig, Transmit, UdpSocket,
 };
 use softrdma_wire::Qpn;
 use std::io::{self, IoSliceMut};
@@ -33,6 +33,9 @@ pub const MEMBER_RING: usize = 8 << 20;
 const FIRST_MEMBER_WAIT: Duration = Duration::from_secs(10);
 /// Busy-polling after the last datagram before sleeping in the kernel.
 const SPIN: Duration = Duration::from_micros(50);
+/// How often the device process looks for members whose process exited
+/// while a forked child keeps their unix socket open.
+const REAP_EVERY: Duration = Duration::from_millis(100);
 /// Datagrams received per call.
 const RX_BATCH: usize = 32;
 /// Receive buffer (a GRO train).
@@ -68,6 +71,9 @@ struct Member {
     ring: Ring,
     wake: EventFd,
     pid: i32,
+    /// The member's process: its exit is the member's death even when a
+    /// forked child still holds the unix socket (`None`: not visible).
+    pidfd: Option<PidFd>,
     comm: String,
     /// Records pushed and not yet published.
     dirty: bool,
@@ -201,14 +207,27 @@ impl Host {
         let started = Instant::now();
         let mut ever = false;
         let mut last_rx = Instant::now() - SPIN;
+        let mut last_reap = Instant::now();
         loop {
+            if last_reap.elapsed() >= REAP_EVERY {
+                last_reap = Instant::now();
+                for slot in 0..MAX_MEMBERS {
+                    let dead = self.members[slot]
+                        .as_ref()
+                        .and_then(|m| m.pidfd.as_ref())
+                        .is_some_and(PidFd::exited);
+                    if dead {
+                        self.leave(slot);
+                    }
+                }
+            }
             if self.receive() > 0 {
                 last_rx = Instant::now();
             }
             let timeout = if last_rx.elapsed() < SPIN {
                 Duration::ZERO
             } else {
-                Duration::from_millis(500)
+                REAP_EVERY
             };
             let r = self.poller.wait(Some(timeout))?;
             if r.others & (1 << TOKEN_LISTEN) != 0 {
@@ -331,6 +350,7 @@ impl Host {
             ring,
             wake: EventFd::from_fd(wake),
             pid: cred.pid,
+            pidfd: (cred.pid > 0).then(|| PidFd::open(cred.pid).ok()).flatten(),
             comm,
             dirty: false,
             pushed: 0,
