@@ -71,8 +71,8 @@ pub type UContext = (u64, u64);
 
 /// The (device, inode) of an open descriptor.
 pub fn file_id(fd: c_int) -> Result<UContext, i32> {
-    // SAFETY: plain data; fstat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Plain data (util::Zeroable); fstat fills it.
+    let mut st: libc::stat = crate::util::zeroed();
     // SAFETY: a valid stat buffer; a bad descriptor is EBADF.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(crate::util::errno());
@@ -189,9 +189,8 @@ pub fn new_context(
             return Err((e.raw_os_error().unwrap_or(libc::EIO), cmd));
         }
     };
-    // SAFETY: verbs_context is plain data (pointers, Option<fn>, ints):
-    // all-zero is valid, and every function slot is then None.
-    let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
+    // Every function slot starts None.
+    let mut vctx: verbs_context = crate::util::zeroed();
     vctx.query_port = Some(crate::query::query_port_ex);
     vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
     vctx.query_device_ex = Some(crate::query::query_device_ex);

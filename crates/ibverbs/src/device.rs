@@ -78,9 +78,7 @@ pub fn devices() -> &'static [&'static DevEntry] {
 /// The entry of the `index`th device: `dev_name` `uverbsN` and its sysfs
 /// paths, as a kernel device's (the preload library's sysfs view has them).
 fn leak_entry(index: usize, cfg: DevConfig) -> &'static DevEntry {
-    // SAFETY: ibv_device is plain data (pointers, ints, arrays): all-zero
-    // is a valid value.
-    let mut c: ibv_device = unsafe { std::mem::zeroed() };
+    let mut c: ibv_device = crate::util::zeroed();
     c.node_type = IBV_NODE_CA;
     c.transport_type = IBV_TRANSPORT_IB;
     copy_cstr(&mut c.name, &cfg.name);

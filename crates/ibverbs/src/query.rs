@@ -28,8 +28,7 @@ pub const FW_VER: &str = concat!("softrdma ", env!("CARGO_PKG_VERSION"));
 fn device_attr(c: &Context) -> ibv_device_attr {
     let a = c.dev.query_device();
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
-    // SAFETY: plain data; all-zero is valid.
-    let mut d: ibv_device_attr = unsafe { std::mem::zeroed() };
+    let mut d: ibv_device_attr = crate::util::zeroed();
     copy_cstr(&mut d.fw_ver, FW_VER);
     d.node_guid = a.node_guid.to_be();
     d.sys_image_guid = a.node_guid.to_be();
@@ -120,8 +119,7 @@ pub unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < std::mem::size_of::<ibv_device_attr>() {
             return libc::EINVAL;
         }
-        // SAFETY: plain data; all-zero is valid.
-        let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        let mut x: ibv_device_attr_ex = crate::util::zeroed();
         x.orig_attr = device_attr(&c);
         x.device_cap_flags_ex = u64::from(x.orig_attr.device_cap_flags);
         // Completion timestamps: a 64-bit nanosecond clock.
@@ -207,8 +205,7 @@ pub fn port_attr(c: &Context) -> ibv_port_attr {
 pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
     let p = dev.query_port();
     let mtu_enum = |b: u32| softrdma::Mtu::from_bytes_floor(b).map_or(5, |m| m as c_int);
-    // SAFETY: plain data; all-zero is valid.
-    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    let mut a: ibv_port_attr = crate::util::zeroed();
     a.state = IBV_PORT_ACTIVE;
     a.max_mtu = mtu_enum(p.max_mtu);
     a.active_mtu = mtu_enum(p.active_mtu);

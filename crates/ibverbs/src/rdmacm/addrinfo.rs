@@ -82,8 +82,8 @@ unsafe fn fill(
             rai.ai_dst_len = h.ai_dst_len;
         }
     } else {
-        // SAFETY: an all-zero addrinfo is valid hints.
-        let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
+        // An all-zero addrinfo is valid hints.
+        let mut ai: libc::addrinfo = crate::util::zeroed();
         if let Some(h) = hints {
             if h.ai_flags & RAI_PASSIVE != 0 {
                 ai.ai_flags = libc::AI_PASSIVE;
