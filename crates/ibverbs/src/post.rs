@@ -97,6 +97,12 @@ pub fn ud_dest(ah: *mut ibv_ah, qpn: u32, qkey: u32) -> Result<UdDest, i32> {
 
 /// Inline data gathered from SGEs (program memory, read at post time).
 ///
+/// The bytes may lie in a registered region a remote WRITE lands in while
+/// we read them (the engine's thread, or a peer on the same host), so they
+/// are never seen through a `&[u8]`: `softrdma::memory::copy_out` reads
+/// them through the raw pointer with atomic/assembly copies, like every
+/// other access to region memory (DESIGN promise 6, memory.rs rule 1).
+///
 /// # Safety
 /// Each SGE must describe readable memory of the program.
 pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
@@ -104,7 +110,8 @@ pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
     if total > softrdma::limits::MAX_INLINE_DATA as u64 {
         return Err(libc::EINVAL);
     }
-    let mut v = Vec::with_capacity(total as usize);
+    let mut v = vec![0u8; total as usize];
+    let mut at = 0usize;
     for s in sges {
         if s.length == 0 {
             continue;
@@ -112,10 +119,12 @@ pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
         if s.addr == 0 {
             return Err(libc::EINVAL);
         }
-        // SAFETY: per the contract (inline data is copied at post time).
-        v.extend_from_slice(unsafe {
-            std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
-        });
+        let n = s.length as usize;
+        // SAFETY: per the contract, `addr .. addr + length` is readable
+        // for the duration of the call (inline data is copied at post
+        // time); `v` has room for every SGE (sized from their sum).
+        unsafe { softrdma::memory::copy_out(s.addr as usize as *const u8, &mut v[at..at + n]) };
+        at += n;
     }
     Ok(v)
 }
