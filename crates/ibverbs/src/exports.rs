@@ -14,6 +14,9 @@
 //! alongside — libmlx5, librdmacm — still load against this library).
 //! rustc's own export list of the cdylib never names these labels, so its
 //! version script and ours do not collide.
+//!
+//! x86-64 only (lib.rs compiles this module on x86-64 and refuses to build
+//! elsewhere): the jump is `endbr64; jmp`, the data an ELF `.bss` object.
 
 use crate::{
     ah, channel, context, cq, device, import, misc, mr, pd, qp, query, rdmacm, srq, sysfs,

@@ -54,8 +54,18 @@ mod cqex;
 mod device;
 #[allow(missing_docs, clippy::missing_safety_doc)]
 mod domain;
+// The versioned exports are jumps written in x86-64 assembly (`endbr64`,
+// `jmp`, ELF `.symver`): on another architecture the library would load
+// but bind no versioned symbol, so it refuses to build instead.
+#[cfg(target_arch = "x86_64")]
 #[allow(missing_docs)]
 mod exports;
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!(
+    "softrdma-ibverbs: src/exports.rs (the versioned C exports) is x86-64 \
+     assembly; port its two macros (`export!`, `export_data!`) to this \
+     architecture first"
+);
 mod fork;
 #[allow(missing_docs)]
 mod handle;
