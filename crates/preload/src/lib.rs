@@ -65,7 +65,8 @@ macro_rules! real {
         static SLOT: AtomicUsize = AtomicUsize::new(0);
         let p = resolve_sym(&SLOT, $name);
         // SAFETY: `p` is libc's definition of this name, whose C type is
-        // `$ty` (glibc 2.36 headers).
+        // `$ty`: build.rs calls every such symbol with `$ty`'s C types
+        // against glibc's headers, and the build fails where they differ.
         (p != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(p) })
     }};
 }
