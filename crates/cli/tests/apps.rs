@@ -27,6 +27,8 @@
 
 #[path = "apps/harness.rs"]
 mod harness;
+#[path = "common/libs.rs"]
+mod libs;
 
 use harness::*;
 use std::collections::BTreeSet;

@@ -15,6 +15,10 @@
 //! ibverbs interop tests): two spinning processes per test already fill
 //! the two cores of CI.
 
+#[path = "common/libs.rs"]
+mod libs;
+
+use libs::{profile_dir, serial};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,52 +26,9 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// `target/<profile>`: two levels up from this test (`…/deps/ucx_mpi-…`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME`
-/// (building the tests leaves the second; `cargo build` the first, which
-/// may be older).
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's
-/// `libibverbs.so.1` and `libsoftrdma_preload.so`.
+/// `softrdma exec --lib` with this build's libraries (libs.rs).
 fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-ucx-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
+    libs::lib_dir("softrdma-ucx-lib", false)
 }
 
 /// Fails, with the install hint, when a program is missing.
@@ -94,30 +55,6 @@ fn require_root() {
         uid, "0",
         "the network-namespace tests must run as root (CI does): ip netns, veth"
     );
-}
-
-/// One test at a time, and not during the ibverbs interop tests either.
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial() -> Serial {
-    let p = profile_dir().join("softrdma-ibverbs-interop.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .expect("lock file");
-    // `flock` the command holds the lock on our descriptor (inherited)
-    // until it exits; wait for it with `-x`. The lock stays with the open
-    // file description, which this process keeps.
-    let st = Command::new("flock")
-        .arg("-x")
-        .arg("0")
-        .stdin(f.try_clone().expect("dup"))
-        .status()
-        .expect("flock (util-linux)");
-    assert!(st.success(), "flock");
-    Serial(f)
 }
 
 /// `softrdma exec --lib … [--addr A] -- prog args…` with a clean
