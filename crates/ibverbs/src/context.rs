@@ -235,6 +235,12 @@ pub fn new_context(
     Ok(Obj::new(vctx, ctx).publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_close_device`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
     // Always succeeds for a live context, like libibverbs; the context is
     // freed now or with its last object (whichever reference goes last).
@@ -323,6 +329,11 @@ fn translate_async_event(c: &Context, e: AsyncEvent) -> Option<ibv_async_event> 
 }
 
 /// `ibv_ack_async_event`: counts the event on its object.
+///
+/// # Safety
+/// The C contract of `ibv_ack_async_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
     guard((), || {
         if ev.is_null() {

@@ -64,6 +64,12 @@ unsafe fn post_recv_list(
     0
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn post_srq_recv(
     s: *mut ibv_srq,
     w: *mut ibv_recv_wr,
@@ -245,6 +251,12 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
 /// Requests converted and posted under one lock per batch.
 const POST_BATCH: usize = 32;
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn post_send(
     q: *mut ibv_qp,
     w: *mut ibv_send_wr,
@@ -310,6 +322,12 @@ pub unsafe extern "C" fn post_send(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn post_recv(
     q: *mut ibv_qp,
     w: *mut ibv_recv_wr,

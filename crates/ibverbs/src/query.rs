@@ -80,6 +80,12 @@ fn device_attr(c: &Context) -> ibv_device_attr {
     d
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_device`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
     guard_errno(|| {
         let Some(c) = context(ctx) else {
@@ -94,6 +100,12 @@ pub unsafe extern "C" fn query_device(ctx: *mut ibv_context, attr: *mut ibv_devi
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn compat_query_device(
     ctx: *mut ibv_context,
     attr: *mut ibv_device_attr,
@@ -102,6 +114,12 @@ pub unsafe extern "C" fn compat_query_device(
     unsafe { query_device(ctx, attr) }
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_device_ex(
     ctx: *mut ibv_context,
     input: *const ibv_query_device_ex_input,
@@ -172,6 +190,11 @@ const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1;
 /// `ibv_query_rt_values_ex`: the raw clock is the device clock that
 /// completion timestamps use, in `hca_core_clock` cycles (ns), reported
 /// as mlx5 does (`tv_sec` 0, the cycles in `tv_nsec`).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_rt_values(
     ctx: *mut ibv_context,
     values: *mut ibv_values_ex,
@@ -239,6 +262,11 @@ pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
 
 /// `ibv_query_port` as exported: the caller's structure is the
 /// pre-`port_cap_flags2` layout, so only that prefix is written.
+///
+/// # Safety
+/// The C contract of `ibv_query_port`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_port(
     ctx: *mut ibv_context,
     port: u8,
@@ -324,6 +352,12 @@ fn in_gid_table(index: i64) -> bool {
     (0..i64::from(softrdma::GID_TABLE_LEN)).contains(&index)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_gid`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid(
     ctx: *mut ibv_context,
     port: u8,
@@ -343,6 +377,12 @@ pub unsafe extern "C" fn query_gid(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `_ibv_query_gid_ex`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid_ex(
     ctx: *mut ibv_context,
     port: u32,
@@ -370,6 +410,12 @@ pub unsafe extern "C" fn query_gid_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `_ibv_query_gid_table`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid_table(
     ctx: *mut ibv_context,
     entries: *mut ibv_gid_entry,
@@ -395,6 +441,11 @@ pub unsafe extern "C" fn query_gid_table(
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): rdma-core's sysfs numbering,
 /// where RoCE v2 is 1 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+///
+/// # Safety
+/// The C contract of `ibv_query_gid_type`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid_type(
     ctx: *mut ibv_context,
     port: u8,
@@ -413,6 +464,12 @@ pub unsafe extern "C" fn query_gid_type(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_pkey`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_pkey(
     ctx: *mut ibv_context,
     port: u8,
@@ -430,6 +487,12 @@ pub unsafe extern "C" fn query_pkey(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_get_pkey_index`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     util::guard(-1, || {
         if context(ctx).is_none() || port != 1 {
@@ -443,6 +506,12 @@ pub unsafe extern "C" fn get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_port_ex(
     ctx: *mut ibv_context,
     port: u8,

@@ -23,6 +23,12 @@ unsafe fn copy_addr(src: *const libc::sockaddr, len: u32) -> Result<*mut libc::s
     Ok(p)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_getaddrinfo`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn getaddrinfo(
     node: *const c_char,
     service: *const c_char,
@@ -167,6 +173,12 @@ unsafe fn fill(
     Ok(())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_freeaddrinfo`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn freeaddrinfo(res: *mut rdma_addrinfo) {
     guard((), || {
         let mut p = res;

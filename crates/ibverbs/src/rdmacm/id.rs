@@ -343,6 +343,12 @@ pub fn create_id2(
     ))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_id`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_id(
     ch: *mut rdma_event_channel,
     id: *mut *mut rdma_cm_id,
@@ -383,6 +389,12 @@ fn free_c(o: &Obj<Id>) {
     }
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_destroy_id`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_id(id: *mut rdma_cm_id) -> c_int {
     guard_neg(|| {
         init();
@@ -448,6 +460,12 @@ fn complete(o: &Obj<Id>) -> Result<(), i32> {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_bind_addr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -495,6 +513,12 @@ pub unsafe extern "C-unwind" fn resolve_route(id: *mut rdma_cm_id, _timeout_ms: 
     neg(o.and_then(|o| complete(&o)))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_listen`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -577,6 +601,12 @@ fn private(p: *const c_void, len: u8) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len.into()) }.to_vec()
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_reject`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -584,6 +614,12 @@ pub unsafe extern "C" fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_reject_ece`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -591,6 +627,12 @@ pub unsafe extern "C" fn reject_ece(id: *mut rdma_cm_id, data: *const c_void, le
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_notify`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn notify(id: *mut rdma_cm_id, event: crate::ffi::ibv_event_type) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -611,6 +653,12 @@ pub unsafe extern "C-unwind" fn disconnect(id: *mut rdma_cm_id) -> c_int {
     neg(o.and_then(|o| complete(&o)))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_establish`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn establish(id: *mut rdma_cm_id) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -618,6 +666,12 @@ pub unsafe extern "C" fn establish(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_init_qp_attr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn init_qp_attr(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_attr,
@@ -668,6 +722,12 @@ pub unsafe extern "C" fn init_qp_attr(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_set_option`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn set_option(
     id: *mut rdma_cm_id,
     level: c_int,
@@ -703,6 +763,12 @@ pub unsafe extern "C" fn set_option(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_migrate_id`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -748,6 +814,12 @@ fn port_of(s: &sockaddr_storage) -> u16 {
     }
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_get_src_port`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_src_port(id: *mut rdma_cm_id) -> u16 {
     guard(0, || {
         if id.is_null() {
@@ -758,6 +830,12 @@ pub unsafe extern "C" fn get_src_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_get_dst_port`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_dst_port(id: *mut rdma_cm_id) -> u16 {
     guard(0, || {
         if id.is_null() {
@@ -768,6 +846,12 @@ pub unsafe extern "C" fn get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_set_local_ece`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -786,6 +870,12 @@ pub unsafe extern "C" fn set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_get_remote_ece`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
     guard_neg(|| {
         let _o = get(id)?;
