@@ -9,6 +9,11 @@ pub(crate) type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, 
 macro_rules! access_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, mode: c_int) -> c_int {
             let Some(f) = real!($sym, AccessFn) else {
@@ -34,6 +39,10 @@ access_fn!(
 );
 
 /// Interposed `faccessat`.
+///
+/// # Safety
+/// The contract of glibc's `faccessat` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn faccessat(
     dirfd: c_int,
@@ -69,6 +78,11 @@ pub(crate) type ListxattrFn = unsafe extern "C" fn(*const c_char, *mut c_char, u
 macro_rules! getxattr_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal, $follow:expr) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) -> isize {
             let Some(f) = real!($sym, GetxattrFn) else {
@@ -98,6 +112,11 @@ getxattr_fn!(
 macro_rules! listxattr_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal, $follow:expr) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, list: *mut c_char, size: usize) -> isize {
             let Some(f) = real!($sym, ListxattrFn) else {

@@ -7,6 +7,10 @@ use crate::stat::{lstat64, stat64};
 pub(crate) type OpendirFn = unsafe extern "C" fn(*const c_char) -> *mut libc::DIR;
 
 /// Interposed `opendir` (glibc opens the folder with an internal call).
+///
+/// # Safety
+/// The contract of glibc's `opendir` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
     let Some(f) = real!(c"opendir", OpendirFn) else {
@@ -32,6 +36,11 @@ pub(crate) type ScandirFn = unsafe extern "C" fn(
 macro_rules! scandir_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             path: *const c_char,
@@ -107,6 +116,11 @@ unsafe extern "C" fn glob_lstat(p: *const c_char, b: *mut c_void) -> c_int {
 macro_rules! glob_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             pattern: *const c_char,
@@ -147,6 +161,10 @@ pub(crate) type ChdirFn = unsafe extern "C" fn(*const c_char) -> c_int;
 
 /// Interposed `chdir`: into a folder of a view, the real working folder
 /// is the view's (relative paths and `getcwd` then follow it).
+///
+/// # Safety
+/// The contract of glibc's `chdir` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
     let Some(f) = real!(c"chdir", ChdirFn) else {
@@ -169,6 +187,10 @@ pub(crate) type GetcwdFn = unsafe extern "C" fn(*mut c_char, usize) -> *mut c_ch
 
 /// Interposed `getcwd`: a folder of a view is named by the path it
 /// stands for.
+///
+/// # Safety
+/// The contract of glibc's `getcwd` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: usize) -> *mut c_char {
     let Some(f) = real!(c"getcwd", GetcwdFn) else {

@@ -34,8 +34,6 @@
 //! the real functions are found with `dlsym(RTLD_NEXT)` once. Files of the
 //! view are read-only (writing one is EACCES).
 
-#![allow(clippy::missing_safety_doc)] // the C contracts of the libc functions
-
 pub mod view;
 
 use softrdma_sysfs::Resolved;

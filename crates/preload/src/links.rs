@@ -48,6 +48,10 @@ pub(crate) unsafe fn readlink_with(
 }
 
 /// Interposed `readlink`.
+///
+/// # Safety
+/// The contract of glibc's `readlink` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: usize) -> isize {
     let Some(f) = real!(c"readlink", ReadlinkFn) else {
@@ -59,6 +63,10 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: u
 }
 
 /// Interposed `readlinkat`.
+///
+/// # Safety
+/// The contract of glibc's `readlinkat` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn readlinkat(
     dirfd: c_int,
@@ -117,6 +125,10 @@ pub(crate) unsafe fn realpath_with(
 
 /// Interposed `realpath` (glibc resolves links with internal calls no
 /// preload library reaches).
+///
+/// # Safety
+/// The contract of glibc's `realpath` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
     // SAFETY: realpath's buffer is NULL or PATH_MAX bytes.
@@ -137,6 +149,10 @@ pub(crate) type RealpathChkFn =
     unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> *mut c_char;
 
 /// Interposed `__realpath_chk` (`realpath` under `_FORTIFY_SOURCE`).
+///
+/// # Safety
+/// The contract of glibc's `__realpath_chk` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn __realpath_chk(
     path: *const c_char,
@@ -160,6 +176,10 @@ pub unsafe extern "C" fn __realpath_chk(
 pub(crate) type CanonFn = unsafe extern "C" fn(*const c_char) -> *mut c_char;
 
 /// Interposed `canonicalize_file_name`.
+///
+/// # Safety
+/// The contract of glibc's `canonicalize_file_name` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
     // SAFETY: a NULL buffer: the result is malloc'ed.

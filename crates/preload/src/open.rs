@@ -31,6 +31,11 @@ pub(crate) unsafe fn open_with(
 macro_rules! open_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
             let Some(f) = real!($sym, OpenFn) else {
@@ -54,6 +59,11 @@ open_fn!(
 macro_rules! open2_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int) -> c_int {
             let Some(f) = real!($sym, Open2Fn) else {
@@ -77,6 +87,11 @@ open2_fn!(
 macro_rules! openat_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
             let Some(f) = real!($sym, OpenAtFn) else {
@@ -104,6 +119,11 @@ openat_fn!(
 macro_rules! openat2_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
             let Some(f) = real!($sym, OpenAt2Fn) else {
@@ -162,6 +182,11 @@ pub(crate) unsafe fn fopen_with(
 macro_rules! fopen_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
             match real!($sym, FopenFn) {

@@ -16,6 +16,11 @@ pub(crate) type StatxFn =
 macro_rules! stat_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal, $follow:expr) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut c_void) -> c_int {
             let Some(f) = real!($sym, StatFn) else {
@@ -47,6 +52,11 @@ stat_fn!(
 macro_rules! fstatat_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int {
             let Some(f) = real!($sym, FstatatFn) else {
@@ -75,6 +85,11 @@ fstatat_fn!(
 macro_rules! xstat_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal, $follow:expr) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(ver: c_int, path: *const c_char, buf: *mut c_void) -> c_int {
             let Some(f) = real!($sym, XstatFn) else {
@@ -106,6 +121,11 @@ xstat_fn!(
 macro_rules! fxstatat_fn {
     ($(#[$doc:meta])* $name:ident, $sym:literal) => {
         $(#[$doc])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of this name (its prototype and
+        /// man page): the path is NULL or NUL-terminated, every buffer valid for
+        /// the length given.
         #[no_mangle]
         pub unsafe extern "C" fn $name(ver: c_int, dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int {
             let Some(f) = real!($sym, FxstatatFn) else {
@@ -132,6 +152,10 @@ fxstatat_fn!(
 );
 
 /// Interposed `statx`.
+///
+/// # Safety
+/// The contract of glibc's `statx` (its prototype and man page): the path
+/// is NULL or NUL-terminated, every buffer valid for the length given.
 #[no_mangle]
 pub unsafe extern "C" fn statx(
     dirfd: c_int,
