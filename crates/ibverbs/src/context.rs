@@ -29,7 +29,7 @@ use softrdma::{AsyncEvent, Device, FdWatch, Qpn};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -71,13 +71,7 @@ pub type UContext = (u64, u64);
 
 /// The (device, inode) of an open descriptor.
 pub fn file_id(fd: c_int) -> Result<UContext, i32> {
-    // Plain data (util::Zeroable); fstat fills it.
-    let mut st: libc::stat = crate::util::zeroed();
-    // SAFETY: a valid stat buffer; a bad descriptor is EBADF.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(crate::util::errno());
-    }
-    Ok((st.st_dev, st.st_ino))
+    softrdma_io::host::file_id(fd).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// The name of a context's command file (a memfd), as /proc shows it
@@ -88,13 +82,7 @@ pub const CMD_FILE_PREFIX: &str = "softrdma-uverbs:";
 /// A new command file for a context of device `name`.
 fn cmd_file(name: &str) -> Result<OwnedFd, i32> {
     let n = std::ffi::CString::new(format!("{CMD_FILE_PREFIX}{name}")).map_err(|_| libc::EINVAL)?;
-    // SAFETY: a NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(n.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(crate::util::errno());
-    }
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    softrdma_io::host::memfd(&n).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 impl Castable for Context {
@@ -229,8 +217,7 @@ pub fn new_context(
         yield_idle,
         _cmd: cmd,
         ucontext,
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
+        pid: std::process::id() as libc::pid_t,
     };
     Ok(Obj::new(vctx, ctx).publish())
 }

@@ -68,8 +68,7 @@ fn is_softrdma_cmd_file(fd: c_int) -> bool {
 pub unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut ibv_context {
     guard_ptr(|| {
         let id = file_id(cmd_fd)?;
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
+        let me = std::process::id() as libc::pid_t;
         let Some(orig) = Obj::<Context>::find(|c| c.ucontext == id && c.pid == me) else {
             return Err(if is_softrdma_cmd_file(cmd_fd) {
                 libc::EOPNOTSUPP

@@ -173,15 +173,7 @@ pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 
 /// The wall clock (CLOCK_REALTIME) in nanoseconds since the epoch.
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    softrdma_io::host::realtime_ns()
 }
 
 /// `IBV_VALUES_MASK_RAW_CLOCK`.
@@ -292,49 +284,9 @@ pub unsafe extern "C" fn query_port(
     })
 }
 
+/// The interface that holds `ip` (0: none), as the GID entry reports it.
 fn ifindex_of(ip: IpAddr) -> u32 {
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list we free below.
-    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-        return 0;
-    }
-    let mut found = 0;
-    let mut p = ifa;
-    while !p.is_null() {
-        // SAFETY: a node of the list returned by getifaddrs.
-        let i = unsafe { &*p };
-        if !i.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points to a sockaddr of the family it names.
-            let a = unsafe {
-                match (*i.ifa_addr).sa_family as i32 {
-                    libc::AF_INET => {
-                        let s = &*(i.ifa_addr as *const libc::sockaddr_in);
-                        Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
-                    }
-                    libc::AF_INET6 => {
-                        let s = &*(i.ifa_addr as *const libc::sockaddr_in6);
-                        Some(IpAddr::from(s.sin6_addr.s6_addr))
-                    }
-                    _ => None,
-                }
-            };
-            let hit = match (a, ip) {
-                (Some(a), ip) if a == ip => true,
-                // Every 127/8 address is on the loopback interface.
-                (Some(IpAddr::V4(a)), IpAddr::V4(b)) => a.is_loopback() && b.is_loopback(),
-                _ => false,
-            };
-            if hit {
-                // SAFETY: ifa_name is a NUL-terminated interface name.
-                found = unsafe { libc::if_nametoindex(i.ifa_name) };
-                break;
-            }
-        }
-        p = i.ifa_next;
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(ifa) };
-    found
+    softrdma_io::interface_of(ip).unwrap_or(0)
 }
 
 fn gid_entry(c: &Context) -> ibv_gid_entry {

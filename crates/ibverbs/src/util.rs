@@ -146,7 +146,6 @@ zeroable!(
     crate::ffi::verbs_context,
     crate::rdmacm::ffi::rdma_cm_id,
     libc::addrinfo,
-    libc::stat,
 );
 
 /// An all-zero C structure.
