@@ -480,6 +480,26 @@ impl Cm {
         true
     }
 
+    /// Answers a SIDR_REQ with a SIDR_REP of `status` and nothing else
+    /// (no listener: UNSUPPORTED; too many half-open from its source:
+    /// REJECT).
+    fn refuse_sidr(&mut self, rx: &Rx<'_>, req: &SidrReqRepr<'_>, status: SidrStatus) {
+        let rep = SidrRepRepr {
+            request_id: req.request_id,
+            status,
+            additional_info_len: 0,
+            vendor_id: 0,
+            qpn: Qpn::new(0),
+            service_id: req.service_id,
+            qkey: QKey(0),
+            additional_info: &[],
+            private_data: &[],
+        };
+        if let Some(m) = Self::build(rx.hdr.tid, 0, CmMsg::SidrRep(rep)) {
+            self.send(rx.src, rx.src_qpn, m);
+        }
+    }
+
     /// `cm_sidr_req_handler`.
     pub(super) fn on_sidr_req(&mut self, rx: &Rx<'_>, req: &SidrReqRepr<'_>) -> bool {
         if self.sidr_remote.contains_key(&(rx.src, req.request_id)) {
@@ -487,37 +507,11 @@ impl Cm {
             return true;
         }
         let Some(&listen) = self.listeners.get(&req.service_id) else {
-            let rep = SidrRepRepr {
-                request_id: req.request_id,
-                status: SidrStatus::UNSUPPORTED,
-                additional_info_len: 0,
-                vendor_id: 0,
-                qpn: Qpn::new(0),
-                service_id: req.service_id,
-                qkey: QKey(0),
-                additional_info: &[],
-                private_data: &[],
-            };
-            if let Some(m) = Self::build(rx.hdr.tid, 0, CmMsg::SidrRep(rep)) {
-                self.send(rx.src, rx.src_qpn, m);
-            }
+            self.refuse_sidr(rx, req, SidrStatus::UNSUPPORTED);
             return true;
         };
         if self.over_half_open_limit(rx.src) {
-            let rep = SidrRepRepr {
-                request_id: req.request_id,
-                status: SidrStatus::REJECT,
-                additional_info_len: 0,
-                vendor_id: 0,
-                qpn: Qpn::new(0),
-                service_id: req.service_id,
-                qkey: QKey(0),
-                additional_info: &[],
-                private_data: &[],
-            };
-            if let Some(m) = Self::build(rx.hdr.tid, 0, CmMsg::SidrRep(rep)) {
-                self.send(rx.src, rx.src_qpn, m);
-            }
+            self.refuse_sidr(rx, req, SidrStatus::REJECT);
             return true;
         }
         if !self.has_room() {
