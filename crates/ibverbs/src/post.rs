@@ -11,23 +11,30 @@ use crate::util::guard_data_errno;
 use softrdma::{QKey, Qpn, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 use std::ffi::c_int;
 
+/// A work request's SGEs: EINVAL for a negative count, a NULL list with
+/// entries, or more than `MAX_SGE`.
+///
+/// # Safety
+/// With `n > 0` and `list` not NULL, `list` points to `n` SGEs that stay
+/// valid for the returned lifetime.
+unsafe fn sg_list<'a>(list: *const ibv_sge, n: c_int) -> Result<&'a [ibv_sge], i32> {
+    if n < 0 || (n > 0 && list.is_null()) || n as u32 > softrdma::limits::MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: per the contract (checked non-NULL, n > 0).
+    Ok(unsafe { std::slice::from_raw_parts(list, n as usize) })
+}
+
 /// Converts a C receive request.
 ///
 /// # Safety
 /// `w` points to a valid request whose `sg_list` has `num_sge` entries.
 unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
-        return Err(libc::EINVAL);
-    }
-    if w.num_sge as u32 > softrdma::limits::MAX_SGE {
-        return Err(libc::EINVAL);
-    }
-    let sges = if w.num_sge == 0 {
-        &[][..]
-    } else {
-        // SAFETY: per the contract.
-        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-    };
+    // SAFETY: per the contract.
+    let sges = unsafe { sg_list(w.sg_list, w.num_sge) }?;
     Ok(RecvWr {
         wr_id: w.wr_id,
         sg_list: sges
@@ -153,18 +160,8 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
         // `ibv_wr_flush` can post one.
         return Err(libc::EINVAL);
     }
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
-        return Err(libc::EINVAL);
-    }
-    if w.num_sge as u32 > softrdma::limits::MAX_SGE {
-        return Err(libc::EINVAL);
-    }
-    let sges = if w.num_sge == 0 {
-        &[][..]
-    } else {
-        // SAFETY: per the contract.
-        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-    };
+    // SAFETY: per the contract.
+    let sges = unsafe { sg_list(w.sg_list, w.num_sge) }?;
     let mut wr = SendWr::new(w.wr_id, op);
     wr.flags = SendFlags(w.send_flags & 0xf);
     if op == WrOpcode::BindMw {
