@@ -224,6 +224,19 @@ pub unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     }
 }
 
+/// A remote compare-and-swap: the old value, whether it swapped or not.
+fn compare_swap(a: &AtomicU64, compare: u64, swap: u64) -> u64 {
+    match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// ATOMIC WRITE: one 8-byte store, so a reader sees all old or all new
+/// bytes.
+fn atomic_write(a: &AtomicU64, bytes: [u8; 8]) {
+    a.store(u64::from_ne_bytes(bytes), Ordering::Release);
+}
+
 /// Page alignment of allocated regions.
 pub const PAGE: usize = 4096;
 
@@ -325,19 +338,10 @@ impl RegionMemory for RawRegion {
         Ok(self.atomic(offset).fetch_add(add, Ordering::SeqCst))
     }
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Fault> {
-        match self.atomic(offset).compare_exchange(
-            compare,
-            swap,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(v) | Err(v) => Ok(v),
-        }
+        Ok(compare_swap(self.atomic(offset), compare, swap))
     }
     fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Result<(), Fault> {
-        // One 8-byte store: a reader sees all old or all new bytes.
-        self.atomic(offset)
-            .store(u64::from_ne_bytes(bytes), Ordering::Release);
+        atomic_write(self.atomic(offset), bytes);
         Ok(())
     }
     fn flush(&self, offset: usize, len: usize, persistent: bool) -> Result<(), Fault> {
@@ -409,18 +413,10 @@ impl RegionMemory for OdpRegion {
         Ok(self.atomic(offset)?.fetch_add(add, Ordering::SeqCst))
     }
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Fault> {
-        match self.atomic(offset)?.compare_exchange(
-            compare,
-            swap,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(v) | Err(v) => Ok(v),
-        }
+        Ok(compare_swap(self.atomic(offset)?, compare, swap))
     }
     fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Result<(), Fault> {
-        self.atomic(offset)?
-            .store(u64::from_ne_bytes(bytes), Ordering::Release);
+        atomic_write(self.atomic(offset)?, bytes);
         Ok(())
     }
     fn flush(&self, offset: usize, len: usize, persistent: bool) -> Result<(), Fault> {
