@@ -43,18 +43,7 @@ fn require(tool: &str) {
 }
 
 fn require_root() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        uid, "0",
-        "the network-namespace tests must run as root (CI does): ip netns, veth"
-    );
+    crate::libs::require_root("ip netns, veth");
 }
 
 /// `softrdma exec --lib … [--addr A] -- prog args…` with a clean

@@ -35,18 +35,7 @@ pub fn require(tool: &str, package: &str) -> PathBuf {
 }
 
 pub fn require_root() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        uid, "0",
-        "these tests must run as root (CI does): network namespaces, tgtd's control socket"
-    );
+    crate::libs::require_root("network namespaces, tgtd's control socket");
 }
 
 /// A directory of this test's own (removed first if it exists).

@@ -83,3 +83,17 @@ pub fn serial() -> Serial {
     assert!(st.success(), "flock");
     Serial(f)
 }
+
+/// Fails unless the test runs as root (effective uid 0), saying `why`
+/// root is needed.
+pub fn require_root(why: &str) {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        })
+        .unwrap_or_default();
+    assert_eq!(uid, "0", "these tests must run as root (CI does): {why}");
+}
