@@ -63,6 +63,11 @@ pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int
 /// `ibv_get_cq_event`: blocks (unless the descriptor is non-blocking)
 /// until a CQ of the channel has a notification. A cancellation point, as
 /// libibverbs' `read()` on the channel: see `util`.
+///
+/// # Safety
+/// The C contract of `ibv_get_cq_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_cq_event(
     p: *mut ibv_comp_channel,
     cq_out: *mut *mut ibv_cq,

@@ -243,6 +243,11 @@ pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
 /// `ibv_get_async_event`: blocks (unless the descriptor is non-blocking)
 /// until the device has an asynchronous event. A cancellation point, as
 /// libibverbs' `read()` on `async_fd`: see `util`.
+///
+/// # Safety
+/// The C contract of `ibv_get_async_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_async_event(
     ctx: *mut ibv_context,
     ev: *mut ibv_async_event,

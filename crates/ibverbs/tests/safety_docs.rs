@@ -27,7 +27,10 @@ fn every_exported_function_has_a_safety_section() {
         let text = std::fs::read_to_string(&f).expect("source");
         let lines: Vec<&str> = text.lines().collect();
         for (i, l) in lines.iter().enumerate() {
-            if !l.trim_start().starts_with("pub unsafe extern \"C\" fn ") {
+            let t = l.trim_start();
+            if !t.starts_with("pub unsafe extern \"C\" fn ")
+                && !t.starts_with("pub unsafe extern \"C-unwind\" fn ")
+            {
                 continue;
             }
             checked += 1;

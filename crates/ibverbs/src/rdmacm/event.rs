@@ -192,6 +192,11 @@ pub fn get_event(ch: &Obj<Channel>) -> Result<*mut rdma_cm_event, i32> {
 }
 
 /// `rdma_get_cm_event`: a cancellation point (see `util`).
+///
+/// # Safety
+/// The C contract of `rdma_get_cm_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_cm_event(
     ch: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,

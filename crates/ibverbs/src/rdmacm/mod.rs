@@ -27,6 +27,7 @@ pub mod event;
 pub mod ffi;
 pub mod id;
 pub mod mcast;
+pub mod options;
 pub mod qp;
 
 use crate::util::set_errno;
