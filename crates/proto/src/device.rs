@@ -27,6 +27,9 @@ mod ingress;
 mod objects;
 mod qps;
 
+/// See [`Device::set_qpn_claim`].
+pub type QpnClaim = Box<dyn FnMut(u32, bool) -> bool + Send>;
+
 /// The RNIC.
 pub struct Device {
     pub(crate) cfg: DeviceConfig,
@@ -41,6 +44,11 @@ pub struct Device {
     pub(crate) qpn_map: U32Map<u32>,
     /// Draws QP numbers at random (ReDMArk V5; see the `qpn` module).
     pub(crate) qpns: QpnAlloc,
+    /// When the device is shared by several processes: asks whoever hands
+    /// out the device's QP numbers whether a drawn number may be this
+    /// process's (`true`: yes), or (`false` second argument) gives one
+    /// back. `None`: this process is the whole device.
+    pub(crate) qpn_claim: Option<QpnClaim>,
     pub(crate) tx_ready: VecDeque<u32>,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
@@ -114,6 +122,7 @@ impl Device {
             qps: Slab::default(),
             qpn_map: U32Map::default(),
             qpns: QpnAlloc::default(),
+            qpn_claim: None,
             tx_ready: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
@@ -128,6 +137,14 @@ impl Device {
             xrc_srqns: U32Map::default(),
             mcast: crate::mcast::Groups::default(),
         }
+    }
+
+    /// Shares the QP number space with other processes: every number
+    /// drawn is claimed with `claim(n, true)` (a `false` answer draws
+    /// again), every destroyed QP's number is given back with
+    /// `claim(n, false)`.
+    pub fn set_qpn_claim(&mut self, claim: QpnClaim) {
+        self.qpn_claim = Some(claim);
     }
 
     /// The configuration.

@@ -70,6 +70,31 @@ fn openmpi_across_two_namespaces() {
     mpi_suite(Mpi::OpenMpi, Some(&n));
 }
 
+/// Several ranks per host on the host's one address (issue 19): the
+/// ranks of a namespace share its device, as ranks share a NIC.
+fn ranks_share_the_host_address(mpi: Mpi) {
+    let n = Netns::new();
+    let ar = mpi_program(mpi.mpicc(), "allreduce", mpi.tag());
+    let d = mpirun_n(mpi, Some(&n), 4, &ar, &[], "allreduce-4x2");
+    check_mpi(
+        &format!("{mpi:?} allreduce, 4 ranks in each of two namespaces"),
+        &d,
+        "allreduce ok (8 ranks)",
+    );
+}
+
+#[test]
+fn openmpi_four_ranks_per_namespace_share_its_address() {
+    let _s = serial();
+    ranks_share_the_host_address(Mpi::OpenMpi);
+}
+
+#[test]
+fn mpich_four_ranks_per_namespace_share_its_address() {
+    let _s = serial();
+    ranks_share_the_host_address(Mpi::Mpich);
+}
+
 #[test]
 fn mpich_across_two_namespaces() {
     let _s = serial();

@@ -15,11 +15,7 @@ impl Device {
     /// against the limits and rounded up to at least 1.
     pub fn create_qp(&mut self, init: &QpInit) -> VerbsResult<(Qpn, QpCap)> {
         let cap = self.check_qp_init(init)?;
-        let map = &self.qpn_map;
-        let qpn = self
-            .qpns
-            .alloc(&mut self.rng, |n| map.contains_key(&n))
-            .ok_or(VerbsError::NoMemory)?;
+        let qpn = self.draw_qpn()?;
         self.insert_qp(init, cap, qpn);
         Ok((qpn, cap))
     }
@@ -89,6 +85,25 @@ impl Device {
         })
     }
 
+    /// A fresh QP number, claimed from the shared device if there is one.
+    pub(crate) fn draw_qpn(&mut self) -> VerbsResult<Qpn> {
+        for _ in 0..crate::limits::QPN_CLAIM_TRIES {
+            let map = &self.qpn_map;
+            let qpn = self
+                .qpns
+                .alloc(&mut self.rng, |n| map.contains_key(&n))
+                .ok_or(VerbsError::NoMemory)?;
+            let ok = match &mut self.qpn_claim {
+                None => true,
+                Some(claim) => claim(qpn.value(), true),
+            };
+            if ok {
+                return Ok(qpn);
+            }
+        }
+        Err(VerbsError::NoMemory)
+    }
+
     pub(super) fn insert_qp(&mut self, init: &QpInit, cap: QpCap, qpn: Qpn) {
         let mut init2 = *init;
         init2.cap = cap;
@@ -110,6 +125,9 @@ impl Device {
         let qp = self.qps.remove(idx).ok_or(VerbsError::NoSuchObject)?;
         self.qpn_map.remove(&qpn.value());
         self.qpns.released(qpn.value());
+        if let Some(claim) = &mut self.qpn_claim {
+            claim(qpn.value(), false);
+        }
         self.counters += &qp.counters;
         self.mcast_forget_qp(qpn);
         if !self.forget_xrc_qp(&qp) {
