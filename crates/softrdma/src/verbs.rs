@@ -727,6 +727,18 @@ impl SharedReceiveQueue {
             .shared()
             .with_core(|c, _| c.modify_srq(id, None, Some(limit)))?)
     }
+    /// `ibv_modify_srq`: a new depth (resize; the posted receives stay)
+    /// and/or the limit, checked and applied together.
+    pub fn modify(&self, max_wr: Option<u32>, limit: Option<u32>) -> Result<()> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.modify_srq(id, max_wr, limit))?)
+    }
     /// (max_wr, max_sge, limit, queued).
     pub fn query(&self) -> Result<(u32, u32, u32, u32)> {
         let id = self.inner.id;

@@ -517,6 +517,95 @@ static void rnr(struct ibv_context *ctx, union ibv_gid *gid)
 	ibv_dealloc_pd(pd);
 }
 
+/* SRQ resize (IBV_SRQ_MAX_WR, as rxe): advertised by IBV_DEVICE_SRQ_RESIZE;
+ * never below the receives posted, nor 0, nor past max_srq_wr; the posted
+ * receives stay and are consumed in order by the traffic after. */
+static void srq_resize(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(ctx, &da) == 0 && (da.device_cap_flags & IBV_DEVICE_SRQ_RESIZE),
+	      "IBV_DEVICE_SRQ_RESIZE in device_cap_flags");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	CHECK(srq != NULL, "SRQ of 4");
+	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_RC);
+	struct ibv_qp_init_attr qa = {
+		.send_cq = cq, .recv_cq = cq, .srq = srq,
+		.cap = { .max_send_wr = 16, .max_send_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *b = ibv_create_qp(pd, &qa);
+	CHECK(a && b && connect_qp(a, b->qp_num, gid, 7, 1) == 0 &&
+		      connect_qp(b, a->qp_num, gid, 7, 1) == 0,
+	      "RC pair, the receiver on the SRQ");
+	static char buf[16 * 64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_recv_wr *rbad;
+	int posted = 0;
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge sge = { (uintptr_t)buf + 64 * i, 64, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &sge, .num_sge = 1 };
+		posted += ibv_post_srq_recv(srq, &r, &rbad) == 0;
+	}
+	CHECK(posted == 4, "4 receives posted");
+	struct ibv_srq_attr sra = { .max_wr = 3 };
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL,
+	      "resize below the 4 posted -> EINVAL");
+	sra.max_wr = 0;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL, "resize to 0 -> EINVAL");
+	sra.max_wr = da.max_srq_wr + 1;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL,
+	      "resize past max_srq_wr -> EINVAL");
+	sra.max_wr = 16;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == 0, "resize 4 -> 16");
+	struct ibv_srq_attr q = { 0 };
+	CHECK(ibv_query_srq(srq, &q) == 0 && q.max_wr == 16, "ibv_query_srq: max_wr %u", q.max_wr);
+	for (int i = 4; i < 16; i++) {
+		struct ibv_sge sge = { (uintptr_t)buf + 64 * i, 64, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &sge, .num_sge = 1 };
+		posted += ibv_post_srq_recv(srq, &r, &rbad) == 0;
+	}
+	CHECK(posted == 16, "12 more receives posted (%d in all)", posted);
+	{
+		struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 999, .sg_list = &sge, .num_sge = 1 };
+		CHECK(ibv_post_srq_recv(srq, &r, &rbad) == ENOMEM, "the 17th -> ENOMEM");
+	}
+	static char src[64];
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, sizeof(src), 0);
+	int sent = 0;
+	for (int i = 0; i < 16; i++) {
+		struct ibv_sge sge = { (uintptr_t)src, 8, smr->lkey };
+		struct ibv_send_wr w = { .wr_id = i, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+		sent += ibv_post_send(a, &w, &bad) == 0;
+	}
+	CHECK(sent == 16, "16 SENDs posted");
+	int sends = 0, next = 100, in_order = 1;
+	for (int i = 0; i < 32; i++) {
+		struct ibv_wc wc;
+		if (poll_one(cq, &wc) != 1 || wc.status != IBV_WC_SUCCESS)
+			break;
+		if (wc.opcode == IBV_WC_RECV)
+			in_order &= wc.wr_id == (uint64_t)next++;
+		else
+			sends++;
+	}
+	CHECK(sends == 16 && next == 116 && in_order,
+	      "16 SENDs complete on 16 receives, in order (%d sends, %d receives)", sends,
+	      next - 100);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_srq(srq);
+	ibv_dereg_mr(mr);
+	ibv_dereg_mr(smr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+}
+
 /* UD: the receive buffer starts with the 40-byte GRH area (20 zero bytes
  * and the IPv4 header for IPv4 GIDs); an address handle made from the
  * completion and that area answers the sender. */
@@ -693,7 +782,7 @@ static void cq_ex(struct ibv_context *ctx)
 /*
  * What softrdma refuses, with the errno a program gets: hardware offloads
  * (device memory, flow steering, counters, WQs and RSS, TSO, CQ
- * moderation, rate limits, ECE, dmabuf, SRQ resize, tag matching) and the
+ * moderation, rate limits, ECE, dmabuf, tag matching) and the
  * librdmacm calls it does not have (rsockets, XRC through rdma_cm, the IB
  * path option). Where libibverbs' inline wrapper answers for a verb whose
  * slot softrdma leaves empty, the errno is libibverbs' own.
@@ -775,14 +864,11 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	      "ibv_create_cq_ex with IGNORE_OVERRUN -> EOPNOTSUPP (errno %d)", errno);
 	CHECK(ibv_resize_cq(cq, 128) == 0 && cq->cqe >= 128, "ibv_resize_cq works (%d)", cq->cqe);
 
-	/* SRQs: no resize, no tag matching. */
+	/* SRQs: no tag matching (resize: srq_resize). */
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
 	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
 	CHECK(srq != NULL, "SRQ");
-	struct ibv_srq_attr sra = { .max_wr = 32 };
-	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EOPNOTSUPP,
-	      "ibv_modify_srq(IBV_SRQ_MAX_WR): no resize -> EOPNOTSUPP");
-	sra.srq_limit = 4;
+	struct ibv_srq_attr sra = { .srq_limit = 4 };
 	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_LIMIT) == 0, "ibv_modify_srq(IBV_SRQ_LIMIT) works");
 	struct ibv_ops_wr op = { .wr_id = 1, .opcode = IBV_WR_TAG_ADD }, *obad = NULL;
 	CHECK(ibv_post_srq_ops(srq, &op, &obad) == EOPNOTSUPP, "ibv_post_srq_ops -> EOPNOTSUPP");
@@ -901,6 +987,7 @@ int main(void)
 	bad_attributes(ctx, &gid);
 	remote_errors(ctx, &gid);
 	rnr(ctx, &gid);
+	srq_resize(ctx, &gid);
 	ud(ctx, &gid);
 	events(ctx, &gid);
 	cq_ex(ctx);
