@@ -11,6 +11,7 @@
  *
  * Every check prints one line; the exit status is the number of failures.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -606,6 +607,67 @@ static void srq_resize(struct ibv_context *ctx, union ibv_gid *gid)
 	ibv_dealloc_pd(pd);
 }
 
+/* RDMA_OPTION_IB_PATH (the kernel's ucma_set_ib_path): the route given
+ * instead of resolved, once the address is resolved; the primary
+ * bidirectional entry of an ibv_path_data array is taken as given and
+ * ROUTE_RESOLVED follows. */
+static void ib_path(union ibv_gid *gid)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	struct ibv_path_data pd[2];
+	memset(pd, 0, sizeof(pd));
+	pd[1].flags = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY | IBV_PATH_FLAG_BIDIRECTIONAL;
+	pd[1].path.sgid = *gid;
+	pd[1].path.dgid = *gid;
+	pd[1].path.flowlabel_hoplimit = htobe32((0x12345u << 8) | 7);
+	pd[1].path.tclass = 32;
+	pd[1].path.pkey = htobe16(0xffff);
+	pd[1].path.qosclass_sl = htobe16(3);
+	pd[1].path.mtu = 0x80 | IBV_MTU_1024;
+	pd[1].path.packetlifetime = 0x80 | 16;
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH before the address is resolved -> -1, EINVAL (errno %d)", errno);
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(7474) };
+	memcpy(&dst.sin_addr, &gid->raw[12], 4);
+	struct rdma_cm_event *ev = NULL;
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
+		      rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "address resolved");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, 64) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH of part of an entry -> -1, EINVAL (errno %d)", errno);
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd[0])) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH without a primary bidirectional entry -> -1, EINVAL (errno %d)",
+	      errno);
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == 0,
+	      "RDMA_OPTION_IB_PATH sets the route");
+	ev = NULL;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+	      "ROUTE_RESOLVED follows");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	struct ibv_sa_path_rec *p = id->route.path_rec;
+	CHECK(id->route.num_paths == 1 && p && p->mtu == IBV_MTU_1024 && p->hop_limit == 7 &&
+		      p->traffic_class == 32 && be32toh(p->flow_label) == 0x12345 && p->sl == 3 &&
+		      p->packet_life_time == 16 && !memcmp(&p->dgid, gid, 16),
+	      "route.path_rec is the path given");
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH once the route is resolved -> -1, EINVAL (errno %d)", errno);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
 /* UD: the receive buffer starts with the 40-byte GRH area (20 zero bytes
  * and the IPv4 header for IPv4 GIDs); an address handle made from the
  * completion and that area answers the sender. */
@@ -783,8 +845,7 @@ static void cq_ex(struct ibv_context *ctx)
  * What softrdma refuses, with the errno a program gets: hardware offloads
  * (device memory, flow steering, counters, WQs and RSS, TSO, CQ
  * moderation, rate limits, ECE, dmabuf, tag matching) and the
- * librdmacm calls it does not have (rsockets, XRC through rdma_cm, the IB
- * path option). Where libibverbs' inline wrapper answers for a verb whose
+ * librdmacm calls it does not have (rsockets, XRC through rdma_cm). Where libibverbs' inline wrapper answers for a verb whose
  * slot softrdma leaves empty, the errno is libibverbs' own.
  */
 static void refused(struct ibv_context *ctx, union ibv_gid *gid)
@@ -921,7 +982,7 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 		      errno == EOPNOTSUPP,
 	      "ibv_reg_dmabuf_mr -> EOPNOTSUPP (errno %d)", errno);
 
-	/* librdmacm: rsockets, XRC through rdma_cm, the IB path option. */
+	/* librdmacm: rsockets, XRC through rdma_cm. */
 	errno = 0;
 	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS,
 	      "rsocket -> -1, ENOSYS (errno %d)", errno);
@@ -942,11 +1003,6 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	errno = 0;
 	CHECK(rdma_create_srq_ex(id, &xs) == -1 && errno == EOPNOTSUPP,
 	      "rdma_create_srq_ex of an XRC SRQ -> -1, EOPNOTSUPP (errno %d)", errno);
-	char path[64] = { 0 };
-	errno = 0;
-	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path, sizeof(path)) == -1 &&
-		      errno == ENOSYS,
-	      "rdma_set_option(RDMA_OPTION_IB_PATH) -> -1, ENOSYS (errno %d)", errno);
 	struct rdma_cm_join_mc_attr_ex mj = { .comp_mask = RDMA_CM_JOIN_MC_ATTR_RESERVED };
 	errno = 0;
 	CHECK(rdma_join_multicast_ex(id, &mj, NULL) == -1 && errno == EOPNOTSUPP,
@@ -988,6 +1044,7 @@ int main(void)
 	remote_errors(ctx, &gid);
 	rnr(ctx, &gid);
 	srq_resize(ctx, &gid);
+	ib_path(&gid);
 	ud(ctx, &gid);
 	events(ctx, &gid);
 	cq_ex(ctx);
