@@ -845,7 +845,8 @@ static void cq_ex(struct ibv_context *ctx)
  * What softrdma refuses, with the errno a program gets: hardware offloads
  * (device memory, flow steering, counters, WQs and RSS, TSO, CQ
  * moderation, rate limits, ECE, dmabuf, tag matching) and the
- * librdmacm calls it does not have (rsockets, XRC through rdma_cm). Where libibverbs' inline wrapper answers for a verb whose
+ * librdmacm calls it does not have (rsockets, XRC through rdma_cm). Where
+ * libibverbs' inline wrapper answers for a verb whose
  * slot softrdma leaves empty, the errno is libibverbs' own.
  */
 static void refused(struct ibv_context *ctx, union ibv_gid *gid)
@@ -925,12 +926,18 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	      "ibv_create_cq_ex with IGNORE_OVERRUN -> EOPNOTSUPP (errno %d)", errno);
 	CHECK(ibv_resize_cq(cq, 128) == 0 && cq->cqe >= 128, "ibv_resize_cq works (%d)", cq->cqe);
 
-	/* SRQs: no tag matching (resize: srq_resize). */
+	/* SRQs: resize as rxe (never below the armed limit; with receives posted
+	 * and traffic after: srq_resize), no tag matching. */
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
 	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
 	CHECK(srq != NULL, "SRQ");
-	struct ibv_srq_attr sra = { .srq_limit = 4 };
+	struct ibv_srq_attr sra = { .max_wr = 32 };
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == 0, "ibv_modify_srq(IBV_SRQ_MAX_WR) resizes");
+	sra.srq_limit = 4;
 	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_LIMIT) == 0, "ibv_modify_srq(IBV_SRQ_LIMIT) works");
+	sra.max_wr = 2;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL,
+	      "ibv_modify_srq(IBV_SRQ_MAX_WR) below the armed limit -> EINVAL");
 	struct ibv_ops_wr op = { .wr_id = 1, .opcode = IBV_WR_TAG_ADD }, *obad = NULL;
 	CHECK(ibv_post_srq_ops(srq, &op, &obad) == EOPNOTSUPP, "ibv_post_srq_ops -> EOPNOTSUPP");
 	struct ibv_srq_init_attr_ex sx = {
