@@ -625,7 +625,7 @@ static void ib_path(union ibv_gid *gid)
 	pd[1].path.tclass = 32;
 	pd[1].path.pkey = htobe16(0xffff);
 	pd[1].path.qosclass_sl = htobe16(3);
-	pd[1].path.mtu = 0x80 | IBV_MTU_1024;
+	pd[1].path.mtu = 0x80 | IBV_MTU_512;
 	pd[1].path.packetlifetime = 0x80 | 16;
 	errno = 0;
 	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == -1 &&
@@ -656,7 +656,7 @@ static void ib_path(union ibv_gid *gid)
 	if (ev)
 		rdma_ack_cm_event(ev);
 	struct ibv_sa_path_rec *p = id->route.path_rec;
-	CHECK(id->route.num_paths == 1 && p && p->mtu == IBV_MTU_1024 && p->hop_limit == 7 &&
+	CHECK(id->route.num_paths == 1 && p && p->mtu == IBV_MTU_512 && p->hop_limit == 7 &&
 		      p->traffic_class == 32 && be32toh(p->flow_label) == 0x12345 && p->sl == 3 &&
 		      p->packet_life_time == 16 && !memcmp(&p->dgid, gid, 16),
 	      "route.path_rec is the path given");
@@ -665,6 +665,82 @@ static void ib_path(union ibv_gid *gid)
 		      errno == EINVAL,
 	      "RDMA_OPTION_IB_PATH once the route is resolved -> -1, EINVAL (errno %d)", errno);
 	rdma_destroy_id(id);
+
+	/* A connection over a given path: its MTU is the QPs'. */
+	struct rdma_cm_id *lid = NULL, *cid = NULL, *sid = NULL;
+	struct sockaddr_in any = { .sin_family = AF_INET };
+	memcpy(&any.sin_addr, &gid->raw[12], 4);
+	CHECK(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0 &&
+		      rdma_bind_addr(lid, (struct sockaddr *)&any) == 0 && rdma_listen(lid, 1) == 0,
+	      "listener");
+	dst.sin_port = rdma_get_src_port(lid);
+	ev = NULL;
+	CHECK(rdma_create_id(ch, &cid, NULL, RDMA_PS_TCP) == 0 &&
+		      rdma_resolve_addr(cid, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
+		      rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "client address resolved");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	ev = NULL;
+	CHECK(rdma_set_option(cid, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == 0 &&
+		      rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+	      "client route given");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7 };
+	CHECK(rdma_create_qp(cid, NULL, &qa) == 0 && rdma_connect(cid, &cp) == 0, "connect");
+	ev = NULL;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_CONNECT_REQUEST,
+	      "CONNECT_REQUEST");
+	if (ev) {
+		sid = ev->id;
+		rdma_ack_cm_event(ev);
+	}
+	struct ibv_qp_init_attr qs = qa;
+	CHECK(sid && rdma_create_qp(sid, NULL, &qs) == 0 && rdma_accept(sid, &cp) == 0, "accept");
+	int established = 0;
+	for (int i = 0; i < 2; i++) {
+		ev = NULL;
+		if (rdma_get_cm_event(ch, &ev) == 0) {
+			established += ev->event == RDMA_CM_EVENT_ESTABLISHED;
+			rdma_ack_cm_event(ev);
+		}
+	}
+	CHECK(established == 2, "both sides ESTABLISHED (%d)", established);
+	struct ibv_qp_attr qattr;
+	struct ibv_qp_init_attr qinit;
+	CHECK(cid->qp && ibv_query_qp(cid->qp, &qattr, IBV_QP_PATH_MTU, &qinit) == 0 &&
+		      qattr.path_mtu == IBV_MTU_512,
+	      "the client QP's path MTU is the given path's (%d)", (int)qattr.path_mtu);
+	CHECK(sid && sid->qp && ibv_query_qp(sid->qp, &qattr, IBV_QP_PATH_MTU, &qinit) == 0 &&
+		      qattr.path_mtu == IBV_MTU_512,
+	      "the server QP's path MTU is the REQ's (%d)", (int)qattr.path_mtu);
+	/* The passive side answers the DREQ with its own rdma_disconnect. */
+	rdma_disconnect(cid);
+	int disconnected = 0;
+	for (int i = 0; i < 2; i++) {
+		ev = NULL;
+		if (rdma_get_cm_event(ch, &ev) != 0)
+			break;
+		if (ev->event == RDMA_CM_EVENT_DISCONNECTED) {
+			disconnected++;
+			if (ev->id == sid)
+				rdma_disconnect(sid);
+		}
+		rdma_ack_cm_event(ev);
+	}
+	CHECK(disconnected == 2, "both sides DISCONNECTED (%d)", disconnected);
+	if (sid) {
+		rdma_destroy_qp(sid);
+		rdma_destroy_id(sid);
+	}
+	rdma_destroy_qp(cid);
+	rdma_destroy_id(cid);
+	rdma_destroy_id(lid);
 	rdma_destroy_event_channel(ch);
 }
 
