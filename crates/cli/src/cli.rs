@@ -29,6 +29,27 @@ pub enum Command {
     /// Run an unmodified verbs program (perftest, ibv_*_pingpong, …) over
     /// softrdma: softrdma's libibverbs.so.1 goes first on LD_LIBRARY_PATH.
     Exec(exec::Args),
+    /// The device process of a shared device (started by the library on
+    /// demand; not for people).
+    #[command(name = "device-host", hide = true)]
+    DeviceHost(DeviceHostArgs),
+}
+
+/// `softrdma device-host`'s arguments (see `softrdma::host`).
+#[derive(Debug, clap::Args)]
+pub struct DeviceHostArgs {
+    /// The device's address.
+    #[arg(long)]
+    pub addr: std::net::IpAddr,
+    /// Its UDP port.
+    #[arg(long, default_value_t = 4791)]
+    pub port: u16,
+    /// Socket receive buffer (bytes).
+    #[arg(long, default_value_t = 8 << 20)]
+    pub recv_buffer: usize,
+    /// Socket send buffer (bytes).
+    #[arg(long, default_value_t = 8 << 20)]
+    pub send_buffer: usize,
 }
 
 /// The whole command as clap sees it (help, man pages, completions).

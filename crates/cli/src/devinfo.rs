@@ -126,6 +126,32 @@ pub fn run(args: &Args, out: &mut impl Write) -> Result<(), Error> {
     out.flush().map_err(Error::Output)
 }
 
+/// Who shares the device (`-v`): the device process and one line per
+/// process's open device.
+pub fn sharers_text(dev: &Device) -> String {
+    let mut s = String::new();
+    match dev.sharers() {
+        None => {
+            let _ = writeln!(s, "\tshared:\t\t\t\tno (this process's alone)");
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(s, "\tshared:\t\t\t\tyes ({e})");
+        }
+        Some(Ok(ms)) => {
+            let _ = writeln!(
+                s,
+                "\tshared:\t\t\t\tyes, device process pid {}, {} open device(s)",
+                dev.host_pid().unwrap_or(0),
+                ms.len()
+            );
+            for m in ms {
+                let _ = writeln!(s, "\t\tpid {}\t{}\tqps {}", m.pid, m.comm, m.qps);
+            }
+        }
+    }
+    s
+}
+
 /// The ibv_devinfo-style text.
 pub fn text(dev: &Device, verbose: bool) -> String {
     let a = dev.query_device();
@@ -170,6 +196,7 @@ pub fn text(dev: &Device, verbose: bool) -> String {
     if verbose {
         let _ = writeln!(s, "\t\t\tgid_tbl_len:\t\t{}", port.gid_tbl_len);
         let _ = writeln!(s, "\t\t\tpkey_tbl_len:\t\t{}", port.pkey_tbl_len);
+        s.push_str(&sharers_text(dev));
     }
     let _ = writeln!(
         s,

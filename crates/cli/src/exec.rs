@@ -373,6 +373,13 @@ pub fn run(args: &Args, out: &mut dyn std::io::Write) -> Result<(), Error> {
     if !configured && launches_on_other_hosts(&args.command) {
         eprintln!("{LOOPBACK_ACROSS_HOSTS}");
     }
+    // Devices of the program that share an address start their device
+    // process from this binary (see `softrdma::host`).
+    if let Some(exe) = &exe {
+        if std::env::var_os(softrdma::host::BIN_ENV).is_none() {
+            cmd.env(softrdma::host::BIN_ENV, exe);
+        }
+    }
     if let Some(a) = &args.addr {
         cmd.env("SOFTRDMA_ADDR", a);
         shown.push(format!("SOFTRDMA_ADDR={a}"));

@@ -50,6 +50,14 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::DeviceHost(a) => {
+            let code = softrdma::host::serve(&softrdma::host::HostOptions {
+                addr: std::net::SocketAddr::new(a.addr, a.port),
+                recv_buffer: a.recv_buffer,
+                send_buffer: a.send_buffer,
+            });
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
         Command::Dump(args) => {
             let stdout = io::stdout();
             let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());

@@ -640,16 +640,22 @@ impl Mpi {
     }
     /// The launcher and its arguments for two ranks; `hosts`: the two
     /// namespaces' addresses (one rank each, through nsrsh).
-    fn launch(self, hosts: Option<(&str, &str)>, tls: &str) -> (&'static str, Vec<String>) {
+    fn launch(
+        self,
+        hosts: Option<(&str, &str)>,
+        per_host: usize,
+        tls: &str,
+    ) -> (&'static str, Vec<String>) {
+        let np = if hosts.is_some() { 2 * per_host } else { 2 }.to_string();
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         match self {
             Mpi::OpenMpi => {
                 require("mpirun.openmpi");
-                let mut v = s(&["-np", "2", "--bind-to", "none"]);
+                let mut v = s(&["-np", &np, "--bind-to", "none"]);
                 if let Some((a, b)) = hosts {
                     v.extend(s(&[
                         "--host",
-                        &format!("{a}:1,{b}:1"),
+                        &format!("{a}:{per_host},{b}:{per_host}"),
                         "--mca",
                         "plm_rsh_agent",
                     ]));
@@ -670,15 +676,21 @@ impl Mpi {
                     v.push("-x".into());
                     v.push(e);
                 }
+                if per_host > 1 {
+                    // More spinning ranks than cores (README: fewer than 4
+                    // cores): ranks yield, so the device process that
+                    // hands them their packets runs.
+                    v.extend(s(&["-x", "SOFTRDMA_POLL_YIELD=1"]));
+                }
                 ("mpirun.openmpi", v)
             }
             Mpi::Mpich => {
                 require("mpiexec.mpich");
-                let mut v = s(&["-n", "2"]);
+                let mut v = s(&["-n", &np]);
                 if let Some((a, b)) = hosts {
                     v.extend(s(&[
                         "-hosts",
-                        &format!("{a},{b}"),
+                        &format!("{a}:{per_host},{b}:{per_host}"),
                         "-launcher",
                         "ssh",
                         "-launcher-exec",
@@ -694,6 +706,9 @@ impl Mpi {
                 ] {
                     v.extend(["-genv".to_string(), k.to_string(), val]);
                 }
+                if per_host > 1 {
+                    v.extend(s(&["-genv", "SOFTRDMA_POLL_YIELD", "1"]));
+                }
                 ("mpiexec.mpich", v)
             }
         }
@@ -703,8 +718,21 @@ impl Mpi {
 /// Runs `prog args` on two ranks with `mpi`, on one host (`ns` None) or
 /// across the two namespaces.
 fn mpirun(mpi: Mpi, ns: Option<&Netns>, prog: &Path, args: &[&str], tag: &str) -> Done {
+    mpirun_n(mpi, ns, 1, prog, args, tag)
+}
+
+/// [`mpirun`] with `per_host` ranks in each namespace (all of them on
+/// the namespace's one address: one shared device).
+fn mpirun_n(
+    mpi: Mpi,
+    ns: Option<&Netns>,
+    per_host: usize,
+    prog: &Path,
+    args: &[&str],
+    tag: &str,
+) -> Done {
     let hosts = ns.map(|n| (n.addr_a.as_str(), n.addr_b.as_str()));
-    let (launcher, mut v) = mpi.launch(hosts, "rc_v");
+    let (launcher, mut v) = mpi.launch(hosts, per_host, "rc_v");
     v.push(prog.to_string_lossy().into_owned());
     v.extend(args.iter().map(|a| a.to_string()));
     let v: Vec<&str> = v.iter().map(String::as_str).collect();
@@ -927,6 +955,31 @@ fn openmpi_across_two_namespaces() {
     let _s = serial();
     let n = Netns::new();
     mpi_suite(Mpi::OpenMpi, Some(&n));
+}
+
+/// Several ranks per host on the host's one address (issue 19): the
+/// ranks of a namespace share its device, as ranks share a NIC.
+fn ranks_share_the_host_address(mpi: Mpi) {
+    let n = Netns::new();
+    let ar = mpi_program(mpi.mpicc(), "allreduce", mpi.tag());
+    let d = mpirun_n(mpi, Some(&n), 4, &ar, &[], "allreduce-4x2");
+    check_mpi(
+        &format!("{mpi:?} allreduce, 4 ranks in each of two namespaces"),
+        &d,
+        "allreduce ok (8 ranks)",
+    );
+}
+
+#[test]
+fn openmpi_four_ranks_per_namespace_share_its_address() {
+    let _s = serial();
+    ranks_share_the_host_address(Mpi::OpenMpi);
+}
+
+#[test]
+fn mpich_four_ranks_per_namespace_share_its_address() {
+    let _s = serial();
+    ranks_share_the_host_address(Mpi::Mpich);
 }
 
 #[test]

@@ -14,6 +14,12 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);
 
+impl std::os::fd::AsFd for EventFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 impl EventFd {
     /// A new eventfd with its counter at zero.
     pub fn new() -> io::Result<EventFd> {
@@ -21,6 +27,11 @@ impl EventFd {
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// An eventfd another process passed (`SCM_RIGHTS`), to wake it.
+    pub fn from_fd(fd: OwnedFd) -> EventFd {
+        EventFd(fd)
     }
 
     /// Adds one to the counter (wakes waiters). A raw system call: never

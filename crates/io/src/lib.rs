@@ -171,9 +171,12 @@ mod netdev;
 mod poll;
 mod process;
 mod recv;
+mod ring;
 mod send;
 mod socket;
+mod spawn;
 mod sys;
+mod unix;
 
 pub use fd::{EventFd, FdWatch};
 pub use mcast::interface_of;
@@ -184,8 +187,11 @@ pub use process::{
     sys_write, wait_readable, watch_forks, with_signals_blocked, NoCancel,
 };
 pub use recv::RecvMeta;
+pub use ring::{Ring, RingFull, Shm, RING_MAX, RING_MIN};
 pub use send::{GatherTransmit, IoPiece, Transmit};
 pub use socket::{
     max_gso_segments_for, SocketConfig, Stats, UdpSocket, BATCH_SIZE, GRO_BUF_LEN,
     MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6,
 };
+pub use spawn::{detach, euid, spawn_detached};
+pub use unix::{netns_id, poll_fd, PeerCred, PidFd, SeqPacket, MAX_FDS, MAX_NAME};

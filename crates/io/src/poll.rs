@@ -24,12 +24,15 @@ pub struct Readiness {
     pub writable: bool,
     /// A [`Waker::wake`] happened since the previous wait returned.
     pub woken: bool,
+    /// The descriptors added with [`Poller::add`] that are readable (or
+    /// hung up), as a bit mask of their tokens.
+    pub others: u64,
 }
 
 impl Readiness {
     /// Nothing happened: the timeout expired or a signal interrupted.
     pub fn is_empty(&self) -> bool {
-        !(self.readable || self.writable || self.woken)
+        !(self.readable || self.writable || self.woken || self.others != 0)
     }
 }
 
@@ -85,6 +88,7 @@ pub struct Poller {
     socket: RawFd,
     waker: Waker,
     writable_interest: bool,
+    socket_watched: bool,
 }
 
 impl Poller {
@@ -122,7 +126,61 @@ impl Poller {
                 }),
             },
             writable_interest: false,
+            socket_watched: true,
         })
+    }
+
+    /// Also watches `fd` for input (level-triggered); [`Readiness::others`]
+    /// reports it as bit `token` (2..64). The descriptor must stay open
+    /// until [`Poller::remove`].
+    pub fn add(&mut self, fd: RawFd, token: u32) -> io::Result<()> {
+        if !(2..64).contains(&token) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "token 2..64"));
+        }
+        ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN,
+            u64::from(token),
+        )
+    }
+
+    /// Stops watching a descriptor given to [`Poller::add`].
+    pub fn remove(&mut self, fd: RawFd) -> io::Result<()> {
+        ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Watches the socket (the default) or not: a process that shares a
+    /// socket another process reads must not be woken by its datagrams.
+    pub fn watch_socket(&mut self, on: bool) -> io::Result<()> {
+        if on == self.socket_watched {
+            return Ok(());
+        }
+        if on {
+            let events = if self.writable_interest {
+                libc::EPOLLIN | libc::EPOLLOUT
+            } else {
+                libc::EPOLLIN
+            };
+            ctl(
+                &self.epoll,
+                libc::EPOLL_CTL_ADD,
+                self.socket,
+                events,
+                TOKEN_SOCKET,
+            )?;
+        } else {
+            ctl(&self.epoll, libc::EPOLL_CTL_DEL, self.socket, 0, 0)?;
+        }
+        self.socket_watched = on;
+        Ok(())
+    }
+
+    /// The waker's eventfd, for another process to wake this poller
+    /// (pass a duplicate; a write of a non-zero count wakes it).
+    pub fn waker_fd(&self) -> RawFd {
+        self.waker.inner.eventfd.as_raw_fd()
     }
 
     /// A waker for this poller (clone it freely).
@@ -143,6 +201,10 @@ impl Poller {
     /// always writable, and level-triggered interest would spin.
     pub fn set_writable_interest(&mut self, on: bool) -> io::Result<()> {
         if on == self.writable_interest {
+            return Ok(());
+        }
+        if !self.socket_watched {
+            self.writable_interest = on;
             return Ok(());
         }
         let events = if on {
@@ -167,7 +229,7 @@ impl Poller {
     /// is rounded up to whole milliseconds elsewhere. A signal makes it
     /// return an empty [`Readiness`].
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Readiness> {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
         let ret = epoll_wait(self.epoll.as_raw_fd(), &mut events, timeout);
         let n = match cvt(ret) {
             Ok(n) => n as usize,
@@ -187,6 +249,7 @@ impl Poller {
                     self.drain_waker();
                     r.woken = true;
                 }
+                t @ 2..64 => r.others |= 1 << t,
                 _ => {}
             }
         }

@@ -292,6 +292,49 @@ impl UdpSocket {
         })
     }
 
+    /// A socket from a descriptor another process (or this one) set up
+    /// with [`UdpSocket::bind_with`] and passed on: the same socket, with
+    /// its options, read back (GSO, GRO, the address).
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
+        let b = fd.as_fd();
+        let ty = getsockopt_int(b, libc::SOL_SOCKET, libc::SO_TYPE)?;
+        if ty != libc::SOCK_DGRAM {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a datagram socket",
+            ));
+        }
+        let local = local_addr(b)?;
+        let v6 = local.is_ipv6();
+        let zero_csum =
+            v6 && getsockopt_int(b, libc::SOL_UDP, libc::UDP_NO_CHECK6_TX).is_ok_and(|v| v != 0);
+        let gso_ok = !zero_csum && getsockopt_int(b, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
+        let gro = getsockopt_int(b, libc::SOL_UDP, libc::UDP_GRO).is_ok_and(|v| v != 0);
+        // SAFETY: F_GETFL/F_SETFL on our descriptor with integer flags.
+        unsafe {
+            let fl = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
+            cvt(libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_SETFL,
+                fl | libc::O_NONBLOCK,
+            ))?;
+        }
+        Ok(Self {
+            fd,
+            local,
+            v6,
+            gso_segments: AtomicUsize::new(if gso_ok { MAX_GSO_SEGMENTS } else { 1 }),
+            gro,
+            counters: Counters::default(),
+        })
+    }
+
+    /// A new descriptor for the same socket (close-on-exec), to pass to
+    /// another process.
+    pub fn dup_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+
     /// The address the socket is bound to (with the port the kernel chose).
     pub fn local_addr(&self) -> SocketAddr {
         self.local

@@ -22,6 +22,9 @@ use softrdma_wire::{IbPacket, PKey, PacketRepr, Qpn, Transport};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
+/// See [`Device::set_qpn_claim`].
+pub type QpnClaim = Box<dyn FnMut(u32, bool) -> bool + Send>;
+
 /// The RNIC.
 pub struct Device {
     pub(crate) cfg: DeviceConfig,
@@ -36,6 +39,11 @@ pub struct Device {
     pub(crate) qpn_map: U32Map<u32>,
     /// Draws QP numbers at random (ReDMArk V5; see the `qpn` module).
     pub(crate) qpns: QpnAlloc,
+    /// When the device is shared by several processes: asks whoever hands
+    /// out the device's QP numbers whether a drawn number may be this
+    /// process's (`true`: yes), or (`false` second argument) gives one
+    /// back. `None`: this process is the whole device.
+    pub(crate) qpn_claim: Option<QpnClaim>,
     pub(crate) tx_ready: VecDeque<u32>,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
@@ -109,6 +117,7 @@ impl Device {
             qps: Slab::default(),
             qpn_map: U32Map::default(),
             qpns: QpnAlloc::default(),
+            qpn_claim: None,
             tx_ready: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
@@ -123,6 +132,14 @@ impl Device {
             xrc_srqns: U32Map::default(),
             mcast: crate::mcast::Groups::default(),
         }
+    }
+
+    /// Shares the QP number space with other processes: every number
+    /// drawn is claimed with `claim(n, true)` (a `false` answer draws
+    /// again), every destroyed QP's number is given back with
+    /// `claim(n, false)`.
+    pub fn set_qpn_claim(&mut self, claim: QpnClaim) {
+        self.qpn_claim = Some(claim);
     }
 
     /// The configuration.
@@ -443,11 +460,7 @@ impl Device {
     /// against the limits and rounded up to at least 1.
     pub fn create_qp(&mut self, init: &QpInit) -> VerbsResult<(Qpn, QpCap)> {
         let cap = self.check_qp_init(init)?;
-        let map = &self.qpn_map;
-        let qpn = self
-            .qpns
-            .alloc(&mut self.rng, |n| map.contains_key(&n))
-            .ok_or(VerbsError::NoMemory)?;
+        let qpn = self.draw_qpn()?;
         self.insert_qp(init, cap, qpn);
         Ok((qpn, cap))
     }
@@ -517,6 +530,25 @@ impl Device {
         })
     }
 
+    /// A fresh QP number, claimed from the shared device if there is one.
+    pub(crate) fn draw_qpn(&mut self) -> VerbsResult<Qpn> {
+        for _ in 0..crate::limits::QPN_CLAIM_TRIES {
+            let map = &self.qpn_map;
+            let qpn = self
+                .qpns
+                .alloc(&mut self.rng, |n| map.contains_key(&n))
+                .ok_or(VerbsError::NoMemory)?;
+            let ok = match &mut self.qpn_claim {
+                None => true,
+                Some(claim) => claim(qpn.value(), true),
+            };
+            if ok {
+                return Ok(qpn);
+            }
+        }
+        Err(VerbsError::NoMemory)
+    }
+
     fn insert_qp(&mut self, init: &QpInit, cap: QpCap, qpn: Qpn) {
         let mut init2 = *init;
         init2.cap = cap;
@@ -538,6 +570,9 @@ impl Device {
         let qp = self.qps.remove(idx).ok_or(VerbsError::NoSuchObject)?;
         self.qpn_map.remove(&qpn.value());
         self.qpns.released(qpn.value());
+        if let Some(claim) = &mut self.qpn_claim {
+            claim(qpn.value(), false);
+        }
         self.counters += &qp.counters;
         self.mcast_forget_qp(qpn);
         if !self.forget_xrc_qp(&qp) {

@@ -37,7 +37,7 @@ pub mod memory;
 pub mod mw;
 pub mod note;
 mod qp;
-mod qpn;
+pub mod qpn;
 mod srq;
 pub mod verbs;
 mod xrc;

@@ -12,6 +12,10 @@ pub const QPN_QUARANTINE: usize = 1 << 16;
 /// Draws of a QP number before `create_qp` gives up (each is rejected with
 /// probability below 1 %: see the `qpn` module).
 pub const QPN_DRAW_TRIES: u32 = 300;
+/// Numbers drawn for one QP on a shared device before giving up (another
+/// process holding each one: with at most a few thousand live QPs in 2^24
+/// numbers, never).
+pub const QPN_CLAIM_TRIES: u32 = 64;
 /// Work requests per send or receive queue.
 pub const MAX_QP_WR: u32 = 16 * 1024;
 /// Scatter/gather entries per work request.

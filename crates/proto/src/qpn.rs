@@ -1,5 +1,8 @@
 //! QP numbers a peer cannot predict.
 //!
+//! Public so that the device process of a shared device (softrdma's
+//! `host`) draws every member's QP numbers from one allocator.
+//!
 //! A QPN is half of what an off-path attacker must know to inject into a
 //! connection (the other half is the PSN). NICs and rxe hand them out in
 //! sequence (ReDMArk, USENIX Security 2021, weakness V5: one observed QPN
@@ -26,16 +29,16 @@ use std::collections::VecDeque;
 /// Largest QPN (24 bits).
 const QPN_MASK: u32 = 0xff_ffff;
 /// The multicast QPN: never a QP of its own.
-pub(crate) const MULTICAST_QPN: u32 = 0xff_ffff;
+pub const MULTICAST_QPN: u32 = 0xff_ffff;
 
 /// Whether `qpn` is one no QP may be given: 0, 1 or the multicast QPN.
-pub(crate) const fn is_reserved(qpn: u32) -> bool {
+pub const fn is_reserved(qpn: u32) -> bool {
     qpn <= 1 || qpn >= MULTICAST_QPN
 }
 
 /// Draws QP numbers and remembers recently destroyed ones.
 #[derive(Debug, Default)]
-pub(crate) struct QpnAlloc {
+pub struct QpnAlloc {
     /// Destroyed QPNs, oldest first.
     recent: VecDeque<u32>,
     /// The same numbers, for lookup.

@@ -83,6 +83,12 @@ pub struct DeviceOptions {
     /// `softrdma_proto::WriteChunking`). Other peers always get FIRST …
     /// LAST, as rxe sends them.
     pub chunk_loopback_writes: bool,
+    /// The device is this process's alone: it binds its address itself
+    /// and fails (`AddrInUse`) when another device or device process
+    /// holds it, instead of sharing it with the other processes that open
+    /// devices on it (see the `host` module). `softrdma perf --loopback`
+    /// wants its two ends on two addresses.
+    pub exclusive: bool,
 }
 
 impl Default for DeviceOptions {
@@ -102,6 +108,7 @@ impl Default for DeviceOptions {
             refuse_sends: None,
             faults: None,
             chunk_loopback_writes: true,
+            exclusive: false,
         }
     }
 }
@@ -129,10 +136,13 @@ pub(crate) fn open_list() -> std::sync::MutexGuard<'static, Vec<(u64, std::sync:
     OPEN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Poller token of a shared device's wake-up eventfd.
+const HOST_WAKE_TOKEN: u32 = 2;
+
 /// Highest loopback address tried by automatic selection.
 const LOOPBACK_TRIES: u32 = 4096;
 
-fn bind(opts: &DeviceOptions, addr: &Setting<AddrSpec>) -> Result<UdpSocket> {
+fn socket_config(opts: &DeviceOptions) -> SocketConfig {
     let mut cfg = SocketConfig::default();
     cfg.gso = opts.gso;
     cfg.gro = opts.gro;
@@ -142,7 +152,12 @@ fn bind(opts: &DeviceOptions, addr: &Setting<AddrSpec>) -> Result<UdpSocket> {
     // destination is that address, so asking the kernel costs a control
     // message per datagram for nothing.
     cfg.recv_dst_ip = false;
-    let explicit = match &addr.value {
+    cfg
+}
+
+/// The address the settings name (`None`: pick a free loopback one).
+fn resolve(addr: &Setting<AddrSpec>) -> Result<Option<IpAddr>> {
+    Ok(match &addr.value {
         AddrSpec::Ip(ip) => Some(*ip),
         spec => spec
             .resolve(&interfaces())
@@ -151,7 +166,11 @@ fn bind(opts: &DeviceOptions, addr: &Setting<AddrSpec>) -> Result<UdpSocket> {
                 spec: spec.clone(),
                 msg,
             })?,
-    };
+    })
+}
+
+fn bind(opts: &DeviceOptions, explicit: Option<IpAddr>) -> Result<UdpSocket> {
+    let cfg = socket_config(opts);
     if let Some(ip) = explicit {
         let a = SocketAddr::new(ip, opts.port);
         return UdpSocket::bind_with(a, &cfg).map_err(|e| {
@@ -274,7 +293,17 @@ impl Device {
             )));
         }
         crate::fork::watch();
-        let socket = bind(&opts, &settings.addr)?;
+        let explicit = resolve(&settings.addr)?;
+        // An address named: shared with the other processes that name it
+        // (see `host`), or this process's alone when no device process
+        // can run. A free loopback address picked for us: ours alone.
+        let (socket, host) = match explicit
+            .filter(|_| !opts.exclusive)
+            .map(|ip| crate::host::member::Member::join(SocketAddr::new(ip, opts.port), &opts))
+        {
+            Some(Ok((socket, member))) => (socket, Some(Arc::new(member))),
+            _ => (bind(&opts, explicit)?, None),
+        };
         let local = socket.local_addr();
         // Nothing set the MTU: the port's follows the interface's.
         let link = (settings.mtu.source == Source::Default)
@@ -306,6 +335,10 @@ impl Device {
         cfg.udp_dst_port = local.port();
         cfg.port_mtu = mtu;
         let mut core = softrdma_proto::Device::new(cfg);
+        if let Some(h) = &host {
+            let h = h.clone();
+            core.set_qpn_claim(Box::new(move |qpn, claim| h.claim_qpn(qpn, claim)));
+        }
         // The core keeps notes (drops, NAKs, state changes) only when the
         // log wants them: off, they cost nothing on the data path.
         core.set_notes(crate::log::notes_wanted());
@@ -337,7 +370,15 @@ impl Device {
             settings.faults.value = Some(f.clone());
             announce_faults(&name, local, f, &settings.faults.source);
         }
-        let poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
+        let mut poller = Poller::new(&socket).map_err(|e| Error::io("creating the poller", e))?;
+        if let Some(h) = &host {
+            // The device process reads the socket; we read our ring and
+            // sleep on the eventfd it writes.
+            poller
+                .watch_socket(false)
+                .and_then(|()| poller.add(h.wake_fd(), HOST_WAKE_TOKEN))
+                .map_err(|e| Error::io("creating the poller", e))?;
+        }
         let waker = poller.waker();
         let mut group_cfg = SocketConfig::default();
         group_cfg.send_buffer = opts.send_buffer;
@@ -357,6 +398,7 @@ impl Device {
                     faults,
                 },
                 mcast,
+                host,
             )
             .map_err(|e| Error::io("creating the device", e))?,
         );
@@ -411,6 +453,23 @@ impl Device {
             .and_then(|(_, w)| w.upgrade().map(|inner| Device { inner }));
         drop(open);
         d
+    }
+
+    /// Whether the device is shared with other processes (a device
+    /// process owns its socket; see the `host` module), and if so who
+    /// shares it: one entry per open device, this one included. `None`: the
+    /// device is this process's alone.
+    pub fn sharers(&self) -> Option<Result<Vec<crate::host::MemberInfo>>> {
+        let h = self.inner.shared.host.as_ref()?;
+        Some(
+            h.members()
+                .map_err(|e| Error::io("asking the device process", e)),
+        )
+    }
+
+    /// The pid of the device process of a shared device.
+    pub fn host_pid(&self) -> Option<i32> {
+        self.inner.shared.host.as_ref().map(|h| h.host_pid)
     }
 
     /// The device's number in this process (never reused).

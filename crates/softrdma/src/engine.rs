@@ -270,6 +270,10 @@ pub(crate) struct Shared {
     generation: u64,
     /// Refused packets, reported at most once a second.
     refusals: crate::log::RefusalLog,
+    /// The device is shared with other processes (see `host`): datagrams
+    /// come from the device process's ring, not the socket, and QP 1
+    /// traffic leaves through it.
+    pub(crate) host: Option<Arc<crate::host::member::Member>>,
     /// Faults are injected (either direction): the progress thread also
     /// wakes for datagrams the injectors hold.
     faulty: bool,
@@ -354,6 +358,7 @@ impl Shared {
         pcap: Option<SharedWriter>,
         tuning: Tuning,
         mcast: crate::mcast::GroupSockets,
+        host: Option<Arc<crate::host::member::Member>>,
     ) -> std::io::Result<Shared> {
         let local = socket.local_addr();
         let fault_log = crate::log::notes_wanted();
@@ -409,6 +414,7 @@ impl Shared {
             mcast,
             generation: softrdma_io::fork_generation(),
             refusals: crate::log::RefusalLog::default(),
+            host,
             faulty,
             tx_fault_due: AtomicU64::new(u64::MAX),
             rx_fault_due: AtomicU64::new(u64::MAX),
@@ -1061,9 +1067,12 @@ impl Shared {
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = socket
-            .recv(&mut slices[..batch], &mut rx.meta)
-            .unwrap_or_default();
+        let n = match (&self.host, group) {
+            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
+            _ => socket
+                .recv(&mut slices[..batch], &mut rx.meta)
+                .unwrap_or_default(),
+        };
         // (With faults, datagrams the receive injector held may be due.)
         if n == 0
             && !(rx.faults.is_some() && self.rx_fault_due.load(Ordering::SeqCst) <= self.now().0)
@@ -1231,6 +1240,14 @@ impl Shared {
             }
             let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
             match core.emit_gsi(*dst, *qpn, QKey(GSI_QKEY), mad, &mut buf) {
+                Some(t) if self.host.is_some() => {
+                    // Through the device process, which learns the
+                    // connection from it (see `host::route`).
+                    if let Some(h) = &self.host {
+                        h.send_gsi(t.dst.ip(), &buf[..t.len]);
+                    }
+                    tx.pool.push(buf);
+                }
                 Some(t) => {
                     let p = Pending {
                         buf,
@@ -1488,7 +1505,21 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         let until = now.0 + t.as_nanos() as u64;
         let held = shared.fault_deadline().is_none_or(|d| d.0 >= until);
         if !left && again.is_none_or(|d| d.0 >= until) && cm >= until && held {
-            let _ = poller.wait(Some(t));
+            // A shared device's datagrams come through the ring: sleep
+            // only if it is still empty once the device process can see
+            // that we sleep (it then writes our wake-up eventfd).
+            match &shared.host {
+                Some(h) => {
+                    if h.prepare_sleep() {
+                        let _ = poller.wait(Some(t));
+                        h.drain_wake();
+                    }
+                    h.awake();
+                }
+                None => {
+                    let _ = poller.wait(Some(t));
+                }
+            }
         }
         shared.sleep_until.store(u64::MAX, Ordering::SeqCst);
         if shared.pcap.is_some() {

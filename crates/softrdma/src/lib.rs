@@ -43,6 +43,7 @@ mod engine;
 mod error;
 mod event;
 mod fork;
+pub mod host;
 mod log;
 mod mcast;
 pub mod memory;

@@ -49,6 +49,8 @@ pub fn open_device(c: &DeviceChoice) -> Result<Device, Error> {
         for x in 1..=254u8 {
             let o = DeviceOptions {
                 addr: Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, x))),
+                // Two ends on two addresses, each the process's own.
+                exclusive: true,
                 ..base.clone()
             };
             match Device::open(o) {

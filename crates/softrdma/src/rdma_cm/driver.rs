@@ -405,6 +405,16 @@ pub(crate) fn cm_listen(g: &mut Guard, serial: u64, sid: ServiceId) -> bool {
     if !st.ids.values().any(|e| covers(e, serial, sid)) {
         return false;
     }
+    // A device shared with other processes: connection requests for the
+    // service come to this one (the device process routes them).
+    let host = crate::device::Device::by_serial(serial).and_then(|d| d.shared().host.clone());
+    if let Some(h) = &host {
+        if let Err(e) = h.listen(sid.0) {
+            tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: listen on {sid:?}: another process of the device listens (errno {e})");
+            return false;
+        }
+    }
+    let st = g.st();
     let ds = st.devs.get_mut(&serial).expect("checked");
     match ds.cm.listen(sid) {
         Ok(c) => {
@@ -428,6 +438,11 @@ pub(crate) fn cm_unlisten(g: &mut Guard, serial: u64, sid: ServiceId, t: Instant
     if let Some(ds) = st.devs.get_mut(&serial) {
         if let Some(c) = ds.listeners.remove(&sid) {
             let _ = ds.cm.destroy(t, c);
+            if let Some(h) =
+                crate::device::Device::by_serial(serial).and_then(|d| d.shared().host.clone())
+            {
+                h.unlisten(sid.0);
+            }
         }
     }
 }

@@ -1,0 +1,411 @@
+//! One device shared by processes (issue 19): unmodified programs, two
+//! (or three) processes under `softrdma exec --addr` with the SAME address,
+//! as programs share a NIC — raw verbs (ibv_rc_pingpong, QPs found by
+//! number), rdma_cm (rping, requests routed to the listening process),
+//! `softrdma devinfo -v` listing who shares the device, a process killed
+//! with SIGKILL mid-transfer leaving its peer disconnected while another
+//! pair on the device carries on, and the device process leaving with the
+//! last program. Before issue 19 the second process failed to bind the
+//! address (EADDRINUSE).
+//!
+//! Needs ibverbs-utils and rdmacm-utils (scripts/deps) and the built
+//! library; one test at a time with the other interop tests (their flock).
+//! Addresses 127.19.1.x.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// The newer of `target/<profile>/NAME` and `…/deps/NAME`.
+fn newest(name: &str) -> PathBuf {
+    let prof = profile_dir();
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    [prof.join(name), prof.join("deps").join(name)]
+        .into_iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| mtime(p))
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is missing in {}: cargo build the workspace",
+                prof.display()
+            )
+        })
+}
+
+/// A directory for `softrdma exec --lib` with this build's libraries.
+fn lib_dir() -> PathBuf {
+    let dir = profile_dir().join("softrdma-shared-lib");
+    std::fs::create_dir_all(&dir).expect("lib dir");
+    for (link, so) in [
+        ("libibverbs.so.1", "libibverbs.so"),
+        ("librdmacm.so.1", "libibverbs.so"),
+        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
+    ] {
+        let target = newest(so);
+        let l = dir.join(link);
+        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
+            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
+            std::fs::rename(&tmp, &l).expect("rename");
+        }
+    }
+    dir
+}
+
+fn require(tool: &str) {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    assert!(
+        std::env::split_paths(&path).any(|d| d.join(tool).is_file()),
+        "{tool} not found: apt-get install -y ibverbs-utils rdmacm-utils (scripts/deps)"
+    );
+}
+
+/// One at a time, with the other interop tests.
+struct Serial(#[allow(dead_code)] std::fs::File);
+
+fn serial() -> Serial {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(profile_dir().join("softrdma-ibverbs-interop.lock"))
+        .expect("lock file");
+    // SAFETY: flock on a descriptor we own; blocks until granted.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(r, 0, "flock");
+    Serial(f)
+}
+
+/// A clean environment for softrdma: no inherited SOFTRDMA_* settings.
+fn clean(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("SOFTRDMA_") || k == "LD_PRELOAD" {
+            c.env_remove(k.as_ref());
+        }
+    }
+    c.env("SOFTRDMA_POLL_YIELD", "1").stdin(Stdio::null());
+}
+
+/// `softrdma exec --lib … --addr ADDR -- prog args…`.
+fn sx(addr: &str, prog: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+    c.arg("exec").arg("--lib").arg(lib_dir());
+    c.args(["--addr", addr, "--", prog]).args(args);
+    clean(&mut c);
+    c
+}
+
+struct Proc {
+    child: Option<Child>,
+    out: PathBuf,
+    start: Instant,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Done {
+    status: Option<i32>,
+    out: String,
+}
+
+fn spawn(mut cmd: Command, tag: &str) -> Proc {
+    let dir = profile_dir().join("softrdma-shared-out");
+    let _ = std::fs::create_dir_all(&dir);
+    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
+    let f = std::fs::File::create(&out).expect("output file");
+    cmd.stdout(f.try_clone().expect("dup")).stderr(f);
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+    Proc {
+        child: Some(child),
+        out,
+        start: Instant::now(),
+    }
+}
+
+impl Proc {
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn wait(mut self, limit: Duration) -> Done {
+        let mut child = self.child.take().expect("running");
+        let status = loop {
+            match child.try_wait().expect("wait") {
+                Some(s) => break Some(s.code().unwrap_or(-1)),
+                None if self.start.elapsed() >= limit => break None,
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        Done {
+            status,
+            out: self.text(),
+        }
+    }
+
+    /// Waits until `f(output)` holds (or the process ends / `limit`).
+    fn wait_for(&mut self, limit: Duration, f: impl Fn(&str) -> bool) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if f(&self.text()) {
+                return true;
+            }
+            if let Some(c) = self.child.as_mut() {
+                if c.try_wait().ok().flatten().is_some() {
+                    return f(&self.text());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+/// Whether something listens on TCP `port` (any address).
+fn tcp_listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| format!("{a} ").contains(&hex))
+                    && l.split_whitespace().nth(3) == Some("0A")
+            })
+        })
+    })
+}
+
+fn wait_tcp(port: u16) {
+    let t = Instant::now();
+    while !tcp_listening(port) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "nothing listens on TCP {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The device processes serving `addr` (their pids).
+fn device_processes(addr: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "device-host")
+            && args.windows(2).any(|w| w[0] == "--addr" && w[1] == addr)
+        {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// The device process leaves with the last program (it may take it a
+/// moment to notice).
+fn assert_device_process_gone(addr: &str) {
+    let t = Instant::now();
+    while !device_processes(addr).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the device process of {addr} outlived its programs: {:?}",
+            device_processes(addr)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn pingpong_pair(addr: &str, port: u16, iters: u32) -> (Proc, Proc) {
+    let p = port.to_string();
+    let n = iters.to_string();
+    let args = ["-g", "0", "-p", &p, "-c", "-n", &n, "-s", "4096"];
+    let mut ca = args.to_vec();
+    ca.push(addr);
+    let s = spawn(
+        sx(addr, "ibv_rc_pingpong", &args),
+        &format!("pp-server-{port}"),
+    );
+    wait_tcp(port);
+    let c = spawn(
+        sx(addr, "ibv_rc_pingpong", &ca),
+        &format!("pp-client-{port}"),
+    );
+    (s, c)
+}
+
+#[test]
+fn raw_verbs_processes_share_one_address() {
+    require("ibv_rc_pingpong");
+    let _s = serial();
+    let addr = "127.19.1.1";
+    let (s, c) = pingpong_pair(addr, 23901, 500);
+    let c = c.wait(LIMIT);
+    let s = s.wait(LIMIT);
+    for d in [&c, &s] {
+        // `-c` checks every buffer received and fails the run otherwise.
+        assert_eq!(d.status, Some(0), "{}", d.out);
+        assert!(d.out.contains("500 iters in"), "{}", d.out);
+        assert!(d.out.contains("GID ::ffff:127.19.1.1"), "{}", d.out);
+    }
+    // Each side's QP number differs (unique per device).
+    let qpn = |o: &str| {
+        o.lines()
+            .find(|l| l.contains("local address"))
+            .and_then(|l| l.split("QPN ").nth(1))
+            .map(|q| q[..8].to_string())
+    };
+    assert_ne!(qpn(&c.out), qpn(&s.out));
+    assert_device_process_gone(addr);
+}
+
+#[test]
+fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
+    require("rping");
+    let _s = serial();
+    let addr = "127.19.1.2";
+    let sa = ["-s", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
+    let mut server = spawn(sx(addr, "rping", &sa), "rping-server");
+    // The server's device is open once the device process lists it.
+    let t = Instant::now();
+    let listing = loop {
+        let mut d = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+        clean(&mut d);
+        let o = d
+            .args(["devinfo", "-v", "-d", addr])
+            .output()
+            .expect("devinfo");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.contains("\trping\t") {
+            break text;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "rping never joined: {text}\n{}",
+            server.text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(listing.contains("2 open device(s)"), "{listing}");
+    assert!(listing.contains("\tsoftrdma\t"), "{listing}");
+    // The client: a request that reaches the server before it listens is
+    // rejected (as with a NIC): try again.
+    let ca = ["-c", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
+    let mut client = None;
+    for i in 0..5 {
+        let c = spawn(sx(addr, "rping", &ca), &format!("rping-client-{i}"));
+        let d = c.wait(LIMIT);
+        let ok = d.status == Some(0);
+        client = Some(d);
+        if ok {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let c = client.expect("ran");
+    assert_eq!(c.status, Some(0), "{}", c.out);
+    assert_eq!(
+        c.out.matches("ping data: rdma-ping-").count(),
+        50,
+        "{}",
+        c.out
+    );
+    assert!(server.wait_for(LIMIT, |o| o.matches("server ping data").count() == 50));
+    let s = server.wait(LIMIT);
+    assert_eq!(s.status, Some(0), "{}", s.out);
+    assert_device_process_gone(addr);
+}
+
+#[test]
+fn a_killed_process_disconnects_its_peer_and_the_others_carry_on() {
+    require("rping");
+    require("ibv_rc_pingpong");
+    let _s = serial();
+    let addr = "127.19.1.3";
+    // Another pair on the same device, running throughout.
+    let (ps, mut pc) = pingpong_pair(addr, 23903, 50_000);
+    let sa = ["-s", "-a", addr, "-p", "23904", "-v"];
+    let mut server = spawn(sx(addr, "rping", &sa), "kill-server");
+    let ca = ["-c", "-a", addr, "-p", "23904", "-v"];
+    let mut client = None;
+    for i in 0..5 {
+        let mut c = spawn(sx(addr, "rping", &ca), &format!("kill-client-{i}"));
+        // Mid-transfer: pings flow.
+        if c.wait_for(LIMIT, |o| o.matches("ping data").count() >= 20) {
+            client = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let client = client.expect("rping client never got going");
+    assert!(
+        server.wait_for(LIMIT, |o| o.contains("server ping data")),
+        "{}",
+        server.text()
+    );
+    // The other pair is still at it when the kill comes.
+    assert!(
+        pc.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none()),
+        "the other pair ended too soon to tell: {}",
+        pc.text()
+    );
+    // SIGKILL: nothing of the program runs any more; the device process
+    // says goodbye for it (a DREQ), as the kernel does.
+    // SAFETY: a signal to our own child.
+    let r = unsafe { libc::kill(client.pid() as i32, libc::SIGKILL) };
+    assert_eq!(r, 0);
+    let killed = client.wait(LIMIT);
+    assert_ne!(killed.status, Some(0));
+    // rping's server ends (status 0) on the disconnect.
+    let s = server.wait(LIMIT);
+    assert_eq!(
+        s.status,
+        Some(0),
+        "the server never saw its peer go: {}",
+        s.out
+    );
+    // The other pair was not disturbed.
+    let pc = pc.wait(LIMIT);
+    let ps = ps.wait(LIMIT);
+    for d in [&pc, &ps] {
+        assert_eq!(d.status, Some(0), "{}", d.out);
+        assert!(d.out.contains("50000 iters in"), "{}", d.out);
+    }
+    assert_device_process_gone(addr);
+}

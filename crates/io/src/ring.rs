@@ -1,0 +1,558 @@
+//! Shared memory between processes, and the single-producer /
+//! single-consumer ring of records that the same-host path and the device
+//! process use to hand datagrams to a process.
+//!
+//! [`Shm`] is a `memfd` mapped `MAP_SHARED`: the creator passes its
+//! descriptor to the other process (`SCM_RIGHTS`), which maps the same
+//! pages. Bytes are reached through raw pointers only (never a Rust
+//! reference into memory another process writes); the few shared words
+//! are atomics.
+//!
+//! A [`Ring`] is one direction between two processes: a 4 KiB header
+//! (magic, capacity, the producer's `tail` and the consumer's `head`
+//! counters on cache lines of their own, the consumer's "asleep" flag,
+//! the producer's count of records refused because the ring was full)
+//! and a power-of-two data area. Records are a `u32` length and a `u32`
+//! tag followed by the bytes, padded to 8; a record never wraps (a
+//! padding record fills the end of the area instead). The producer writes
+//! a record, then publishes `tail` (release); the consumer reads `tail`
+//! (acquire), copies records out, then publishes `head` (release), which
+//! frees the space. A full ring refuses the record — the caller treats it
+//! as loss, which the RDMA transport recovers from as from any loss.
+//!
+//! Sleeping: a consumer about to sleep sets `asleep` and looks once more
+//! (both sequentially consistent, as is the producer's publish and check),
+//! so of a producer publishing and a consumer going to sleep at least one
+//! sees the other; a producer that finds `asleep` set clears it and
+//! writes the consumer's eventfd (once per sleep).
+//!
+//! The consumer never trusts the producer's bytes: every length is checked
+//! against the area, and a malformed ring reads as empty from then on.
+
+use crate::sys::cvt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// A `memfd` mapped shared.
+#[derive(Debug)]
+pub struct Shm {
+    ptr: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is plain memory reached only through raw pointers
+// and atomics; moving or sharing the handle between threads is fine.
+unsafe impl Send for Shm {}
+// SAFETY: as above (every access is a copy or an atomic).
+unsafe impl Sync for Shm {}
+
+impl Shm {
+    /// A new zero-filled `memfd` of `len` bytes (`name` shows in
+    /// `/proc/PID/fd` and `/proc/PID/maps`), mapped.
+    pub fn create(name: &str, len: usize) -> io::Result<Shm> {
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in shm name"))?;
+        // SAFETY: `cname` is a valid C string; flags are constants.
+        let raw = cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: plain syscall on our descriptor.
+        cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+        Self::map(fd)
+    }
+
+    /// Maps a `memfd` (or any shared-memory file) another process passed,
+    /// all of it.
+    pub fn map(fd: OwnedFd) -> io::Result<Shm> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `st` has room for a stat; the kernel fills it.
+        cvt(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+        // SAFETY: filled by the successful fstat.
+        let len = unsafe { st.assume_init() }.st_size as usize;
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "empty shm"));
+        }
+        // SAFETY: a fresh shared mapping of the file; the kernel picks the
+        // address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Shm {
+            ptr: NonNull::new(p.cast()).expect("mmap never maps address 0"),
+            len,
+            fd,
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never, once mapped).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The 8-byte-aligned atomic at `off`.
+    ///
+    /// # Panics
+    /// If `off` is misaligned or out of bounds.
+    pub fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "shm u64 at {off}"
+        );
+        // SAFETY: in bounds and aligned (the mapping is page aligned);
+        // the memory lives as long as `self`; atomics may be shared with
+        // other processes' atomics on the same word.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) }
+    }
+
+    /// The 4-byte-aligned atomic at `off`.
+    ///
+    /// # Panics
+    /// If `off` is misaligned or out of bounds.
+    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "shm u32 at {off}"
+        );
+        // SAFETY: as `u64_at`.
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(off).cast()) }
+    }
+
+    /// Copies `src` to `off`.
+    ///
+    /// # Panics
+    /// If the range is out of bounds.
+    pub fn write(&self, off: usize, src: &[u8]) {
+        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds; the destination is shared memory reached only
+        // by raw pointers; the ring protocol gives the writer these bytes
+        // alone until it publishes them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
+    }
+
+    /// Copies `dst.len()` bytes at `off` into `dst`.
+    ///
+    /// # Panics
+    /// If the range is out of bounds.
+    pub fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds; the ring protocol gives the reader these bytes
+        // (published with release, seen with acquire) until it frees them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+impl AsFd for Shm {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRNG1");
+const OFF_MAGIC: usize = 0;
+const OFF_CAP_LOG2: usize = 8;
+const OFF_TAIL: usize = 64;
+const OFF_HEAD: usize = 128;
+const OFF_ASLEEP: usize = 192;
+const OFF_REFUSED: usize = 256;
+/// Bytes before the data area.
+const HEADER: usize = 4096;
+/// Record header: length and tag.
+const REC_HDR: usize = 8;
+/// Tag of a padding record (the rest of the area before it wraps).
+const TAG_PAD: u32 = 0;
+
+/// Smallest and largest data area.
+pub const RING_MIN: usize = 4096;
+/// See [`RING_MIN`].
+pub const RING_MAX: usize = 1 << 28;
+
+/// A record did not fit (the ring is full, or the record is larger than
+/// half the ring).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingFull;
+
+/// One direction of a ring: the producer's or the consumer's end.
+#[derive(Debug)]
+pub struct Ring {
+    shm: Shm,
+    cap: usize,
+    /// Producer: its tail; consumer: its head (both mirror the shared
+    /// word this end owns).
+    own: u64,
+    /// The other end's counter as last read.
+    seen: u64,
+    /// The consumer found the ring malformed: it reads as empty.
+    broken: bool,
+}
+
+fn pad8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+impl Ring {
+    /// A new ring with a data area of `capacity` bytes (rounded up to a
+    /// power of two within [`RING_MIN`]..=[`RING_MAX`]): the producer's
+    /// end. Pass [`Ring::fd`] to the consumer.
+    pub fn create(name: &str, capacity: usize) -> io::Result<Ring> {
+        let cap = capacity.clamp(RING_MIN, RING_MAX).next_power_of_two();
+        let shm = Shm::create(name, HEADER + cap)?;
+        shm.u64_at(OFF_CAP_LOG2)
+            .store(u64::from(cap.trailing_zeros()), Ordering::Relaxed);
+        shm.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        Ok(Ring {
+            shm,
+            cap,
+            own: 0,
+            seen: 0,
+            broken: false,
+        })
+    }
+
+    /// The consumer's end of a ring whose descriptor the producer passed.
+    pub fn attach(fd: OwnedFd) -> io::Result<Ring> {
+        let shm = Shm::map(fd)?;
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "not a softrdma ring");
+        if shm.len() < HEADER + RING_MIN || shm.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err(bad());
+        }
+        let log2 = shm.u64_at(OFF_CAP_LOG2).load(Ordering::Relaxed);
+        if log2 >= 63 || (1usize << log2) + HEADER != shm.len() {
+            return Err(bad());
+        }
+        let head = shm.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        Ok(Ring {
+            cap: 1 << log2,
+            own: head,
+            seen: head,
+            broken: false,
+            shm,
+        })
+    }
+
+    /// The shared memory's descriptor (for the consumer).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.shm.as_fd()
+    }
+
+    /// Data area in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Largest record body that fits at all.
+    pub fn max_record(&self) -> usize {
+        self.cap / 2 - REC_HDR
+    }
+
+    // ---- producer ----
+
+    /// Appends one record (the concatenation of `parts`) with `tag`
+    /// (non-zero) and publishes it. `Err(RingFull)`, counted, when the
+    /// ring has no room for it now; `Ok(true)` when the consumer sleeps
+    /// and must be woken (see [`Self::publish`]).
+    pub fn push(&mut self, tag: u32, parts: &[&[u8]]) -> Result<bool, RingFull> {
+        if !self.push_unpublished(tag, parts) {
+            return Err(RingFull);
+        }
+        Ok(self.publish())
+    }
+
+    /// [`Self::push`] without publishing: call [`Self::publish`] after a
+    /// batch (one release store for all of it).
+    pub fn push_unpublished(&mut self, tag: u32, parts: &[&[u8]]) -> bool {
+        debug_assert_ne!(tag, TAG_PAD);
+        let body: usize = parts.iter().map(|p| p.len()).sum();
+        let need = REC_HDR + pad8(body);
+        if body > self.max_record() || body > u32::MAX as usize {
+            self.refused();
+            return false;
+        }
+        let at = (self.own as usize) & (self.cap - 1);
+        let to_end = self.cap - at;
+        let total = if need > to_end { to_end + need } else { need };
+        if self.free() < total {
+            self.seen = self.shm.u64_at(OFF_HEAD).load(Ordering::Acquire);
+            if self.free() < total {
+                self.refused();
+                return false;
+            }
+        }
+        if need > to_end {
+            // Pad to the end; the record starts at 0.
+            self.write_hdr(at, (to_end - REC_HDR) as u32, TAG_PAD);
+            self.own += to_end as u64;
+        }
+        let at = (self.own as usize) & (self.cap - 1);
+        self.write_hdr(at, body as u32, tag);
+        let mut off = HEADER + at + REC_HDR;
+        for p in parts {
+            self.shm.write(off, p);
+            off += p.len();
+        }
+        self.own += need as u64;
+        true
+    }
+
+    fn write_hdr(&self, at: usize, len: u32, tag: u32) {
+        let mut h = [0u8; REC_HDR];
+        h[..4].copy_from_slice(&len.to_le_bytes());
+        h[4..].copy_from_slice(&tag.to_le_bytes());
+        self.shm.write(HEADER + at, &h);
+    }
+
+    fn free(&self) -> usize {
+        self.cap - (self.own.wrapping_sub(self.seen) as usize).min(self.cap)
+    }
+
+    fn refused(&self) {
+        self.shm.u64_at(OFF_REFUSED).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Makes the records pushed so far visible. Returns whether the
+    /// consumer was asleep (the caller then writes its eventfd); the flag
+    /// is cleared, so only one producer write follows one sleep.
+    pub fn publish(&mut self) -> bool {
+        self.shm.u64_at(OFF_TAIL).store(self.own, Ordering::SeqCst);
+        let asleep = self.shm.u32_at(OFF_ASLEEP);
+        asleep.load(Ordering::SeqCst) != 0 && asleep.swap(0, Ordering::SeqCst) != 0
+    }
+
+    /// Records refused because the ring was full (or too large).
+    pub fn refused_count(&self) -> u64 {
+        self.shm.u64_at(OFF_REFUSED).load(Ordering::Relaxed)
+    }
+
+    /// Bytes written and not yet consumed (the producer's view).
+    pub fn in_flight(&mut self) -> usize {
+        self.seen = self.shm.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        self.own.wrapping_sub(self.seen) as usize
+    }
+
+    // ---- consumer ----
+
+    /// Whether a record is waiting.
+    pub fn has_data(&self) -> bool {
+        !self.broken && self.shm.u64_at(OFF_TAIL).load(Ordering::Acquire) != self.own
+    }
+
+    /// Copies the next record into `buf`: its tag and length. `None` when
+    /// the ring is empty. A record longer than `buf` is skipped (counted
+    /// as refused). Frees the space at once.
+    pub fn pop(&mut self, buf: &mut [u8]) -> Option<(u32, usize)> {
+        let r = self.pop_unreleased(buf);
+        self.release();
+        r
+    }
+
+    /// [`Self::pop`] without freeing: call [`Self::release`] after a
+    /// batch.
+    pub fn pop_unreleased(&mut self, buf: &mut [u8]) -> Option<(u32, usize)> {
+        loop {
+            if self.broken {
+                return None;
+            }
+            if self.seen == self.own {
+                self.seen = self.shm.u64_at(OFF_TAIL).load(Ordering::Acquire);
+                if self.seen == self.own {
+                    return None;
+                }
+            }
+            let avail = self.seen.wrapping_sub(self.own) as usize;
+            let at = (self.own as usize) & (self.cap - 1);
+            let mut h = [0u8; REC_HDR];
+            if avail < REC_HDR || self.cap - at < REC_HDR {
+                self.broken = true;
+                return None;
+            }
+            self.shm.read(HEADER + at, &mut h);
+            let len = u32::from_le_bytes(h[..4].try_into().expect("4")) as usize;
+            let tag = u32::from_le_bytes(h[4..].try_into().expect("4"));
+            let need = REC_HDR + pad8(len);
+            if need > avail || need > self.cap - at {
+                self.broken = true;
+                return None;
+            }
+            self.own += need as u64;
+            if tag == TAG_PAD {
+                continue;
+            }
+            if len > buf.len() {
+                self.refused();
+                continue;
+            }
+            self.shm.read(HEADER + at + REC_HDR, &mut buf[..len]);
+            return Some((tag, len));
+        }
+    }
+
+    /// Frees the space of the records taken so far.
+    pub fn release(&mut self) {
+        self.shm.u64_at(OFF_HEAD).store(self.own, Ordering::Release);
+    }
+
+    /// About to sleep: sets the "asleep" flag and returns whether the ring
+    /// is still empty (if not, do not sleep; call [`Self::awake`]).
+    pub fn prepare_sleep(&self) -> bool {
+        self.shm.u32_at(OFF_ASLEEP).store(1, Ordering::SeqCst);
+        self.broken || self.shm.u64_at(OFF_TAIL).load(Ordering::SeqCst) == self.own
+    }
+
+    /// Back from sleep (or decided not to): producers need not wake us.
+    pub fn awake(&self) {
+        self.shm.u32_at(OFF_ASLEEP).store(0, Ordering::Relaxed);
+    }
+
+    /// The consumer found garbage: the ring reads as empty for good.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dup(r: &Ring) -> OwnedFd {
+        r.fd().try_clone_to_owned().unwrap()
+    }
+
+    #[test]
+    fn two_threads_move_every_record_intact() {
+        let mut p = Ring::create("t", 1 << 16).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        const N: u32 = 200_000;
+        let t = std::thread::spawn(move || {
+            let mut i = 0u32;
+            while i < N {
+                let len = 24 + (i as usize * 131) % 4100;
+                let body = vec![(i % 251) as u8; len];
+                if p.push(1, &[&i.to_le_bytes(), &body]).is_ok() {
+                    i += 1;
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut buf = vec![0u8; 8192];
+        let mut next = 0u32;
+        while next < N {
+            match c.pop(&mut buf) {
+                Some((1, n)) => {
+                    let k = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                    assert_eq!(k, next);
+                    assert_eq!(n, 4 + 24 + (k as usize * 131) % 4100);
+                    assert!(
+                        buf[4..n].iter().all(|&b| b == (k % 251) as u8),
+                        "record {k}"
+                    );
+                    next += 1;
+                }
+                Some(other) => panic!("{other:?}"),
+                None => {
+                    assert!(!c.is_broken());
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn records_in_order_with_wrap_and_full() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(c.pop(&mut buf), None);
+        let mut next_in = 0u32;
+        let mut next_out = 0u32;
+        for round in 0..2000u32 {
+            // Push records of varying sizes until full, pop some.
+            let len = (round as usize * 37) % 700 + 1;
+            let body: Vec<u8> = (0..len).map(|i| (i as u32 ^ next_in) as u8).collect();
+            if p.push(next_in + 1, &[&next_in.to_le_bytes(), &body])
+                .is_ok()
+            {
+                next_in += 1;
+            }
+            if round % 3 != 0 {
+                if let Some((tag, n)) = c.pop(&mut buf) {
+                    assert_eq!(tag, next_out + 1);
+                    let k = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                    assert_eq!(k, next_out);
+                    for (i, b) in buf[4..n].iter().enumerate() {
+                        assert_eq!(*b, (i as u32 ^ k) as u8);
+                    }
+                    next_out += 1;
+                }
+            }
+        }
+        assert!(p.refused_count() > 0, "the ring never filled");
+        while c.pop(&mut buf).is_some() {
+            next_out += 1;
+        }
+        assert_eq!(next_in, next_out);
+        // Too large for the ring at all: refused.
+        assert_eq!(p.push(1, &[&vec![0u8; 4096]]), Err(RingFull));
+    }
+
+    #[test]
+    fn sleeping_consumer_is_reported_once() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let c = Ring::attach(dup(&p)).unwrap();
+        assert!(p.push(7, &[b"w"]) == Ok(false), "nobody asleep yet");
+        let mut c = c;
+        let mut buf = [0u8; 8];
+        assert_eq!(c.pop(&mut buf), Some((7, 1)));
+        assert!(c.prepare_sleep(), "empty: may sleep");
+        // The push sees the flag and clears it; a second push does not.
+        assert_eq!(p.push(7, &[b"x"]), Ok(true));
+        assert_eq!(p.push(7, &[b"y"]), Ok(false));
+        assert!(!c.prepare_sleep(), "not empty: must not sleep");
+        c.awake();
+    }
+
+    #[test]
+    fn garbage_reads_as_empty() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        p.push(3, &[b"ok"]).unwrap();
+        // Corrupt the length of the next record, then publish it.
+        p.shm.write(HEADER + 16, &u32::MAX.to_le_bytes());
+        p.shm.u64_at(OFF_TAIL).store(32, Ordering::Release);
+        let mut buf = [0u8; 64];
+        assert_eq!(c.pop(&mut buf), Some((3, 2)));
+        assert_eq!(c.pop(&mut buf), None);
+        assert!(c.is_broken());
+        let other = Shm::create("x", 8192).unwrap();
+        assert!(Ring::attach(other.as_fd().try_clone_to_owned().unwrap()).is_err());
+    }
+}

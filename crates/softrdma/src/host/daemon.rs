@@ -1,0 +1,483 @@
+//! The device process: owns a shared device's socket, hands each member
+//! the datagrams for its QPs, says goodbye for members that die, and
+//! leaves with the last member (see the module above).
+
+use super::msg::{self, MemberInfo, Reply, Request};
+use super::route::{MemberId, Routes};
+use softrdma_io::{
+    EventFd, PidFd, Poller, RecvMeta as IoMeta, Ring, SeqPacket, SocketConfig, Transmit, UdpSocket,
+};
+use softrdma_wire::Qpn;
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// Exit status: the device process runs (its first process's status).
+pub const EXIT_RUNNING: i32 = 0;
+/// Exit status: another device process already serves the address.
+pub const EXIT_TAKEN: i32 = 3;
+/// Exit status: the address could not be bound (an exclusive device or
+/// another program holds it, or no interface has it).
+pub const EXIT_BIND: i32 = 4;
+/// Exit status: anything else went wrong.
+pub const EXIT_ERROR: i32 = 5;
+
+/// Members at once (the poller's tokens: 3..64).
+pub const MAX_MEMBERS: usize = 61;
+/// Bytes of each member's ring (datagrams waiting for it: a few hundred
+/// 4 KiB packets; a full ring drops, which the transport recovers from as
+/// from any loss).
+pub const MEMBER_RING: usize = 8 << 20;
+/// How long the device process waits for its first member.
+const FIRST_MEMBER_WAIT: Duration = Duration::from_secs(10);
+/// Busy-polling after the last datagram before sleeping in the kernel.
+const SPIN: Duration = Duration::from_micros(50);
+/// How often the device process looks for members whose process exited
+/// while a forked child keeps their unix socket open.
+const REAP_EVERY: Duration = Duration::from_millis(100);
+/// Datagrams received per call.
+const RX_BATCH: usize = 32;
+/// Receive buffer (a GRO train).
+const RX_BUF: usize = 64 * 1024;
+
+/// Bytes before each datagram in a member's ring: address family (4 or
+/// 6), traffic class, hop limit, a zero byte, the source port (big
+/// endian), two zero bytes, the source address (16 bytes; IPv4 in the
+/// first 4).
+pub(crate) const REC_HDR: usize = 24;
+/// Ring record tag of a datagram.
+pub(crate) const TAG_DATAGRAM: u32 = 1;
+
+/// Poller token of the listening socket.
+const TOKEN_LISTEN: u32 = 2;
+/// First poller token of the members.
+const TOKEN_MEMBER0: u32 = 3;
+
+/// How the device process's socket is set up.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// The device's address and port.
+    pub addr: SocketAddr,
+    /// Receive buffer of the socket (bytes).
+    pub recv_buffer: usize,
+    /// Send buffer of the socket (bytes).
+    pub send_buffer: usize,
+}
+
+struct Member {
+    id: MemberId,
+    ctl: SeqPacket,
+    ring: Ring,
+    wake: EventFd,
+    pid: i32,
+    /// The member's process: its exit is the member's death even when a
+    /// forked child still holds the unix socket (`None`: not visible).
+    pidfd: Option<PidFd>,
+    comm: String,
+    /// Records pushed and not yet published.
+    dirty: bool,
+    /// Datagrams handed to it.
+    pushed: u64,
+}
+
+/// Writes the ring header of a datagram from `src`.
+pub(crate) fn rec_header(src: SocketAddr, tos: u8, ttl: u8) -> [u8; REC_HDR] {
+    let mut h = [0u8; REC_HDR];
+    h[1] = tos;
+    h[2] = ttl;
+    h[4..6].copy_from_slice(&src.port().to_be_bytes());
+    match src.ip() {
+        IpAddr::V4(a) => {
+            h[0] = 4;
+            h[8..12].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            h[0] = 6;
+            h[8..24].copy_from_slice(&a.octets());
+        }
+    }
+    h
+}
+
+/// Reads a ring header: (source, traffic class, hop limit).
+pub(crate) fn parse_rec_header(h: &[u8]) -> Option<(SocketAddr, u8, u8)> {
+    let h: &[u8; REC_HDR] = h.get(..REC_HDR)?.try_into().ok()?;
+    let port = u16::from_be_bytes([h[4], h[5]]);
+    let ip = match h[0] {
+        4 => IpAddr::from(<[u8; 4]>::try_from(&h[8..12]).ok()?),
+        6 => IpAddr::from(<[u8; 16]>::try_from(&h[8..24]).ok()?),
+        _ => return None,
+    };
+    Some((SocketAddr::new(ip, port), h[1], h[2]))
+}
+
+/// Appends a line to `SOFTRDMA_HOST_TRACE`'s file, if set (debugging the
+/// device process, whose standard error is /dev/null).
+fn trace(line: &str) {
+    if let Some(p) = std::env::var_os("SOFTRDMA_HOST_TRACE") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(p)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// Runs the device process for `opts.addr`: wins the election, binds the
+/// address, detaches (its first process exits with [`EXIT_RUNNING`]) and
+/// serves until the last member leaves. Returns the exit status when it
+/// does not run (see the `EXIT_` constants).
+pub fn serve(opts: &HostOptions) -> i32 {
+    let name = match super::rendezvous_name(opts.addr) {
+        Ok(n) => n,
+        Err(_) => return EXIT_ERROR,
+    };
+    let listener = match SeqPacket::listen(&name) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => return EXIT_TAKEN,
+        Err(_) => return EXIT_ERROR,
+    };
+    let mut cfg = SocketConfig::default();
+    cfg.recv_buffer = opts.recv_buffer;
+    cfg.send_buffer = opts.send_buffer;
+    cfg.recv_dst_ip = false;
+    let socket = match UdpSocket::bind_with(opts.addr, &cfg) {
+        Ok(s) => s,
+        Err(_) => return EXIT_BIND,
+    };
+    // Listening and bound: the program that started us may connect.
+    if softrdma_io::detach().is_err() {
+        return EXIT_ERROR;
+    }
+    let r = Host::new(listener, socket).and_then(|mut h| h.run());
+    trace(&format!(
+        "device process {} ends: {r:?}",
+        std::process::id()
+    ));
+    match r {
+        Ok(()) => 0,
+        Err(_) => EXIT_ERROR,
+    }
+}
+
+struct Host {
+    listener: SeqPacket,
+    socket: UdpSocket,
+    poller: Poller,
+    members: Vec<Option<Member>>,
+    routes: Routes,
+    next_id: MemberId,
+    /// Emits farewell MADs (QP 1 packets) as a device would.
+    core: softrdma_proto::Device,
+    euid: u32,
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<IoMeta>,
+    /// Datagrams no member wanted.
+    unrouted: u64,
+}
+
+impl Host {
+    fn new(listener: SeqPacket, socket: UdpSocket) -> io::Result<Host> {
+        let mut poller = Poller::new(&socket)?;
+        poller.add(listener.as_raw_fd(), TOKEN_LISTEN)?;
+        let local = socket.local_addr();
+        let mut cfg = softrdma_proto::DeviceConfig::new(local.ip(), 0);
+        cfg.udp_src_port = local.port();
+        cfg.udp_dst_port = local.port();
+        Ok(Host {
+            listener,
+            socket,
+            poller,
+            members: (0..MAX_MEMBERS).map(|_| None).collect(),
+            routes: Routes::default(),
+            next_id: 1,
+            core: softrdma_proto::Device::new(cfg),
+            euid: softrdma_io::euid(),
+            bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
+            meta: vec![IoMeta::default(); RX_BATCH],
+            unrouted: 0,
+        })
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let started = Instant::now();
+        let mut ever = false;
+        let mut last_rx = Instant::now() - SPIN;
+        let mut last_reap = Instant::now();
+        loop {
+            if last_reap.elapsed() >= REAP_EVERY {
+                last_reap = Instant::now();
+                for slot in 0..MAX_MEMBERS {
+                    let dead = self.members[slot]
+                        .as_ref()
+                        .and_then(|m| m.pidfd.as_ref())
+                        .is_some_and(PidFd::exited);
+                    if dead {
+                        self.leave(slot);
+                    }
+                }
+            }
+            if self.receive() > 0 {
+                last_rx = Instant::now();
+            }
+            let timeout = if last_rx.elapsed() < SPIN {
+                Duration::ZERO
+            } else {
+                REAP_EVERY
+            };
+            let r = self.poller.wait(Some(timeout))?;
+            if r.others & (1 << TOKEN_LISTEN) != 0 {
+                self.accept();
+            }
+            for slot in 0..MAX_MEMBERS {
+                if r.others & (1u64 << (TOKEN_MEMBER0 as usize + slot)) != 0 {
+                    self.serve_member(slot);
+                }
+            }
+            let any = self.members.iter().any(Option::is_some);
+            ever |= any;
+            if !any && (ever || started.elapsed() > FIRST_MEMBER_WAIT) {
+                // The last member left: so does the device. A program
+                // connecting just now finds the name free and starts a
+                // new device process.
+                return Ok(());
+            }
+        }
+    }
+
+    /// Receives what waits on the socket and hands it out.
+    fn receive(&mut self) -> usize {
+        let mut total = 0;
+        loop {
+            let mut it = self.bufs.iter_mut();
+            let mut slices: [IoSliceMut<'_>; RX_BATCH] =
+                std::array::from_fn(|_| IoSliceMut::new(it.next().expect("RX_BATCH")));
+            let n = self
+                .socket
+                .recv(&mut slices, &mut self.meta)
+                .unwrap_or_default();
+            if n == 0 {
+                break;
+            }
+            for (m, buf) in self.meta[..n].iter().zip(self.bufs.iter()) {
+                for dgram in m.datagrams(&buf[..m.len]) {
+                    total += 1;
+                    let to = self.routes.route(m.addr.ip(), dgram);
+                    let slot = to.and_then(|id| {
+                        self.members
+                            .iter()
+                            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
+                    });
+                    let Some(member) = slot.and_then(|i| self.members[i].as_mut()) else {
+                        self.unrouted += 1;
+                        continue;
+                    };
+                    let h = rec_header(m.addr, m.tos, m.ttl.unwrap_or(64));
+                    // A full ring is loss (counted in the ring).
+                    if member.ring.push_unpublished(TAG_DATAGRAM, &[&h, dgram]) {
+                        member.dirty = true;
+                        member.pushed += 1;
+                    }
+                }
+            }
+            for member in self.members.iter_mut().flatten() {
+                if std::mem::take(&mut member.dirty) && member.ring.publish() {
+                    member.wake.signal();
+                }
+            }
+            if n < RX_BATCH {
+                break;
+            }
+        }
+        total
+    }
+
+    fn accept(&mut self) {
+        while let Ok(Some(conn)) = self.listener.accept() {
+            let _ = self.welcome(conn);
+        }
+    }
+
+    /// A new connection: checks who it is, reads its `Hello`, answers.
+    fn welcome(&mut self, conn: SeqPacket) -> io::Result<()> {
+        let cred = conn.peer_cred()?;
+        if cred.uid != self.euid {
+            // Another user's program: the abstract name is visible to
+            // every process of the namespace; the device is this user's.
+            return Ok(());
+        }
+        let Some(slot) = self.members.iter().position(Option::is_none) else {
+            let _ = conn.send(&Reply::Err(libc::EUSERS).encode(), &[]);
+            return Ok(());
+        };
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        let n = conn.recv_wait(&mut buf, &mut fds, Duration::from_secs(5))?;
+        let Ok(Request::Hello { version, comm, .. }) = Request::decode(&buf[..n]) else {
+            return Ok(());
+        };
+        if version != msg::VERSION {
+            let _ = conn.send(&Reply::WrongVersion(msg::VERSION).encode(), &[]);
+            return Ok(());
+        }
+        let Some(wake) = fds.pop() else {
+            return Ok(());
+        };
+        let ring = Ring::create("softrdma-member", MEMBER_RING)?;
+        let sock: OwnedFd = self.socket.dup_fd()?;
+        conn.send(
+            &Reply::Welcome {
+                version: msg::VERSION,
+                mtu: 0,
+                host_pid: std::process::id() as i32,
+                leased: false,
+            }
+            .encode(),
+            &[sock.as_fd(), ring.fd()],
+        )?;
+        self.poller
+            .add(conn.as_raw_fd(), TOKEN_MEMBER0 + slot as u32)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.routes.join(id);
+        self.members[slot] = Some(Member {
+            id,
+            ctl: conn,
+            ring,
+            wake: EventFd::from_fd(wake),
+            pid: cred.pid,
+            pidfd: (cred.pid > 0).then(|| PidFd::open(cred.pid).ok()).flatten(),
+            comm,
+            dirty: false,
+            pushed: 0,
+        });
+        Ok(())
+    }
+
+    /// Reads a member's requests; its end closing is its death.
+    fn serve_member(&mut self, slot: usize) {
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        loop {
+            let Some(m) = self.members[slot].as_ref() else {
+                return;
+            };
+            let id = m.id;
+            let mut fds = Vec::new();
+            let n = match m.ctl.try_recv(&mut buf, &mut fds) {
+                Ok(None) => return,
+                Ok(Some(0)) | Err(_) => {
+                    self.leave(slot);
+                    return;
+                }
+                Ok(Some(n)) => n,
+            };
+            let Ok(req) = Request::decode(&buf[..n]) else {
+                self.leave(slot);
+                return;
+            };
+            let reply = match req {
+                Request::Hello { .. } => Some(Reply::Err(libc::EISCONN)),
+                Request::ClaimQpn(q) => Some(if self.routes.claim_qpn(id, q) {
+                    Reply::Ok
+                } else {
+                    Reply::Err(libc::EBUSY)
+                }),
+                Request::FreeQpn(q) => {
+                    self.routes.free_qpn(id, q);
+                    None
+                }
+                Request::Listen(s) => Some(if self.routes.listen(id, s) {
+                    Reply::Ok
+                } else {
+                    Reply::Err(libc::EADDRINUSE)
+                }),
+                Request::Unlisten(s) => {
+                    self.routes.unlisten(id, s);
+                    None
+                }
+                Request::SendGsi { dst, packet } => {
+                    self.routes.sent(id, dst, &packet);
+                    let to = SocketAddr::new(dst, self.socket.local_addr().port());
+                    let _ = self.socket.send(&[Transmit::new(to, &packet)]);
+                    None
+                }
+                Request::Members => Some(Reply::Members(self.member_list())),
+                Request::Bye => {
+                    self.leave(slot);
+                    return;
+                }
+            };
+            if let Some(r) = reply {
+                let m = self.members[slot].as_ref().expect("member");
+                if m.ctl.send(&r.encode(), &[]).is_err() {
+                    self.leave(slot);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn member_list(&self) -> Vec<MemberInfo> {
+        self.members
+            .iter()
+            .flatten()
+            .map(|m| MemberInfo {
+                pid: m.pid,
+                comm: m.comm.clone(),
+                qps: self.routes.qpns_of(m.id) as u32,
+                leased: false,
+                same_host: false,
+            })
+            .collect()
+    }
+
+    /// A member is gone: its QPs and listeners with it; its peers told.
+    fn leave(&mut self, slot: usize) {
+        let Some(m) = self.members[slot].take() else {
+            return;
+        };
+        trace(&format!(
+            "member {} pid {} left: pushed {}, ring refused {}, unrouted so far {}",
+            m.id,
+            m.pid,
+            m.pushed,
+            m.ring.refused_count(),
+            self.unrouted
+        ));
+        let _ = self.poller.remove(m.ctl.as_raw_fd());
+        let port = self.socket.local_addr().port();
+        let mut buf = vec![0u8; 512];
+        for f in self.routes.leave(m.id) {
+            if let Some(t) = self.core.emit_gsi(
+                f.dst,
+                Qpn::GSI,
+                softrdma_wire::QKey(softrdma_wire::mad::GSI_QKEY),
+                &f.mad,
+                &mut buf,
+            ) {
+                let to = SocketAddr::new(f.dst, port);
+                let _ = self.socket.send(&[Transmit::new(to, &buf[..t.len])]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_header_round_trips() {
+        for src in ["10.1.2.3:4791", "[fe80::1]:1234"] {
+            let a: SocketAddr = src.parse().unwrap();
+            let h = rec_header(a, 0x2e, 17);
+            assert_eq!(parse_rec_header(&h), Some((a, 0x2e, 17)));
+        }
+        assert_eq!(parse_rec_header(&[0; REC_HDR]), None);
+        assert_eq!(parse_rec_header(&[4; 3]), None);
+    }
+}

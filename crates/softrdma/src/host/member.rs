@@ -1,0 +1,260 @@
+//! A program's end of a shared device: joins the device process (starting
+//! it if there is none), claims QP numbers and listeners, sends QP 1
+//! traffic through it, and reads its datagrams from the ring.
+
+use super::daemon::{parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM};
+use super::msg::{self, MemberInfo, Reply, Request};
+use crate::sync::Mutex;
+use softrdma_io::{EventFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
+use std::ffi::OsString;
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// How long a request waits for the device process's answer.
+const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// How long joining retries (a device process leaving as we arrive, one
+/// starting).
+const JOIN_WAIT: Duration = Duration::from_secs(5);
+
+/// A member's link to its device process.
+pub(crate) struct Member {
+    ctl: Mutex<SeqPacket>,
+    ring: Mutex<Ring>,
+    /// The device process writes it when it fills the ring while we sleep.
+    wake: EventFd,
+    /// The device process's pid (as this process sees it).
+    pub host_pid: i32,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("host_pid", &self.host_pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why joining did not happen.
+#[derive(Debug)]
+pub(crate) enum NoJoin {
+    /// No device process can run here (no binary, sharing off, or the
+    /// address is held by something else): bind exclusively, which says
+    /// what holds it.
+    Exclusive,
+}
+
+impl Member {
+    /// Joins the shared device at `addr`, starting its device process if
+    /// needed. Returns the device's socket (a duplicate) and the link.
+    pub fn join(
+        addr: SocketAddr,
+        opts: &crate::DeviceOptions,
+    ) -> Result<(UdpSocket, Member), NoJoin> {
+        if !super::sharing_enabled() {
+            return Err(NoJoin::Exclusive);
+        }
+        let name = super::rendezvous_name(addr).map_err(|_| NoJoin::Exclusive)?;
+        let deadline = Instant::now() + JOIN_WAIT;
+        let mut started = false;
+        loop {
+            match SeqPacket::connect(&name) {
+                Ok(conn) => match Self::hello(conn) {
+                    Ok(j) => return Ok(j),
+                    // The device process left as we came: start again.
+                    Err(_) if Instant::now() < deadline => {}
+                    Err(_) => return Err(NoJoin::Exclusive),
+                },
+                Err(_) if !started || Instant::now() < deadline => {
+                    let Some(bin) = super::daemon_binary() else {
+                        return Err(NoJoin::Exclusive);
+                    };
+                    started = true;
+                    let args: Vec<OsString> = vec![
+                        super::SUBCOMMAND.into(),
+                        "--addr".into(),
+                        addr.ip().to_string().into(),
+                        "--port".into(),
+                        addr.port().to_string().into(),
+                        "--recv-buffer".into(),
+                        opts.recv_buffer.to_string().into(),
+                        "--send-buffer".into(),
+                        opts.send_buffer.to_string().into(),
+                    ];
+                    match softrdma_io::spawn_detached(&bin, &args, &[]) {
+                        Ok(EXIT_RUNNING | EXIT_TAKEN) => {}
+                        Ok(EXIT_BIND) | Ok(_) | Err(_) => return Err(NoJoin::Exclusive),
+                    }
+                }
+                Err(_) => return Err(NoJoin::Exclusive),
+            }
+            if Instant::now() >= deadline {
+                return Err(NoJoin::Exclusive);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn hello(conn: SeqPacket) -> io::Result<(UdpSocket, Member)> {
+        let cred = conn.peer_cred()?;
+        if cred.uid != softrdma_io::euid() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the device process is another user's",
+            ));
+        }
+        let wake = EventFd::new()?;
+        let comm = std::fs::read_to_string("/proc/self/comm")
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_default();
+        conn.send(
+            &Request::Hello {
+                version: msg::VERSION,
+                same_host: false,
+                mtu: 0,
+                comm,
+            }
+            .encode(),
+            &[wake_fd(&wake)],
+        )?;
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        let n = conn.recv_wait(&mut buf, &mut fds, REPLY_WAIT)?;
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        match Reply::decode(&buf[..n]) {
+            Ok(Reply::Welcome { host_pid, .. }) if fds.len() == 2 => {
+                let ring_fd = fds.pop().expect("2");
+                let sock_fd = fds.pop().expect("2");
+                let socket = UdpSocket::from_fd(sock_fd)?;
+                let ring = Ring::attach(ring_fd)?;
+                Ok((
+                    socket,
+                    Member {
+                        ctl: Mutex::new(conn),
+                        ring: Mutex::new(ring),
+                        wake,
+                        host_pid,
+                    },
+                ))
+            }
+            Ok(Reply::WrongVersion(v)) => Err(bad(&format!(
+                "the device process speaks version {v}, this library {}",
+                msg::VERSION
+            ))),
+            _ => Err(bad("unexpected answer from the device process")),
+        }
+    }
+
+    /// Sends a request and waits for its answer.
+    fn request(&self, req: &Request) -> io::Result<Reply> {
+        let ctl = self.ctl.lock();
+        ctl.send(&req.encode(), &[])?;
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT)?;
+        Reply::decode(&buf[..n]).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+    }
+
+    /// Sends a message that has no answer.
+    fn notify(&self, req: &Request) {
+        let _ = self.ctl.lock().send(&req.encode(), &[]);
+    }
+
+    /// Claims (`true`) or gives back a QP number; whether the claim holds.
+    pub fn claim_qpn(&self, qpn: u32, claim: bool) -> bool {
+        if claim {
+            matches!(self.request(&Request::ClaimQpn(qpn)), Ok(Reply::Ok))
+        } else {
+            self.notify(&Request::FreeQpn(qpn));
+            true
+        }
+    }
+
+    /// Takes connection requests for `sid`: `Err(errno)` when another
+    /// process of the device listens on it.
+    pub fn listen(&self, sid: u64) -> Result<(), i32> {
+        match self.request(&Request::Listen(sid)) {
+            Ok(Reply::Ok) => Ok(()),
+            Ok(Reply::Err(e)) => Err(e),
+            _ => Err(libc::EIO),
+        }
+    }
+
+    /// Stops taking them.
+    pub fn unlisten(&self, sid: u64) {
+        self.notify(&Request::Unlisten(sid));
+    }
+
+    /// Sends a QP 1 datagram through the device process.
+    pub fn send_gsi(&self, dst: IpAddr, packet: &[u8]) {
+        self.notify(&Request::SendGsi {
+            dst,
+            packet: packet.to_vec(),
+        });
+    }
+
+    /// Who shares the device.
+    pub fn members(&self) -> io::Result<Vec<MemberInfo>> {
+        match self.request(&Request::Members)? {
+            Reply::Members(v) => Ok(v),
+            _ => Err(io::Error::from(io::ErrorKind::InvalidData)),
+        }
+    }
+
+    /// The descriptor the device process writes to wake us.
+    pub fn wake_fd(&self) -> RawFd {
+        self.wake.as_fd().as_raw_fd()
+    }
+
+    /// Clears the wake-up.
+    pub fn drain_wake(&self) {
+        self.wake.drain();
+    }
+
+    /// About to sleep: `false` when datagrams wait (do not sleep).
+    pub fn prepare_sleep(&self) -> bool {
+        self.ring.lock().prepare_sleep()
+    }
+
+    /// Back from sleeping.
+    pub fn awake(&self) {
+        self.ring.lock().awake();
+    }
+
+    /// Takes up to `bufs.len()` datagrams from the ring, as a socket's
+    /// receive would.
+    pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+        let mut ring = self.ring.lock();
+        let mut n = 0;
+        while n < bufs.len() {
+            let buf = &mut bufs[n];
+            let Some((tag, len)) = ring.pop_unreleased(buf) else {
+                break;
+            };
+            if tag != TAG_DATAGRAM || len < REC_HDR {
+                continue;
+            }
+            let Some((src, tos, ttl)) = parse_rec_header(&buf[..REC_HDR]) else {
+                continue;
+            };
+            buf.copy_within(REC_HDR..len, 0);
+            let dlen = len - REC_HDR;
+            meta[n] = IoMeta {
+                addr: src,
+                len: dlen,
+                stride: dlen,
+                dst_ip: None,
+                tos,
+                ttl: Some(ttl),
+            };
+            n += 1;
+        }
+        ring.release();
+        n
+    }
+}
+
+fn wake_fd(e: &EventFd) -> std::os::fd::BorrowedFd<'_> {
+    e.as_fd()
+}
