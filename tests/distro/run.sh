@@ -224,7 +224,7 @@ stage_headers() {
 stage_pyverbs() {
   mount_root "$CACHE/trixie-rdma"
   install_deb || return
-  cp "$HERE/pyverbs.sh" "$HERE/pyverbs_run.py" "$R/ci/"
+  cp "$HERE/pyverbs.sh" "$HERE/pyverbs_run.py" "$HERE/pyverbs_summary.py" "$R/ci/"
   local expect=""
   if [ -f "$HERE/pyverbs-expect.txt" ]; then
     cp "$HERE/pyverbs-expect.txt" "$R/ci/"

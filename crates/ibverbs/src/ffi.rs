@@ -935,6 +935,7 @@ pub const IBV_DEVICE_BAD_QKEY_CNTR: c_uint = 1 << 2;
 pub const IBV_DEVICE_CURR_QP_STATE_MOD: c_uint = 1 << 7;
 pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
+pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
 pub const IBV_DEVICE_N_NOTIFY_CQ: c_uint = 1 << 14;
 pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
 pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;

@@ -47,6 +47,8 @@ fn device_attr(c: &Context) -> ibv_device_attr {
         | IBV_DEVICE_CURR_QP_STATE_MOD
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
+        // ibv_modify_srq(IBV_SRQ_MAX_WR), as rxe
+        | IBV_DEVICE_SRQ_RESIZE
         | IBV_DEVICE_N_NOTIFY_CQ
         // Memory windows of type 1 and 2; a type 2 window is bound to one
         // QP, by number (2A) and as that QP (2B): on RC and UC, where a

@@ -141,7 +141,13 @@ pub unsafe extern "C" fn modify_srq(
             return libc::EINVAL;
         }
         if mask & IBV_SRQ_MAX_WR != 0 {
-            return libc::EOPNOTSUPP; // no SRQ resize (not in device_cap_flags)
+            // IBV_DEVICE_SRQ_RESIZE: the new depth, before a limit given
+            // with it is checked against it.
+            // SAFETY: valid attribute structure.
+            let max_wr = unsafe { (*attr).max_wr };
+            if let Err(e) = x.srq.resize(max_wr) {
+                return e.errno();
+            }
         }
         if mask & IBV_SRQ_LIMIT != 0 {
             // SAFETY: valid attribute structure.

@@ -41,7 +41,9 @@ impl Device {
     ) -> VerbsResult<()> {
         let s = self.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchObject)?;
         if let Some(m) = max_wr {
-            if m == 0 || m > limits::MAX_SRQ_WR || (m as usize) < s.queue.len() {
+            // Never below the receives it holds nor below an armed limit
+            // (rxe's rxe_srq_chk_attr refuses the same with EINVAL).
+            if m == 0 || m > limits::MAX_SRQ_WR || (m as usize) < s.queue.len() || m < s.limit {
                 return Err(VerbsError::InvalidArgument("max_wr out of range"));
             }
             s.max_wr = m;

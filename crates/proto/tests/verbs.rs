@@ -377,6 +377,57 @@ fn srq_shares_receives_and_raises_the_limit_event() {
 }
 
 #[test]
+fn srq_resizes_but_never_below_its_receives_or_its_limit() {
+    let mut r = Rig::new(Setup {
+        srq: true,
+        ..Default::default()
+    });
+    let srq = SrqId(0);
+    for i in 0..4 {
+        r.dev
+            .post_srq_recv(
+                srq,
+                RecvWr {
+                    wr_id: i,
+                    sg_list: vec![],
+                },
+            )
+            .unwrap();
+    }
+    r.dev.modify_srq(srq, Some(32), None).unwrap();
+    assert_eq!(r.dev.query_srq(srq).unwrap(), (32, 4, 0, 4), "grown");
+    r.dev.modify_srq(srq, Some(4), None).unwrap();
+    assert_eq!(
+        r.dev.query_srq(srq).unwrap().0,
+        4,
+        "shrunk to what it holds"
+    );
+    assert!(
+        r.dev
+            .post_srq_recv(
+                srq,
+                RecvWr {
+                    wr_id: 9,
+                    sg_list: vec![]
+                }
+            )
+            .is_err(),
+        "full at the new depth"
+    );
+    assert!(
+        r.dev.modify_srq(srq, Some(3), None).is_err(),
+        "below its receives"
+    );
+    assert!(r.dev.modify_srq(srq, Some(0), None).is_err());
+    r.dev.modify_srq(srq, Some(16), Some(8)).unwrap();
+    assert!(
+        r.dev.modify_srq(srq, Some(6), None).is_err(),
+        "below the armed limit"
+    );
+    assert_eq!(r.dev.query_srq(srq).unwrap(), (16, 4, 8, 4));
+}
+
+#[test]
 fn objects_in_use_cannot_be_destroyed() {
     let (mut dev, pd, cq, qpn) = fresh();
     assert_eq!(dev.destroy_cq(cq).unwrap_err(), VerbsError::Busy);

@@ -727,6 +727,18 @@ impl SharedReceiveQueue {
             .shared()
             .with_core(|c, _| c.modify_srq(id, None, Some(limit)))?)
     }
+    /// Resizes the queue to `max_wr` receives (`ibv_modify_srq` with
+    /// IBV_SRQ_MAX_WR): never below the receives it holds or its armed limit.
+    pub fn resize(&self, max_wr: u32) -> Result<()> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .pd
+            .inner
+            .dev
+            .shared()
+            .with_core(|c, _| c.modify_srq(id, Some(max_wr), None))?)
+    }
     /// (max_wr, max_sge, limit, queued).
     pub fn query(&self) -> Result<(u32, u32, u32, u32)> {
         let id = self.inner.id;

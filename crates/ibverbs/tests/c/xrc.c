@@ -236,6 +236,15 @@ static void traffic(void)
 	struct ibv_srq *b = ibv_create_srq(pd, &basic);
 	uint32_t nb;
 	CHECK(b && ibv_get_srq_num(b, &nb) == EOPNOTSUPP, "a basic SRQ has no number");
+	/* SRQ resize (rdma-core's test_srq.test_resize_srq, which passes on rxe) */
+	struct ibv_device_attr da;
+	struct ibv_srq_attr sz = { .max_wr = 8 }, got = { 0 };
+	CHECK(!ibv_query_device(ctx, &da) && (da.device_cap_flags & IBV_DEVICE_SRQ_RESIZE) &&
+		      !ibv_modify_srq(b, &sz, IBV_SRQ_MAX_WR) && !ibv_query_srq(b, &got) &&
+		      got.max_wr >= 8,
+	      "IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(IBV_SRQ_MAX_WR) 4 -> %u", got.max_wr);
+	sz.max_wr = 0;
+	CHECK(ibv_modify_srq(b, &sz, IBV_SRQ_MAX_WR) == EINVAL, "a depth of 0: EINVAL");
 	ibv_destroy_srq(b);
 
 	/* QPs: a TGT QP needs its domain; ibv_create_qp cannot make one. */
