@@ -270,9 +270,17 @@ fn c_fn_pointer(f: &syn::TypeBareFn) -> String {
 /// For every `Option<FnType>` member of a structure of ffi.rs: the member
 /// has the C type of `FnType` (`__builtin_types_compatible_p`).
 fn fn_pointer_checks(dir: &str, newer: &dyn Fn(&str, &str) -> bool) -> String {
-    // ffi.rs and the file it includes (XRC's structures).
-    let src = std::fs::read_to_string(format!("{dir}/src/ffi.rs")).expect("ffi.rs")
-        + &std::fs::read_to_string(format!("{dir}/src/ffi_xrc.rs")).expect("ffi_xrc.rs");
+    // ffi.rs and the files it includes.
+    let src: String = [
+        "ffi.rs",
+        "ffi_queues.rs",
+        "ffi_consts.rs",
+        "ffi_layout.rs",
+        "ffi_xrc.rs",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(format!("{dir}/src/{f}")).expect(f))
+    .collect();
     let file = syn::parse_file(&src).expect("ffi.rs parses");
     let aliases: std::collections::HashMap<String, &syn::TypeBareFn> = file
         .items

@@ -14,8 +14,11 @@
 //! libopenmpi-dev (scripts/deps installs them) and the built library; one
 //! test at a time with the other interop tests (their flock).
 
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+#[path = "common/libs.rs"]
+mod libs;
+
+use libs::{profile_dir, serial};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,50 +29,9 @@ const CLIENT: &str = "127.68.10.2";
 /// 0.5 % held back, 0.2 % corrupted.
 const FAULTS: &str = "loss=1%,dup=0.5%,reorder=0.5%,corrupt=0.2%";
 
-/// `target/<profile>`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `…/deps/NAME`.
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's libraries.
+/// `softrdma exec --lib` with this build's libraries (libs.rs).
 fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-faults-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("librdmacm.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
+    libs::lib_dir("softrdma-faults-lib", true)
 }
 
 fn require(tool: &str) {
@@ -79,22 +41,6 @@ fn require(tool: &str) {
         "{tool} not found: apt-get install -y perftest ibverbs-utils rdmacm-utils ucx-utils \
          openmpi-bin libopenmpi-dev (scripts/deps)"
     );
-}
-
-/// One at a time, with the other interop tests.
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial() -> Serial {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(profile_dir().join("softrdma-ibverbs-interop.lock"))
-        .expect("lock file");
-    // SAFETY: flock on a descriptor we own; blocks until granted.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Serial(f)
 }
 
 /// `SOFTRDMA_FAULTS=seed=SEED,FAULTS softrdma exec --lib … --addr ADDR --

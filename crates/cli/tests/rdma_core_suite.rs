@@ -22,6 +22,10 @@
 //! Needs python3-pyverbs (scripts/deps) and root for the huge pages; either
 //! missing fails the test loudly. Holds the ibverbs interop tests' lock.
 
+#[path = "common/libs.rs"]
+mod libs;
+
+use libs::{profile_dir, serial};
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -158,70 +162,9 @@ const HUGE_PAGES: u64 = 16;
 /// for their stuck processes).
 const MODULE_LIMIT: Duration = Duration::from_secs(600);
 
-/// `target/<profile>`: two levels up from this test.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME`.
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's libraries.
+/// `softrdma exec --lib` with this build's libraries (libs.rs).
 fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-suite-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
-}
-
-/// One test at a time with the ibverbs interop tests (their lock).
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial() -> Serial {
-    let p = profile_dir().join("softrdma-ibverbs-interop.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .expect("lock file");
-    let st = Command::new("flock")
-        .arg("-x")
-        .arg("0")
-        .stdin(f.try_clone().expect("dup"))
-        .status()
-        .expect("flock (util-linux)");
-    assert!(st.success(), "flock");
-    Serial(f)
+    libs::lib_dir("softrdma-suite-lib", false)
 }
 
 /// At least [`HUGE_PAGES`] 2 MiB pages, given back as they were when

@@ -9,52 +9,16 @@
 //! Needs gcc, libibverbs-dev, python3, iproute2 and Open MPI (scripts/deps);
 //! a missing tool fails the test.
 
+#[path = "common/libs.rs"]
+mod libs;
+
+use libs::profile_dir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `target/<profile>`: two levels up from this test.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME`.
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's libraries.
+/// `softrdma exec --lib` with this build's libraries (libs.rs).
 fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-sysfs-test-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
+    libs::lib_dir("softrdma-sysfs-test-lib", false)
 }
 
 fn require(tool: &str) {

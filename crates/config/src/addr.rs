@@ -1,7 +1,6 @@
 //! Device addresses as configured (`ADDRESS`: an IP, `auto`, `if:NAME`,
 //! `first`) and their resolution against this host's interfaces.
 
-use std::ffi::CStr;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -122,49 +121,15 @@ pub struct IfAddr {
 
 /// The addresses of this host's (this network namespace's) interfaces.
 pub fn interfaces() -> Vec<IfAddr> {
-    let mut out = Vec::new();
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list that is freed below.
-    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-        return out;
-    }
-    let mut p = ifa;
-    while !p.is_null() {
-        // SAFETY: a node of the list getifaddrs returned.
-        let i = unsafe { &*p };
-        p = i.ifa_next;
-        if i.ifa_addr.is_null() || i.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr points to a sockaddr of the family it names.
-        let ip = unsafe {
-            match (*i.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let s = &*(i.ifa_addr as *const libc::sockaddr_in);
-                    IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes())
-                }
-                libc::AF_INET6 => {
-                    let s = &*(i.ifa_addr as *const libc::sockaddr_in6);
-                    IpAddr::from(s.sin6_addr.s6_addr)
-                }
-                _ => continue,
-            }
-        };
-        // SAFETY: ifa_name is a NUL-terminated interface name.
-        let name = unsafe { CStr::from_ptr(i.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        let flags = i.ifa_flags as libc::c_int;
-        out.push(IfAddr {
-            name,
-            ip,
-            loopback: flags & libc::IFF_LOOPBACK != 0,
-            up: flags & libc::IFF_UP != 0,
-        });
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(ifa) };
-    out
+    softrdma_io::host::addresses()
+        .into_iter()
+        .map(|a| IfAddr {
+            name: a.name,
+            ip: a.ip,
+            loopback: a.loopback,
+            up: a.up,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -64,6 +64,12 @@ pub fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
     }
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_create_ah`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_ah(p: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     guard_ptr(|| {
         let x = Obj::<Pd>::get_use(p).ok_or(libc::EINVAL)?;
@@ -82,10 +88,22 @@ pub unsafe extern "C" fn create_ah(p: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *m
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_destroy_ah`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_ah(a: *mut ibv_ah) -> c_int {
     guard_errno(|| Obj::<Ah>::take(a).map_or_else(|e| e, |_| 0))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_init_ah_from_wc`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn init_ah_from_wc(
     ctx: *mut ibv_context,
     port: u8,
@@ -124,6 +142,12 @@ pub unsafe extern "C" fn init_ah_from_wc(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_create_ah_from_wc`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_ah_from_wc(
     p: *mut ibv_pd,
     wc: *mut ibv_wc,

@@ -29,6 +29,12 @@ impl Castable for Channel {
     const MAGIC: u64 = 0x5352_4348_0000_0005;
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_create_comp_channel`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
     guard_ptr(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
@@ -43,6 +49,12 @@ pub unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_destroy_comp_channel`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int {
     // EBUSY while CQs use it.
     guard_errno(|| Obj::<Channel>::take(p).map_or_else(|e| e, |_| 0))
@@ -51,6 +63,11 @@ pub unsafe extern "C" fn destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int
 /// `ibv_get_cq_event`: blocks (unless the descriptor is non-blocking)
 /// until a CQ of the channel has a notification. A cancellation point, as
 /// libibverbs' `read()` on the channel: see `util`.
+///
+/// # Safety
+/// The C contract of `ibv_get_cq_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_cq_event(
     p: *mut ibv_comp_channel,
     cq_out: *mut *mut ibv_cq,
@@ -116,6 +133,12 @@ fn take_cq_event(
     Ok(false)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_ack_cq_events`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn ack_cq_events(cq: *mut ibv_cq, n: u32) {
     guard_data((), || {
         if let Some(q) = Obj::<Cq>::get(cq) {

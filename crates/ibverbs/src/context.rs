@@ -29,7 +29,7 @@ use softrdma::{AsyncEvent, Device, FdWatch, Qpn};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -71,13 +71,7 @@ pub type UContext = (u64, u64);
 
 /// The (device, inode) of an open descriptor.
 pub fn file_id(fd: c_int) -> Result<UContext, i32> {
-    // SAFETY: plain data; fstat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid stat buffer; a bad descriptor is EBADF.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(crate::util::errno());
-    }
-    Ok((st.st_dev, st.st_ino))
+    softrdma_io::host::file_id(fd).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// The name of a context's command file (a memfd), as /proc shows it
@@ -88,13 +82,7 @@ pub const CMD_FILE_PREFIX: &str = "softrdma-uverbs:";
 /// A new command file for a context of device `name`.
 fn cmd_file(name: &str) -> Result<OwnedFd, i32> {
     let n = std::ffi::CString::new(format!("{CMD_FILE_PREFIX}{name}")).map_err(|_| libc::EINVAL)?;
-    // SAFETY: a NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(n.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(crate::util::errno());
-    }
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    softrdma_io::host::memfd(&n).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 impl Castable for Context {
@@ -189,9 +177,8 @@ pub fn new_context(
             return Err((e.raw_os_error().unwrap_or(libc::EIO), cmd));
         }
     };
-    // SAFETY: verbs_context is plain data (pointers, Option<fn>, ints):
-    // all-zero is valid, and every function slot is then None.
-    let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
+    // Every function slot starts None.
+    let mut vctx: verbs_context = crate::util::zeroed();
     vctx.query_port = Some(crate::query::query_port_ex);
     vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
     vctx.query_device_ex = Some(crate::query::query_device_ex);
@@ -230,12 +217,17 @@ pub fn new_context(
         yield_idle,
         _cmd: cmd,
         ucontext,
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
+        pid: std::process::id() as libc::pid_t,
     };
     Ok(Obj::new(vctx, ctx).publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_close_device`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
     // Always succeeds for a live context, like libibverbs; the context is
     // freed now or with its last object (whichever reference goes last).
@@ -251,6 +243,11 @@ pub unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
 /// `ibv_get_async_event`: blocks (unless the descriptor is non-blocking)
 /// until the device has an asynchronous event. A cancellation point, as
 /// libibverbs' `read()` on `async_fd`: see `util`.
+///
+/// # Safety
+/// The C contract of `ibv_get_async_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_async_event(
     ctx: *mut ibv_context,
     ev: *mut ibv_async_event,
@@ -324,6 +321,11 @@ fn translate_async_event(c: &Context, e: AsyncEvent) -> Option<ibv_async_event> 
 }
 
 /// `ibv_ack_async_event`: counts the event on its object.
+///
+/// # Safety
+/// The C contract of `ibv_ack_async_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
     guard((), || {
         if ev.is_null() {

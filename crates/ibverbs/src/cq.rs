@@ -162,6 +162,12 @@ fn new_cq(
     Ok(o.publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_create_cq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
@@ -172,6 +178,12 @@ pub unsafe extern "C" fn create_cq(
     guard_ptr(|| new_cq(ctx, cqe, cq_context, ch, comp_vector, CqEx::default()))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_cq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -222,6 +234,12 @@ pub unsafe extern "C" fn create_cq_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_destroy_cq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     // EBUSY while QPs use it.
     guard_errno(|| match Obj::<Cq>::take(cq) {
@@ -238,6 +256,12 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_resize_cq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     guard_errno(|| {
         let Some(q) = Obj::<Cq>::get(cq) else {
@@ -286,6 +310,12 @@ pub fn to_ibv_wc(w: &Wc, grh_sl: u8, o: &mut ibv_wc) {
 
 const POLL_CHUNK: usize = 16;
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     guard_data(-libc::EIO, || {
         if cq.is_null() {
@@ -335,6 +365,12 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard_data_errno(|| {
         // SAFETY: reached through `context->ops` with the program's CQ.

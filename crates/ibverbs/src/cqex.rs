@@ -10,6 +10,12 @@ use crate::util::guard_data;
 use softrdma::{Wc, WcFlags};
 use std::ffi::{c_int, c_uint};
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
     guard_data(libc::EIO, || {
         let Some(q) = cq_ex(cq) else {
@@ -23,6 +29,12 @@ pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_a
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
     guard_data(libc::EIO, || match cq_ex(cq) {
         Some(q) => q.poll_one(),
@@ -30,6 +42,12 @@ pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
 
 fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
@@ -39,18 +57,42 @@ fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
     read(cq, |w| w.opcode as c_int)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
     read(cq, |w| w.byte_len)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
     read(cq, |w| {
         if w.wc_flags.contains(WcFlags::WITH_IMM) {
@@ -61,22 +103,52 @@ pub unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
     read(cq, |w| w.qp_num.value())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
     read(cq, |w| w.src_qp.value())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
     read(cq, |w| w.wc_flags.0)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
     guard_data(0, || match cq_ex(cq) {
         Some(q) if q.current().wc_flags.contains(WcFlags::GRH) => q.grh_sl,
@@ -84,6 +156,12 @@ pub unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
     0
 }
@@ -91,12 +169,22 @@ pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
 /// `ibv_wc_read_completion_ts`: the device clock when the completion was
 /// generated, in cycles of `hca_core_clock` (1 GHz: nanoseconds since the
 /// device opened).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
     guard_data(0, || cq_ex(cq).map_or(0, |q| q.current_ts()))
 }
 
 /// `ibv_wc_read_completion_wallclock_ns`: the same instant on the wall
 /// clock (ns since the epoch, CLOCK_REALTIME).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
     guard_data(0, || {
         let Some(q) = cq_ex(cq) else {

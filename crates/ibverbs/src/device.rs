@@ -78,9 +78,7 @@ pub fn devices() -> &'static [&'static DevEntry] {
 /// The entry of the `index`th device: `dev_name` `uverbsN` and its sysfs
 /// paths, as a kernel device's (the preload library's sysfs view has them).
 fn leak_entry(index: usize, cfg: DevConfig) -> &'static DevEntry {
-    // SAFETY: ibv_device is plain data (pointers, ints, arrays): all-zero
-    // is a valid value.
-    let mut c: ibv_device = unsafe { std::mem::zeroed() };
+    let mut c: ibv_device = crate::util::zeroed();
     c.node_type = IBV_NODE_CA;
     c.transport_type = IBV_TRANSPORT_IB;
     copy_cstr(&mut c.name, &cfg.name);
@@ -187,6 +185,12 @@ pub(crate) fn lists_for_fork() -> std::sync::MutexGuard<'static, Option<HashSet<
     LISTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_get_device_list`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard_ptr(|| {
         let devs = device_list()?;
@@ -215,6 +219,12 @@ pub unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ibv_devic
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_free_device_list`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn free_device_list(list: *mut *mut ibv_device) {
     guard((), || {
         let ours = LISTS
@@ -229,6 +239,12 @@ pub unsafe extern "C" fn free_device_list(list: *mut *mut ibv_device) {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_get_device_name`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_device_name(dev: *mut ibv_device) -> *const c_char {
     guard(std::ptr::null(), || match entry(dev) {
         Some(e) => e.c.name.as_ptr(),
@@ -239,6 +255,12 @@ pub unsafe extern "C" fn get_device_name(dev: *mut ibv_device) -> *const c_char 
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_get_device_index`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_device_index(dev: *mut ibv_device) -> c_int {
     guard(-1, || {
         devices()
@@ -248,12 +270,24 @@ pub unsafe extern "C" fn get_device_index(dev: *mut ibv_device) -> c_int {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_get_device_guid`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_device_guid(dev: *mut ibv_device) -> __be64 {
     guard(0, || {
         entry(dev).map_or(0, |e| e.guid_be.load(Ordering::Relaxed))
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_open_device`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
     guard_ptr(|| crate::context::open(entry(dev).ok_or(libc::EINVAL)?))
 }

@@ -65,6 +65,12 @@ unsafe impl Send for Parent {}
 // SAFETY: as above.
 unsafe impl Sync for Parent {}
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn alloc_td(
     ctx: *mut ibv_context,
     attr: *mut ibv_td_init_attr,
@@ -81,11 +87,23 @@ pub unsafe extern "C" fn alloc_td(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
     // EBUSY while parent domains use it.
     guard_errno(|| Obj::<Td>::take(td).map_or_else(|e| e, |_| 0))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn alloc_parent_domain(
     ctx: *mut ibv_context,
     attr: *mut ibv_parent_domain_init_attr,

@@ -14,6 +14,9 @@
 //! alongside — libmlx5, librdmacm — still load against this library).
 //! rustc's own export list of the cdylib never names these labels, so its
 //! version script and ours do not collide.
+//!
+//! x86-64 only (lib.rs compiles this module on x86-64 and refuses to build
+//! elsewhere): the jump is `endbr64; jmp`, the data an ELF `.bss` object.
 
 use crate::{
     ah, channel, context, cq, device, import, misc, mr, pd, qp, query, rdmacm, srq, sysfs,
@@ -290,15 +293,15 @@ export!(rdma_notify "@@" "RDMACM_1.0" => rdmacm::id::notify);
 export!(rdma_disconnect "@@" "RDMACM_1.0" => rdmacm::id::disconnect);
 export!(rdma_get_cm_event "@@" "RDMACM_1.0" => rdmacm::event::get_cm_event);
 export!(rdma_ack_cm_event "@@" "RDMACM_1.0" => rdmacm::event::ack_cm_event);
-export!(rdma_get_src_port "@@" "RDMACM_1.0" => rdmacm::id::get_src_port);
-export!(rdma_get_dst_port "@@" "RDMACM_1.0" => rdmacm::id::get_dst_port);
+export!(rdma_get_src_port "@@" "RDMACM_1.0" => rdmacm::options::get_src_port);
+export!(rdma_get_dst_port "@@" "RDMACM_1.0" => rdmacm::options::get_dst_port);
 export!(rdma_join_multicast "@@" "RDMACM_1.0" => rdmacm::mcast::join_multicast);
 export!(rdma_leave_multicast "@@" "RDMACM_1.0" => rdmacm::mcast::leave_multicast);
 export!(rdma_get_devices "@@" "RDMACM_1.0" => rdmacm::device::get_devices);
 export!(rdma_free_devices "@@" "RDMACM_1.0" => rdmacm::device::free_devices);
 export!(rdma_event_str "@@" "RDMACM_1.0" => rdmacm::event::event_str);
-export!(rdma_set_option "@@" "RDMACM_1.0" => rdmacm::id::set_option);
-export!(rdma_migrate_id "@@" "RDMACM_1.0" => rdmacm::id::migrate_id);
+export!(rdma_set_option "@@" "RDMACM_1.0" => rdmacm::options::set_option);
+export!(rdma_migrate_id "@@" "RDMACM_1.0" => rdmacm::options::migrate_id);
 export!(rdma_getaddrinfo "@@" "RDMACM_1.0" => rdmacm::addrinfo::getaddrinfo);
 export!(rdma_freeaddrinfo "@@" "RDMACM_1.0" => rdmacm::addrinfo::freeaddrinfo);
 export!(rdma_get_request "@@" "RDMACM_1.0" => rdmacm::id::get_request);
@@ -337,7 +340,7 @@ export!(riounmap "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
 export!(riowrite "@@" "RDMACM_1.0" => rdmacm::rsocket_unsupported);
 export!(rdma_join_multicast_ex "@@" "RDMACM_1.1" => rdmacm::mcast::join_multicast_ex);
 export!(rdma_establish "@@" "RDMACM_1.2" => rdmacm::id::establish);
-export!(rdma_init_qp_attr "@@" "RDMACM_1.2" => rdmacm::id::init_qp_attr);
-export!(rdma_get_remote_ece "@@" "RDMACM_1.3" => rdmacm::id::get_remote_ece);
+export!(rdma_init_qp_attr "@@" "RDMACM_1.2" => rdmacm::options::init_qp_attr);
+export!(rdma_get_remote_ece "@@" "RDMACM_1.3" => rdmacm::options::get_remote_ece);
 export!(rdma_reject_ece "@@" "RDMACM_1.3" => rdmacm::id::reject_ece);
-export!(rdma_set_local_ece "@@" "RDMACM_1.3" => rdmacm::id::set_local_ece);
+export!(rdma_set_local_ece "@@" "RDMACM_1.3" => rdmacm::options::set_local_ece);

@@ -59,11 +59,16 @@ fn is_softrdma_cmd_file(fd: c_int) -> bool {
         .unwrap_or(false)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_import_device`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut ibv_context {
     guard_ptr(|| {
         let id = file_id(cmd_fd)?;
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
+        let me = std::process::id() as libc::pid_t;
         let Some(orig) = Obj::<Context>::find(|c| c.ucontext == id && c.pid == me) else {
             return Err(if is_softrdma_cmd_file(cmd_fd) {
                 libc::EOPNOTSUPP
@@ -83,6 +88,12 @@ pub unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut ibv_context {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_import_pd`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn import_pd(ctx: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd {
     guard_ptr(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
@@ -98,10 +109,22 @@ pub unsafe extern "C" fn import_pd(ctx: *mut ibv_context, pd_handle: u32) -> *mu
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_unimport_pd`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn unimport_pd(pd: *mut ibv_pd) {
     guard((), || drop(Obj::<Pd>::take_forced(pd)))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_import_mr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr {
     guard_ptr(|| {
         let x = Obj::<Pd>::get_use(pd).ok_or(libc::EINVAL)?;
@@ -132,6 +155,12 @@ pub unsafe extern "C" fn import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_unimport_mr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn unimport_mr(mr: *mut ibv_mr) {
     guard((), || drop(Obj::<ImportedMr>::take_forced(mr)))
 }

@@ -30,6 +30,21 @@
 //! Every exported function stops panics at the boundary (`util::guard`)
 //! and checks its pointers: control-path verbs against the registry of
 //! live objects, data-path verbs by the magic word.
+//!
+//! # The C boundary
+//!
+//! Every exported function is `unsafe`: its `# Safety` section names the
+//! C function whose contract it keeps, which is rdma-core's (the
+//! prototype in `<infiniband/verbs.h>` / `<rdma/rdma_cma.h>`, and the man
+//! page). In short: each pointer argument is NULL where the prototype
+//! allows it, else valid for reads (and writes, where the function fills
+//! it) of what it points to, with the lengths the call gives, for the
+//! duration of the call; objects passed in were made by this library and
+//! are not yet destroyed. What the library checks beyond that — a NULL
+//! where none is allowed, a foreign or already destroyed handle that the
+//! registry or the magic word does not know — is an error return (errno,
+//! NULL), never a crash; a handle freed and its memory reused by the
+//! program is a use-after-free, as with rdma-core.
 
 // Unit tests build without the exports (their `.symver`s need the version
 // script of the shared library), so most functions are unused there.
@@ -38,51 +53,61 @@
 #[allow(non_camel_case_types, non_snake_case, missing_docs, dead_code)]
 pub mod ffi;
 
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod ah;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod channel;
 #[allow(missing_docs)]
 pub mod config;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod context;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod cq;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod cqex;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod device;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod domain;
+// The versioned exports are jumps written in x86-64 assembly (`endbr64`,
+// `jmp`, ELF `.symver`): on another architecture the library would load
+// but bind no versioned symbol, so it refuses to build instead.
+#[cfg(target_arch = "x86_64")]
 #[allow(missing_docs)]
 mod exports;
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!(
+    "softrdma-ibverbs: src/exports.rs (the versioned C exports) is x86-64 \
+     assembly; port its two macros (`export!`, `export_data!`) to this \
+     architecture first"
+);
 mod fork;
 #[allow(missing_docs)]
 mod handle;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod import;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod misc;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod mr;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod mw;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod pd;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod post;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod qp;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod qpex;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod query;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod rdmacm;
 mod reach;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod srq;
-#[allow(missing_docs, clippy::missing_safety_doc)]
+#[allow(missing_docs)]
 mod sysfs;
 #[allow(missing_docs)]
 mod util;

@@ -86,6 +86,11 @@ pub extern "C" fn get_sysfs_path() -> *const c_char {
 /// `ibv_read_sysfs_file(dir, file, buf, size)`: reads a real file, strips
 /// the trailing newline; -1 if it does not exist (softrdma devices have
 /// no sysfs directory).
+///
+/// # Safety
+/// The C contract of `ibv_read_sysfs_file`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_sysfs_file(
     dir: *const c_char,
     file: *const c_char,
@@ -176,6 +181,12 @@ const EVENT_STR: [&std::ffi::CStr; 20] = [
     c"WQ fatal",
 ];
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_event_type_str`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn event_type_str(e: ibv_event_type) -> *const c_char {
     usize::try_from(e)
         .ok()
@@ -194,6 +205,12 @@ const NODE_STR: [&std::ffi::CStr; 8] = [
     c"unspecified",
 ];
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_node_type_str`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn node_type_str(t: ibv_node_type) -> *const c_char {
     usize::try_from(t)
         .ok()
@@ -210,6 +227,12 @@ const PORT_STR: [&std::ffi::CStr; 6] = [
     c"PORT_ACTIVE_DEFER",
 ];
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_port_state_str`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn port_state_str(s: ibv_port_state) -> *const c_char {
     usize::try_from(s)
         .ok()
@@ -244,6 +267,12 @@ const WC_STATUS_STR: [&std::ffi::CStr; 24] = [
     c"TM software rendezvous",
 ];
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_wc_status_str`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn wc_status_str(s: ibv_wc_status) -> *const c_char {
     usize::try_from(s)
         .ok()
@@ -275,6 +304,11 @@ const WR_OPCODE_STR: [&CStr; 16] = [
 
 /// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 since rdma-core 50): a static
 /// string, never NULL.
+///
+/// # Safety
+/// The C contract of `ibv_wr_opcode_str`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn wr_opcode_str(op: ibv_wr_opcode) -> *const c_char {
     usize::try_from(op)
         .ok()

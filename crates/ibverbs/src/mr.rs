@@ -130,6 +130,12 @@ unsafe fn register_mr(
     .publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_reg_mr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reg_mr(
     p: *mut ibv_pd,
     addr: *mut c_void,
@@ -140,6 +146,12 @@ pub unsafe extern "C" fn reg_mr(
     guard_ptr(|| unsafe { register_mr(p, addr, length, addr as u64, access) })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_reg_mr_iova`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reg_mr_iova(
     p: *mut ibv_pd,
     addr: *mut c_void,
@@ -151,6 +163,12 @@ pub unsafe extern "C" fn reg_mr_iova(
     guard_ptr(|| unsafe { register_mr(p, addr, length, iova, access) })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_reg_mr_iova2`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reg_mr_iova2(
     p: *mut ibv_pd,
     addr: *mut c_void,
@@ -162,6 +180,12 @@ pub unsafe extern "C" fn reg_mr_iova2(
     guard_ptr(|| unsafe { register_mr(p, addr, length, iova, access as c_int) })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_dereg_mr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn dereg_mr(m: *mut ibv_mr) -> c_int {
     if let Some(r) = crate::import::dereg_imported(m) {
         return r;
@@ -183,6 +207,11 @@ pub unsafe extern "C" fn dereg_mr(m: *mut ibv_mr) -> c_int {
 /// (IBV_REREG_MR_ERR_INPUT: the region is unchanged) and of the kernel
 /// (IBV_REREG_MR_ERR_CMD, errno set: here too the region is unchanged, a
 /// stronger promise than the man page's "MR shouldn't be used").
+///
+/// # Safety
+/// The C contract of `ibv_rereg_mr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn rereg_mr(
     m: *mut ibv_mr,
     flags: c_int,
@@ -284,6 +313,11 @@ fn mr_ctx(o: &Obj<Mr>) -> crate::context::Ctx {
 /// (or, with IBV_ADVISE_MR_FLAG_FLUSH, not mapped), EPERM for a region of
 /// another PD or a write prefetch of a region without local write, EINVAL
 /// for a region without on-demand paging (as rxe).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn advise_mr(
     p: *mut ibv_pd,
     advice: ibv_advise_mr_advice,

@@ -33,6 +33,11 @@ pub fn mw_id(p: *mut ibv_mw) -> Option<MwId> {
 
 /// `ibv_alloc_mw`: type 1 or 2 (the only types the IBA and libibverbs
 /// define; type 3 and others are EINVAL).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn alloc_mw(p: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
     guard_ptr(|| {
         let x = Obj::<Pd>::get_use(p).ok_or(libc::EINVAL)?;
@@ -54,6 +59,11 @@ pub unsafe extern "C" fn alloc_mw(p: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_m
 
 /// `ibv_dealloc_mw`: a bound window is unbound first; its keys stop
 /// working at once.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
     guard_errno(|| Obj::<Mw>::take(m).map_or_else(|e| e, |_| 0))
 }
@@ -64,6 +74,11 @@ pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
 /// window takes at once (as rxe's provider does: the program undoes it if
 /// the bind completes with an error). Zero-based type 1 windows: EINVAL
 /// (o10-36.2.2).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn bind_mw(q: *mut ibv_qp, m: *mut ibv_mw, bind: *mut ibv_mw_bind) -> c_int {
     guard_errno(|| {
         let Some(x) = qp_fast(q) else {

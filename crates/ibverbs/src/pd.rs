@@ -37,6 +37,12 @@ pub fn publish(
     Obj::new(cp, Pd { pd, ctx: c, parent }).publish()
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_alloc_pd`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     guard_ptr(|| {
         let c = context(ctx).ok_or(libc::EINVAL)?;
@@ -46,6 +52,12 @@ pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_dealloc_pd`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn dealloc_pd(p: *mut ibv_pd) -> c_int {
     // EBUSY while regions, QPs, SRQs, address handles or parent domains
     // use it.

@@ -11,23 +11,30 @@ use crate::util::guard_data_errno;
 use softrdma::{QKey, Qpn, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 use std::ffi::c_int;
 
+/// A work request's SGEs: EINVAL for a negative count, a NULL list with
+/// entries, or more than `MAX_SGE`.
+///
+/// # Safety
+/// With `n > 0` and `list` not NULL, `list` points to `n` SGEs that stay
+/// valid for the returned lifetime.
+unsafe fn sg_list<'a>(list: *const ibv_sge, n: c_int) -> Result<&'a [ibv_sge], i32> {
+    if n < 0 || (n > 0 && list.is_null()) || n as u32 > softrdma::limits::MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: per the contract (checked non-NULL, n > 0).
+    Ok(unsafe { std::slice::from_raw_parts(list, n as usize) })
+}
+
 /// Converts a C receive request.
 ///
 /// # Safety
 /// `w` points to a valid request whose `sg_list` has `num_sge` entries.
 unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
-        return Err(libc::EINVAL);
-    }
-    if w.num_sge as u32 > softrdma::limits::MAX_SGE {
-        return Err(libc::EINVAL);
-    }
-    let sges = if w.num_sge == 0 {
-        &[][..]
-    } else {
-        // SAFETY: per the contract.
-        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-    };
+    // SAFETY: per the contract.
+    let sges = unsafe { sg_list(w.sg_list, w.num_sge) }?;
     Ok(RecvWr {
         wr_id: w.wr_id,
         sg_list: sges
@@ -64,6 +71,12 @@ unsafe fn post_recv_list(
     0
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn post_srq_recv(
     s: *mut ibv_srq,
     w: *mut ibv_recv_wr,
@@ -97,6 +110,12 @@ pub fn ud_dest(ah: *mut ibv_ah, qpn: u32, qkey: u32) -> Result<UdDest, i32> {
 
 /// Inline data gathered from SGEs (program memory, read at post time).
 ///
+/// The bytes may lie in a registered region a remote WRITE lands in while
+/// we read them (the engine's thread, or a peer on the same host), so they
+/// are never seen through a `&[u8]`: `softrdma::memory::copy_out` reads
+/// them through the raw pointer with atomic/assembly copies, like every
+/// other access to region memory (DESIGN promise 6, memory.rs rule 1).
+///
 /// # Safety
 /// Each SGE must describe readable memory of the program.
 pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
@@ -104,7 +123,8 @@ pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
     if total > softrdma::limits::MAX_INLINE_DATA as u64 {
         return Err(libc::EINVAL);
     }
-    let mut v = Vec::with_capacity(total as usize);
+    let mut v = vec![0u8; total as usize];
+    let mut at = 0usize;
     for s in sges {
         if s.length == 0 {
             continue;
@@ -112,10 +132,12 @@ pub unsafe fn gather_inline(sges: &[ibv_sge]) -> Result<Vec<u8>, i32> {
         if s.addr == 0 {
             return Err(libc::EINVAL);
         }
-        // SAFETY: per the contract (inline data is copied at post time).
-        v.extend_from_slice(unsafe {
-            std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
-        });
+        let n = s.length as usize;
+        // SAFETY: per the contract, `addr .. addr + length` is readable
+        // for the duration of the call (inline data is copied at post
+        // time); `v` has room for every SGE (sized from their sum).
+        unsafe { softrdma::memory::copy_out(s.addr as usize as *const u8, &mut v[at..at + n]) };
+        at += n;
     }
     Ok(v)
 }
@@ -138,18 +160,8 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
         // `ibv_wr_flush` can post one.
         return Err(libc::EINVAL);
     }
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
-        return Err(libc::EINVAL);
-    }
-    if w.num_sge as u32 > softrdma::limits::MAX_SGE {
-        return Err(libc::EINVAL);
-    }
-    let sges = if w.num_sge == 0 {
-        &[][..]
-    } else {
-        // SAFETY: per the contract.
-        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-    };
+    // SAFETY: per the contract.
+    let sges = unsafe { sg_list(w.sg_list, w.num_sge) }?;
     let mut wr = SendWr::new(w.wr_id, op);
     wr.flags = SendFlags(w.send_flags & 0xf);
     if op == WrOpcode::BindMw {
@@ -236,6 +248,12 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
 /// Requests converted and posted under one lock per batch.
 const POST_BATCH: usize = 32;
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn post_send(
     q: *mut ibv_qp,
     w: *mut ibv_send_wr,
@@ -301,6 +319,12 @@ pub unsafe extern "C" fn post_send(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn post_recv(
     q: *mut ibv_qp,
     w: *mut ibv_recv_wr,

@@ -187,6 +187,12 @@ fn new_qp(
     Ok(o.publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_create_qp`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_qp(p: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard_ptr(|| {
         if attr.is_null() {
@@ -207,6 +213,12 @@ pub unsafe extern "C" fn create_qp(p: *mut ibv_pd, attr: *mut ibv_qp_init_attr) 
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_qp_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -256,6 +268,12 @@ pub unsafe extern "C" fn create_qp_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_qp_to_qp_ex`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
     guard_ptr(|| {
         Obj::<Qp>::get(q)
@@ -264,6 +282,12 @@ pub unsafe extern "C" fn qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_destroy_qp`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {
     if crate::xrc::tgt(q).is_some() {
         return guard_errno(|| crate::xrc::destroy_tgt(q));
@@ -338,6 +362,12 @@ fn qp_attr_of(a: &ibv_qp_attr, mask: c_int, ctx: &Ctx) -> Result<(QpAttr, AttrMa
     Ok((qa, m))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_modify_qp`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn modify_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     guard_errno(|| {
         if attr.is_null() {
@@ -403,6 +433,12 @@ fn ibv_attr_of(qa: &QpAttr, cap: ibv_qp_cap, ud: bool) -> ibv_qp_attr {
     o
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_qp`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_qp(
     q: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
@@ -461,6 +497,11 @@ pub unsafe extern "C" fn query_qp(
 
 /// `ibv_attach_mcast` (IBVERBS_1.1): a UD QP joins multicast group `gid`.
 /// The LID means nothing on RoCE (the kernel checks it only on IB links).
+///
+/// # Safety
+/// The C contract of `ibv_attach_mcast`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
     guard_errno(|| {
         let Some(x) = Obj::<Qp>::get(q) else {
@@ -479,6 +520,11 @@ pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid:
 }
 
 /// `ibv_detach_mcast` (IBVERBS_1.1).
+///
+/// # Safety
+/// The C contract of `ibv_detach_mcast`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn detach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
     guard_errno(|| {
         let Some(x) = Obj::<Qp>::get(q) else {

@@ -28,8 +28,7 @@ pub const FW_VER: &str = concat!("softrdma ", env!("CARGO_PKG_VERSION"));
 fn device_attr(c: &Context) -> ibv_device_attr {
     let a = c.dev.query_device();
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
-    // SAFETY: plain data; all-zero is valid.
-    let mut d: ibv_device_attr = unsafe { std::mem::zeroed() };
+    let mut d: ibv_device_attr = crate::util::zeroed();
     copy_cstr(&mut d.fw_ver, FW_VER);
     d.node_guid = a.node_guid.to_be();
     d.sys_image_guid = a.node_guid.to_be();
@@ -83,6 +82,12 @@ fn device_attr(c: &Context) -> ibv_device_attr {
     d
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_device`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
     guard_errno(|| {
         let Some(c) = context(ctx) else {
@@ -97,6 +102,12 @@ pub unsafe extern "C" fn query_device(ctx: *mut ibv_context, attr: *mut ibv_devi
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn compat_query_device(
     ctx: *mut ibv_context,
     attr: *mut ibv_device_attr,
@@ -105,6 +116,12 @@ pub unsafe extern "C" fn compat_query_device(
     unsafe { query_device(ctx, attr) }
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_device_ex(
     ctx: *mut ibv_context,
     input: *const ibv_query_device_ex_input,
@@ -122,8 +139,7 @@ pub unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < std::mem::size_of::<ibv_device_attr>() {
             return libc::EINVAL;
         }
-        // SAFETY: plain data; all-zero is valid.
-        let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        let mut x: ibv_device_attr_ex = crate::util::zeroed();
         x.orig_attr = device_attr(&c);
         x.device_cap_flags_ex = u64::from(x.orig_attr.device_cap_flags);
         // Completion timestamps: a 64-bit nanosecond clock.
@@ -159,15 +175,7 @@ pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 
 /// The wall clock (CLOCK_REALTIME) in nanoseconds since the epoch.
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    softrdma_io::host::realtime_ns()
 }
 
 /// `IBV_VALUES_MASK_RAW_CLOCK`.
@@ -176,6 +184,11 @@ const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1;
 /// `ibv_query_rt_values_ex`: the raw clock is the device clock that
 /// completion timestamps use, in `hca_core_clock` cycles (ns), reported
 /// as mlx5 does (`tv_sec` 0, the cycles in `tv_nsec`).
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_rt_values(
     ctx: *mut ibv_context,
     values: *mut ibv_values_ex,
@@ -209,8 +222,7 @@ pub fn port_attr(c: &Context) -> ibv_port_attr {
 pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
     let p = dev.query_port();
     let mtu_enum = |b: u32| softrdma::Mtu::from_bytes_floor(b).map_or(5, |m| m as c_int);
-    // SAFETY: plain data; all-zero is valid.
-    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    let mut a: ibv_port_attr = crate::util::zeroed();
     a.state = IBV_PORT_ACTIVE;
     a.max_mtu = mtu_enum(p.max_mtu);
     a.active_mtu = mtu_enum(p.active_mtu);
@@ -244,6 +256,11 @@ pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
 
 /// `ibv_query_port` as exported: the caller's structure is the
 /// pre-`port_cap_flags2` layout, so only that prefix is written.
+///
+/// # Safety
+/// The C contract of `ibv_query_port`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_port(
     ctx: *mut ibv_context,
     port: u8,
@@ -269,49 +286,9 @@ pub unsafe extern "C" fn query_port(
     })
 }
 
+/// The interface that holds `ip` (0: none), as the GID entry reports it.
 fn ifindex_of(ip: IpAddr) -> u32 {
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list we free below.
-    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-        return 0;
-    }
-    let mut found = 0;
-    let mut p = ifa;
-    while !p.is_null() {
-        // SAFETY: a node of the list returned by getifaddrs.
-        let i = unsafe { &*p };
-        if !i.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points to a sockaddr of the family it names.
-            let a = unsafe {
-                match (*i.ifa_addr).sa_family as i32 {
-                    libc::AF_INET => {
-                        let s = &*(i.ifa_addr as *const libc::sockaddr_in);
-                        Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
-                    }
-                    libc::AF_INET6 => {
-                        let s = &*(i.ifa_addr as *const libc::sockaddr_in6);
-                        Some(IpAddr::from(s.sin6_addr.s6_addr))
-                    }
-                    _ => None,
-                }
-            };
-            let hit = match (a, ip) {
-                (Some(a), ip) if a == ip => true,
-                // Every 127/8 address is on the loopback interface.
-                (Some(IpAddr::V4(a)), IpAddr::V4(b)) => a.is_loopback() && b.is_loopback(),
-                _ => false,
-            };
-            if hit {
-                // SAFETY: ifa_name is a NUL-terminated interface name.
-                found = unsafe { libc::if_nametoindex(i.ifa_name) };
-                break;
-            }
-        }
-        p = i.ifa_next;
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(ifa) };
-    found
+    softrdma_io::interface_of(ip).unwrap_or(0)
 }
 
 fn gid_entry(c: &Context) -> ibv_gid_entry {
@@ -329,6 +306,12 @@ fn in_gid_table(index: i64) -> bool {
     (0..i64::from(softrdma::GID_TABLE_LEN)).contains(&index)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_gid`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid(
     ctx: *mut ibv_context,
     port: u8,
@@ -348,6 +331,12 @@ pub unsafe extern "C" fn query_gid(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `_ibv_query_gid_ex`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid_ex(
     ctx: *mut ibv_context,
     port: u32,
@@ -375,6 +364,12 @@ pub unsafe extern "C" fn query_gid_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `_ibv_query_gid_table`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid_table(
     ctx: *mut ibv_context,
     entries: *mut ibv_gid_entry,
@@ -400,6 +395,11 @@ pub unsafe extern "C" fn query_gid_table(
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): rdma-core's sysfs numbering,
 /// where RoCE v2 is 1 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+///
+/// # Safety
+/// The C contract of `ibv_query_gid_type`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_gid_type(
     ctx: *mut ibv_context,
     port: u8,
@@ -418,6 +418,12 @@ pub unsafe extern "C" fn query_gid_type(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_pkey`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_pkey(
     ctx: *mut ibv_context,
     port: u8,
@@ -435,6 +441,12 @@ pub unsafe extern "C" fn query_pkey(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_get_pkey_index`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     util::guard(-1, || {
         if context(ctx).is_none() || port != 1 {
@@ -448,6 +460,12 @@ pub unsafe extern "C" fn get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_port_ex(
     ctx: *mut ibv_context,
     port: u8,

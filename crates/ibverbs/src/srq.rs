@@ -25,6 +25,12 @@ impl Castable for Srq {
     const MAGIC: u64 = 0x5352_5352_5100_0007;
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_create_srq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard_ptr(|| {
         let x = Obj::<Pd>::get_use(p).ok_or(libc::EINVAL)?;
@@ -87,6 +93,12 @@ pub fn publish(
     Ok(o.publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_srq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
@@ -128,6 +140,12 @@ pub unsafe extern "C" fn create_srq_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_modify_srq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn modify_srq(
     s: *mut ibv_srq,
     attr: *mut ibv_srq_attr,
@@ -165,6 +183,12 @@ pub unsafe extern "C" fn modify_srq(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_query_srq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
     guard_errno(|| {
         let Some(x) = Obj::<Srq>::get(s) else {
@@ -190,6 +214,12 @@ pub unsafe extern "C" fn query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> 
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `ibv_destroy_srq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_srq(s: *mut ibv_srq) -> c_int {
     // EBUSY while QPs use it.
     guard_errno(|| match Obj::<Srq>::take(s) {

@@ -115,6 +115,11 @@ fn root() -> Result<Vec<u8>, i32> {
 /// `softrdma_sysfs_root(buf, len)`: writes the directory of the current
 /// view (NUL-terminated) into `buf`; returns its length without the NUL,
 /// `-ERANGE` when `len` is too small, or `-errno`.
+///
+/// # Safety
+/// The C contract of `softrdma_sysfs_root`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn sysfs_root(buf: *mut c_char, len: usize) -> isize {
     guard(-(libc::EIO as isize), || match root() {
         Ok(r) if r.len() <= len && !buf.is_null() => {

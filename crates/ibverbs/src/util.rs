@@ -110,10 +110,47 @@ pub fn guard_ptr<T>(f: impl FnOnce() -> Result<*mut T, i32>) -> *mut T {
     })
 }
 
+/// C structures for which all-zero bytes are a valid value: plain data
+/// (integers, raw pointers, `Option<extern fn>`, arrays and unions of
+/// those), no references, no `NonNull`, no enums with invalid patterns.
+///
+/// # Safety
+/// Implement only for types whose every field accepts all-zero bytes.
+pub unsafe trait Zeroable: Sized {}
+
+macro_rules! zeroable {
+    ($($t:ty),* $(,)?) => {
+        // SAFETY: each is a `repr(C)` structure of ffi.rs / rdmacm's ffi.rs
+        // or libc made of integers, raw pointers, `Option<extern fn>` and
+        // arrays/unions of those (checked against the C headers by
+        // build.rs): all-zero is valid, as in C.
+        $(unsafe impl Zeroable for $t {})*
+    };
+}
+
+zeroable!(
+    crate::ffi::ibv_ah,
+    crate::ffi::ibv_cq_ex,
+    crate::ffi::ibv_device,
+    crate::ffi::ibv_device_attr,
+    crate::ffi::ibv_device_attr_ex,
+    crate::ffi::ibv_mr,
+    crate::ffi::ibv_mw,
+    crate::ffi::ibv_pd,
+    crate::ffi::ibv_port_attr,
+    crate::ffi::ibv_qp_ex,
+    crate::ffi::ibv_qp_init_attr_ex,
+    crate::ffi::ibv_srq,
+    crate::ffi::ibv_srq_init_attr_ex,
+    crate::ffi::ibv_td,
+    crate::ffi::verbs_context,
+    crate::rdmacm::ffi::rdma_cm_id,
+    libc::addrinfo,
+);
+
 /// An all-zero C structure.
-pub fn zeroed<T>() -> T {
-    // SAFETY: only used for the C structures of ffi.rs, which are plain
-    // data (integers, pointers, Option<fn>): all-zero is a valid value.
+pub fn zeroed<T: Zeroable>() -> T {
+    // SAFETY: `T: Zeroable` promises all-zero bytes are a valid `T`.
     unsafe { std::mem::zeroed() }
 }
 

@@ -62,6 +62,12 @@ pub(crate) fn shared() -> std::sync::MutexGuard<'static, Shared> {
     s
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn open_xrcd(
     ctx: *mut ibv_context,
     attr: *mut ibv_xrcd_init_attr,
@@ -114,6 +120,12 @@ pub unsafe extern "C" fn open_xrcd(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn close_xrcd(x: *mut ibv_xrcd) -> c_int {
     guard_errno(|| match Obj::<Xrcd>::take(x) {
         Ok(o) => {
@@ -174,6 +186,12 @@ pub fn create_xrc_srq(ctx: &Ctx, a: &mut ibv_srq_init_attr_ex) -> Result<*mut ib
     crate::srq::publish(ctx, srq, pd, a.srq_context, Some((xrcd, cq)))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_srq_num(s: *mut ibv_srq, out: *mut u32) -> c_int {
     guard_errno(|| {
         let Some(x) = Obj::<Srq>::get(s) else {
@@ -251,6 +269,12 @@ pub fn create_tgt_qp(ctx: &Ctx, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv_
     Ok(tgt_handle(ctx, qp, xrcd, x, a.qp_context))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of the C entry point this implements (exports.rs, context ops), as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn open_qp(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_open_attr,

@@ -8,25 +8,6 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
-
-fn run_c(name: &str, addr: &str) {
-    let exe = build_c(name);
-    let _s = serial();
-    let o = run(
-        &exe,
-        &[],
-        &[
-            ("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1"),
-            ("SOFTRDMA_ADDR", addr),
-        ],
-        Duration::from_secs(120),
-    );
-    println!("{}", o.out);
-    assert!(!o.out.contains("Sanitizer"), "sanitizer report:\n{}", o.out);
-    assert!(o.out.contains(" checks, 0 failures"), "{}", o.out);
-    assert_eq!(o.status, Some(0), "{}", o.out);
-}
 
 #[test]
 fn c_memory_windows() {

@@ -165,6 +165,7 @@
 compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO, epoll, eventfd)");
 
 mod fd;
+pub mod host;
 mod mcast;
 pub mod mem;
 mod netdev;

@@ -264,6 +264,27 @@ impl<'a, const N: usize> CmsgEncoder<'a, N> {
     }
 }
 
+/// Types every byte pattern of their size is a valid value of (integers
+/// and C structures of integers), so a control message's bytes may be
+/// read as one.
+///
+/// # Safety
+/// Implement only for such types: no `bool`, `char`, enums, references or
+/// padding-sensitive invariants.
+pub(crate) unsafe trait Plain: Copy {}
+
+// SAFETY: integers, and the kernel's `in_pktinfo` / `in6_pktinfo` (ints
+// and address structures of integers): any bytes are valid.
+unsafe impl Plain for u16 {}
+// SAFETY: as above.
+unsafe impl Plain for u32 {}
+// SAFETY: as above.
+unsafe impl Plain for i32 {}
+// SAFETY: as above.
+unsafe impl Plain for libc::in_pktinfo {}
+// SAFETY: as above.
+unsafe impl Plain for libc::in6_pktinfo {}
+
 /// One received control message.
 pub(crate) struct Cmsg<'a> {
     pub(crate) level: libc::c_int,
@@ -273,12 +294,12 @@ pub(crate) struct Cmsg<'a> {
 
 impl Cmsg<'_> {
     /// Reads the data as a `T` if it is at least that long.
-    pub(crate) fn read<T: Copy>(&self) -> Option<T> {
+    pub(crate) fn read<T: Plain>(&self) -> Option<T> {
         if self.data.len() < size_of::<T>() {
             return None;
         }
-        // SAFETY: the slice holds at least size_of::<T>() bytes; T is only
-        // instantiated with plain integer / C structs valid for any bytes.
+        // SAFETY: the slice holds at least size_of::<T>() bytes, and
+        // `T: Plain` is valid for any bytes.
         Some(unsafe { self.data.as_ptr().cast::<T>().read_unaligned() })
     }
 

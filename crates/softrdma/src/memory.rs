@@ -19,15 +19,36 @@
 //!
 //! 1. Region bytes are reached only through raw pointers, by the copies in
 //!    this module: [`copy_out`] and [`copy_in`] move bytes with relaxed
-//!    atomic loads and stores, 8 bytes at a time where aligned (an atomic
-//!    access racing with anything is defined behaviour; it compiles to
-//!    plain moves). On x86-64 the bulk of a copy — whole 64-byte blocks —
-//!    goes through a small assembly loop of 16-byte SSE2 moves instead: the
-//!    compiler cannot see into it (no reference, no assumption, nothing
-//!    elided, merged or re-read: like a volatile copy), and its loads and
-//!    stores are the machine's, each single-copy atomic for every aligned
-//!    byte — the same accesses as the atomic loop, four times wider. Remote
-//!    atomics use `AtomicU64` on the 8 bytes.
+//!    atomic accesses of ONE size, a byte ([`AtomicU8`]). Rust's memory
+//!    model defines an atomic access racing with another atomic access of
+//!    the same size, and mixed-size atomic *reads*, but not an atomic write
+//!    racing with an atomic access of another size (rust-lang/rust#128778,
+//!    "Memory model for atomic accesses" in `core::sync::atomic`). A WRITE
+//!    landing while a READ response is copied out, two WRITEs on the same
+//!    bytes, and the program polling a flag byte with
+//!    [`MemoryRegion::load_u8`](crate::MemoryRegion::load_u8) all race, so
+//!    every copy uses the byte size, whatever its alignment (a copy that
+//!    used 8-byte words in the middle and bytes at the edges would race
+//!    with another copy's byte at the same address). On x86-64 the bulk of
+//!    a copy — 64-byte blocks, then 8-byte words — goes through a small
+//!    assembly loop instead: the compiler cannot see into it (no reference,
+//!    no assumption, nothing elided, merged or re-read: like a volatile
+//!    copy), and each of its loads and stores is single-copy atomic for
+//!    every aligned byte (Intel SDM vol. 3 §9.1.1), so its effect is that
+//!    of the byte-wise relaxed atomic copy, only wider.
+//!
+//!    Remote atomics (and `IBV_WR_ATOMIC_WRITE`) use [`AtomicU64`] on the 8
+//!    aligned bytes, as does the program through
+//!    [`MemoryRegion::atomic_u64`](crate::MemoryRegion::atomic_u64): the
+//!    same size as each other, so atomics racing atomics are defined. What
+//!    is left is an 8-byte atomic racing a copy (a WRITE, READ or SEND, or
+//!    the program's byte access) on the same bytes: the IBTA defines no
+//!    result for it either (an atomic is atomic only with respect to other
+//!    atomics, IBA 9.4.5 / o9-21), no correct RDMA program does it, and
+//!    there is no single access size that could serve both 8-byte atomics
+//!    and byte-granular WRITEs at any offset. It is the one mixed-size race
+//!    softrdma can be made to perform, and only by a program that races
+//!    its own atomics with data movement on the same word.
 //! 2. [`copy_in`] stores the last byte last, with release ordering. The
 //!    engine writes a message's packets in order, so a program that sees
 //!    the last byte of a WRITE with an acquire load
@@ -72,75 +93,101 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-/// Copies the whole 64-byte blocks of `n` bytes from `src` to `dst` with an
-/// assembly loop of 16-byte moves; returns the bytes copied (a multiple of
-/// 64, at most `n`). See the module rules (1) for why this is a sound way
-/// to touch region memory.
+/// Copies the bulk of `n` bytes from `src` to `dst` with assembly loops —
+/// whole 64-byte blocks of 16-byte moves, then whole 8-byte words — and
+/// returns the bytes copied (at most `n`, less than 8 short of it). See the
+/// module rules (1) for why this is a sound way to touch region memory;
+/// elsewhere than x86-64 it copies nothing (the callers' byte loops do).
 ///
 /// # Safety
 /// `src..src + n` valid for reads, `dst..dst + n` for writes, not
 /// overlapping.
 #[inline]
 unsafe fn bulk_copy(dst: *mut u8, src: *const u8, n: usize) -> usize {
-    let blocks = n / 64;
     #[cfg(target_arch = "x86_64")]
-    if blocks > 0 {
-        // SAFETY: per the contract; the loop reads and writes exactly
-        // `blocks * 64` bytes at `src` and `dst`, and clobbers only the
-        // registers named here.
-        unsafe {
-            std::arch::asm!(
-                "2:",
-                "movdqu {a}, xmmword ptr [{s}]",
-                "movdqu {b}, xmmword ptr [{s} + 16]",
-                "movdqu {c}, xmmword ptr [{s} + 32]",
-                "movdqu {d}, xmmword ptr [{s} + 48]",
-                "movdqu xmmword ptr [{t}], {a}",
-                "movdqu xmmword ptr [{t} + 16], {b}",
-                "movdqu xmmword ptr [{t} + 32], {c}",
-                "movdqu xmmword ptr [{t} + 48], {d}",
-                "add {s}, 64",
-                "add {t}, 64",
-                "dec {n}",
-                "jnz 2b",
-                s = inout(reg) src => _,
-                t = inout(reg) dst => _,
-                n = inout(reg) blocks => _,
-                a = out(xmm_reg) _,
-                b = out(xmm_reg) _,
-                c = out(xmm_reg) _,
-                d = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            );
+    {
+        let blocks = n / 64;
+        let words = (n % 64) / 8;
+        let (mut s, mut t) = (src, dst);
+        if blocks > 0 {
+            // SAFETY: per the contract; the loop reads and writes exactly
+            // `blocks * 64` bytes at `src` and `dst`, and clobbers only the
+            // registers named here.
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    "movdqu {a}, xmmword ptr [{s}]",
+                    "movdqu {b}, xmmword ptr [{s} + 16]",
+                    "movdqu {c}, xmmword ptr [{s} + 32]",
+                    "movdqu {d}, xmmword ptr [{s} + 48]",
+                    "movdqu xmmword ptr [{t}], {a}",
+                    "movdqu xmmword ptr [{t} + 16], {b}",
+                    "movdqu xmmword ptr [{t} + 32], {c}",
+                    "movdqu xmmword ptr [{t} + 48], {d}",
+                    "add {s}, 64",
+                    "add {t}, 64",
+                    "dec {n}",
+                    "jnz 2b",
+                    s = inout(reg) s,
+                    t = inout(reg) t,
+                    n = inout(reg) blocks => _,
+                    a = out(xmm_reg) _,
+                    b = out(xmm_reg) _,
+                    c = out(xmm_reg) _,
+                    d = out(xmm_reg) _,
+                    options(nostack, preserves_flags),
+                );
+            }
         }
-        return blocks * 64;
+        if words > 0 {
+            // SAFETY: per the contract; the loop reads and writes exactly
+            // `words * 8` bytes right after the blocks, and clobbers only
+            // the registers named here.
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    "mov {w}, qword ptr [{s}]",
+                    "mov qword ptr [{t}], {w}",
+                    "add {s}, 8",
+                    "add {t}, 8",
+                    "dec {n}",
+                    "jnz 2b",
+                    s = inout(reg) s => _,
+                    t = inout(reg) t => _,
+                    n = inout(reg) words => _,
+                    w = out(reg) _,
+                    options(nostack, preserves_flags),
+                );
+            }
+        }
+        blocks * 64 + words * 8
     }
-    let _ = (dst, src, blocks);
-    0
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dst, src, n);
+        0
+    }
 }
 
 /// Copies `dst.len()` bytes of region memory at `src` into `dst` with
-/// relaxed atomic loads (the bulk through [`bulk_copy`]).
+/// relaxed byte-sized atomic loads (the bulk through [`bulk_copy`]).
 ///
 /// # Safety
-/// `src..src + dst.len()` must be valid for reads and writes (registered,
-/// in bounds) for the duration of the call.
+/// `src..src + dst.len()` must be valid for reads (registered, in bounds,
+/// or the program's memory it names in a work request) for the duration
+/// of the call. Read-only memory is fine: relaxed atomic loads of a byte
+/// and plain loads in assembly never write.
 pub unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
     let mut i = 0;
-    // SAFETY (all three loops): in bounds per the contract; each atomic is
-    // properly aligned (bytes always, words after the head loop).
+    // SAFETY (both loops): in bounds per the contract; a byte is always
+    // aligned.
     unsafe {
         while i < len && !(src as usize + i).is_multiple_of(8) {
             dst[i] = AtomicU8::from_ptr(src.add(i).cast_mut()).load(Ordering::Relaxed);
             i += 1;
         }
         i += bulk_copy(dst.as_mut_ptr().add(i), src.add(i), len - i);
-        while i + 8 <= len {
-            let w = AtomicU64::from_ptr(src.add(i).cast_mut().cast()).load(Ordering::Relaxed);
-            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-            i += 8;
-        }
         while i < len {
             dst[i] = AtomicU8::from_ptr(src.add(i).cast_mut()).load(Ordering::Relaxed);
             i += 1;
@@ -148,8 +195,8 @@ pub unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
     }
 }
 
-/// Copies `src` into region memory at `dst` with relaxed atomic stores (the
-/// bulk through [`bulk_copy`]); the last byte is stored last, with release
+/// Copies `src` into region memory at `dst` with relaxed byte-sized atomic
+/// stores (the bulk through [`bulk_copy`]); the last byte is stored last, with release
 /// ordering (rule 2).
 ///
 /// # Safety
@@ -169,18 +216,25 @@ pub unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
             i += 1;
         }
         i += bulk_copy(dst.add(i), body.as_ptr().add(i), len - i);
-        while i + 8 <= len {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&body[i..i + 8]);
-            AtomicU64::from_ptr(dst.add(i).cast()).store(u64::from_ne_bytes(w), Ordering::Relaxed);
-            i += 8;
-        }
         while i < len {
             AtomicU8::from_ptr(dst.add(i)).store(body[i], Ordering::Relaxed);
             i += 1;
         }
         AtomicU8::from_ptr(dst.add(len)).store(last, Ordering::Release);
     }
+}
+
+/// A remote compare-and-swap: the old value, whether it swapped or not.
+fn compare_swap(a: &AtomicU64, compare: u64, swap: u64) -> u64 {
+    match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// ATOMIC WRITE: one 8-byte store, so a reader sees all old or all new
+/// bytes.
+fn atomic_write(a: &AtomicU64, bytes: [u8; 8]) {
+    a.store(u64::from_ne_bytes(bytes), Ordering::Release);
 }
 
 /// Page alignment of allocated regions.
@@ -246,8 +300,9 @@ impl RawRegion {
             (p as usize).is_multiple_of(8),
             "atomic access must be 8-byte aligned"
         );
-        // SAFETY: in bounds, aligned, valid for the region's lifetime; all
-        // concurrent accesses of these bytes by softrdma are atomics too.
+        // SAFETY: in bounds, aligned, valid for the region's lifetime; the
+        // concurrent accesses of these bytes by softrdma are atomics too
+        // (this size for atomics, bytes for copies: module rule 1).
         unsafe { AtomicU64::from_ptr(p as *mut u64) }
     }
 }
@@ -283,19 +338,10 @@ impl RegionMemory for RawRegion {
         Ok(self.atomic(offset).fetch_add(add, Ordering::SeqCst))
     }
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Fault> {
-        match self.atomic(offset).compare_exchange(
-            compare,
-            swap,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(v) | Err(v) => Ok(v),
-        }
+        Ok(compare_swap(self.atomic(offset), compare, swap))
     }
     fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Result<(), Fault> {
-        // One 8-byte store: a reader sees all old or all new bytes.
-        self.atomic(offset)
-            .store(u64::from_ne_bytes(bytes), Ordering::Release);
+        atomic_write(self.atomic(offset), bytes);
         Ok(())
     }
     fn flush(&self, offset: usize, len: usize, persistent: bool) -> Result<(), Fault> {
@@ -367,18 +413,10 @@ impl RegionMemory for OdpRegion {
         Ok(self.atomic(offset)?.fetch_add(add, Ordering::SeqCst))
     }
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, Fault> {
-        match self.atomic(offset)?.compare_exchange(
-            compare,
-            swap,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(v) | Err(v) => Ok(v),
-        }
+        Ok(compare_swap(self.atomic(offset)?, compare, swap))
     }
     fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Result<(), Fault> {
-        self.atomic(offset)?
-            .store(u64::from_ne_bytes(bytes), Ordering::Release);
+        atomic_write(self.atomic(offset)?, bytes);
         Ok(())
     }
     fn flush(&self, offset: usize, len: usize, persistent: bool) -> Result<(), Fault> {
@@ -430,6 +468,32 @@ pub(crate) fn atomic_u64(r: &RawRegion, offset: usize) -> &AtomicU64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every alignment and length the copies split differently (head
+    /// bytes, 64-byte blocks, 8-byte words, tail bytes) moves exactly its
+    /// bytes and nothing around them.
+    #[test]
+    fn copies_move_exact_bytes_at_every_alignment() {
+        let r = RawRegion::allocate(512).unwrap();
+        for off in 0..9 {
+            for len in [0usize, 1, 7, 8, 9, 63, 64, 65, 71, 72, 130, 200] {
+                let pattern: Vec<u8> = (0..len).map(|i| (i * 7 + off + 1) as u8).collect();
+                r.write(0, &[0xee; 512]).unwrap();
+                r.write(off, &pattern).unwrap();
+                let mut all = [0u8; 512];
+                r.read(0, &mut all).unwrap();
+                assert!(all[..off].iter().all(|&b| b == 0xee), "before {off}/{len}");
+                assert_eq!(&all[off..off + len], &pattern[..], "at {off}/{len}");
+                assert!(
+                    all[off + len..].iter().all(|&b| b == 0xee),
+                    "after {off}/{len}"
+                );
+                let mut back = vec![0u8; len];
+                r.read(off, &mut back).unwrap();
+                assert_eq!(back, pattern);
+            }
+        }
+    }
 
     #[test]
     fn allocated_region_round_trips() {

@@ -56,41 +56,12 @@ fn lstat_kind(p: &Path) -> Kind {
     let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
         return Kind::Missing;
     };
-    // SAFETY: plain data; the kernel fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a stat buffer; the raw system call
-    // (no interposable library function).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_newfstatat,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &mut st as *mut libc::stat,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r != 0 {
-        return Kind::Missing;
+    // Raw system calls: no library function this process interposes.
+    match softrdma_io::host::raw_lstat(&c) {
+        softrdma_io::host::RawKind::Missing => Kind::Missing,
+        softrdma_io::host::RawKind::Link(t) => Kind::Link(t),
+        softrdma_io::host::RawKind::Other => Kind::Other,
     }
-    if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
-        return Kind::Other;
-    }
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: as above, with a buffer of its length.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_readlinkat,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            buf.as_mut_ptr(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Kind::Missing;
-    }
-    buf.truncate(n as usize);
-    Kind::Link(PathBuf::from(OsString::from_vec(buf)))
 }
 
 /// The components of `p` (bytes), without empty ones and `.`.

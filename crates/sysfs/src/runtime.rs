@@ -12,8 +12,7 @@ use std::path::PathBuf;
 
 /// The directory, made if missing; an error if it is not private.
 pub fn runtime_dir() -> io::Result<PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    let uid = softrdma_io::host::euid();
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(x) if std::path::Path::new(&x).is_dir() => PathBuf::from(x).join("softrdma"),
         _ => std::env::temp_dir().join(format!("softrdma-{uid}")),

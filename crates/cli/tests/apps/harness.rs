@@ -6,56 +6,15 @@
 
 #![allow(dead_code)]
 
+pub use crate::libs::{profile_dir, serial};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>`: two levels up from this test (`…/deps/apps-…`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME`.
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's library under
-/// both its names and the preload library.
+/// `softrdma exec --lib` with this build's libraries (libs.rs).
 pub fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-apps-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("librdmacm.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
+    crate::libs::lib_dir("softrdma-apps-lib", true)
 }
 
 /// The path of `tool`, or a failure naming the package to install.
@@ -76,40 +35,7 @@ pub fn require(tool: &str, package: &str) -> PathBuf {
 }
 
 pub fn require_root() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        uid, "0",
-        "these tests must run as root (CI does): network namespaces, tgtd's control socket"
-    );
-}
-
-/// One test at a time, and not during the ibverbs interop or UCX/MPI
-/// tests either (the same lock file).
-pub struct Serial(#[allow(dead_code)] std::fs::File);
-
-pub fn serial() -> Serial {
-    let p = profile_dir().join("softrdma-ibverbs-interop.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .expect("lock file");
-    let st = Command::new("flock")
-        .arg("-x")
-        .arg("0")
-        .stdin(f.try_clone().expect("dup"))
-        .status()
-        .expect("flock (util-linux)");
-    assert!(st.success(), "flock");
-    Serial(f)
+    crate::libs::require_root("network namespaces, tgtd's control socket");
 }
 
 /// A directory of this test's own (removed first if it exists).

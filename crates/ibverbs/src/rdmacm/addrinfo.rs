@@ -23,6 +23,12 @@ unsafe fn copy_addr(src: *const libc::sockaddr, len: u32) -> Result<*mut libc::s
     Ok(p)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_getaddrinfo`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn getaddrinfo(
     node: *const c_char,
     service: *const c_char,
@@ -82,8 +88,8 @@ unsafe fn fill(
             rai.ai_dst_len = h.ai_dst_len;
         }
     } else {
-        // SAFETY: an all-zero addrinfo is valid hints.
-        let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
+        // An all-zero addrinfo is valid hints.
+        let mut ai: libc::addrinfo = crate::util::zeroed();
         if let Some(h) = hints {
             if h.ai_flags & RAI_PASSIVE != 0 {
                 ai.ai_flags = libc::AI_PASSIVE;
@@ -167,6 +173,12 @@ unsafe fn fill(
     Ok(())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_freeaddrinfo`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn freeaddrinfo(res: *mut rdma_addrinfo) {
     guard((), || {
         let mut p = res;

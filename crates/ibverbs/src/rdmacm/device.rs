@@ -150,6 +150,11 @@ pub(crate) fn lists_for_fork() -> std::sync::MutexGuard<'static, Vec<usize>> {
 
 /// `rdma_get_devices`: every device, opened; a NULL-terminated array of
 /// contexts.
+///
+/// # Safety
+/// The C contract of `rdma_get_devices`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn get_devices(num: *mut c_int) -> *mut *mut ibv_context {
     guard_ptr(|| {
         init();
@@ -181,6 +186,11 @@ pub unsafe extern "C" fn get_devices(num: *mut c_int) -> *mut *mut ibv_context {
 }
 
 /// `rdma_free_devices`.
+///
+/// # Safety
+/// The C contract of `rdma_free_devices`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn free_devices(list: *mut *mut ibv_context) {
     guard((), || {
         let mut l = LISTS.lock().unwrap_or_else(|e| e.into_inner());

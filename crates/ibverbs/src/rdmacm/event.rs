@@ -36,6 +36,12 @@ pub fn new_channel() -> Result<*mut rdma_event_channel, i32> {
     Ok(Obj::new(c, Channel { ch }).publish())
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_event_channel`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_event_channel() -> *mut rdma_event_channel {
     guard_ptr(|| {
         super::device::init();
@@ -43,6 +49,12 @@ pub unsafe extern "C" fn create_event_channel() -> *mut rdma_event_channel {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_destroy_event_channel`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_event_channel(ch: *mut rdma_event_channel) {
     // Ids on it keep softrdma's channel (and its descriptor) alive.
     guard((), || drop(Obj::<Channel>::take(ch)))
@@ -180,6 +192,11 @@ pub fn get_event(ch: &Obj<Channel>) -> Result<*mut rdma_cm_event, i32> {
 }
 
 /// `rdma_get_cm_event`: a cancellation point (see `util`).
+///
+/// # Safety
+/// The C contract of `rdma_get_cm_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_cm_event(
     ch: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,
@@ -199,6 +216,12 @@ pub unsafe extern "C-unwind" fn get_cm_event(
     }))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_ack_cm_event`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn ack_cm_event(event: *mut rdma_cm_event) -> c_int {
     guard_neg(|| {
         Obj::<Event>::take(event)
@@ -227,6 +250,12 @@ const NAMES: [&str; 16] = [
     "RDMA_CM_EVENT_TIMEWAIT_EXIT\0",
 ];
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_event_str`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn event_str(e: super::ffi::rdma_cm_event_type) -> *const c_char {
     let s = usize::try_from(e)
         .ok()

@@ -13,11 +13,12 @@
 use super::device::{init, verbs_of};
 use super::event::{ack_cm_event, get_event, new_channel, Channel};
 use super::ffi::*;
+use super::options::migrate_id;
 use crate::ffi::*;
 use crate::handle::{Castable, Kind, Obj};
 use crate::qp::Qp;
-use crate::util::{guard, guard_neg, guarded, neg, zeroed};
-use softrdma::rdma_cm::{CmEvent, CmId, ConnParam, EventType, PortSpace, QpState};
+use crate::util::{guard_neg, guarded, neg, zeroed};
+use softrdma::rdma_cm::{CmEvent, CmId, ConnParam, EventType, PortSpace};
 use softrdma::QpType;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -89,7 +90,7 @@ fn ids_remove(num: u64) {
     }
 }
 
-fn lock(o: &Obj<Id>) -> std::sync::MutexGuard<'_, IdC> {
+pub(crate) fn lock(o: &Obj<Id>) -> std::sync::MutexGuard<'_, IdC> {
     o.c.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -343,6 +344,12 @@ pub fn create_id2(
     ))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_id`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_id(
     ch: *mut rdma_event_channel,
     id: *mut *mut rdma_cm_id,
@@ -383,6 +390,12 @@ fn free_c(o: &Obj<Id>) {
     }
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_destroy_id`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_id(id: *mut rdma_cm_id) -> c_int {
     guard_neg(|| {
         init();
@@ -448,6 +461,12 @@ fn complete(o: &Obj<Id>) -> Result<(), i32> {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_bind_addr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -461,6 +480,11 @@ pub unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockadd
 
 /// `rdma_resolve_addr`; a synchronous id waits for the result (a
 /// cancellation point).
+///
+/// # Safety
+/// The C contract of `rdma_resolve_addr`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn resolve_addr(
     id: *mut rdma_cm_id,
     src: *mut libc::sockaddr,
@@ -485,6 +509,11 @@ pub unsafe extern "C-unwind" fn resolve_addr(
 }
 
 /// `rdma_resolve_route`; a synchronous id waits (a cancellation point).
+///
+/// # Safety
+/// The C contract of `rdma_resolve_route`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     let o = guarded(|| {
         let o = get(id)?;
@@ -495,6 +524,12 @@ pub unsafe extern "C-unwind" fn resolve_route(id: *mut rdma_cm_id, _timeout_ms: 
     neg(o.and_then(|o| complete(&o)))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_listen`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -537,6 +572,11 @@ unsafe fn conn_param(p: *const rdma_conn_param) -> Option<ConnParam> {
 }
 
 /// `rdma_connect`; a synchronous id waits (a cancellation point).
+///
+/// # Safety
+/// The C contract of `rdma_connect`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let o = guarded(|| {
         let o = get(id)?;
@@ -558,6 +598,11 @@ pub unsafe extern "C-unwind" fn connect(id: *mut rdma_cm_id, param: *mut rdma_co
 }
 
 /// `rdma_accept`; a synchronous id waits (a cancellation point).
+///
+/// # Safety
+/// The C contract of `rdma_accept`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let o = guarded(|| {
         let o = get(id)?;
@@ -577,6 +622,12 @@ fn private(p: *const c_void, len: u8) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len.into()) }.to_vec()
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_reject`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -584,6 +635,12 @@ pub unsafe extern "C" fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_reject_ece`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -591,6 +648,12 @@ pub unsafe extern "C" fn reject_ece(id: *mut rdma_cm_id, data: *const c_void, le
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_notify`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn notify(id: *mut rdma_cm_id, event: crate::ffi::ibv_event_type) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -602,6 +665,11 @@ pub unsafe extern "C" fn notify(id: *mut rdma_cm_id, event: crate::ffi::ibv_even
 }
 
 /// `rdma_disconnect`; a synchronous id waits (a cancellation point).
+///
+/// # Safety
+/// The C contract of `rdma_disconnect`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn disconnect(id: *mut rdma_cm_id) -> c_int {
     let o = guarded(|| {
         let o = get(id)?;
@@ -611,6 +679,12 @@ pub unsafe extern "C-unwind" fn disconnect(id: *mut rdma_cm_id) -> c_int {
     neg(o.and_then(|o| complete(&o)))
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_establish`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn establish(id: *mut rdma_cm_id) -> c_int {
     guard_neg(|| {
         let o = get(id)?;
@@ -618,192 +692,13 @@ pub unsafe extern "C" fn establish(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-pub unsafe extern "C" fn init_qp_attr(
-    id: *mut rdma_cm_id,
-    attr: *mut ibv_qp_attr,
-    mask: *mut c_int,
-) -> c_int {
-    guard_neg(|| {
-        let o = get(id)?;
-        if attr.is_null() || mask.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's structures.
-        let (a, m) = unsafe { (&mut *attr, &mut *mask) };
-        let state = match a.qp_state {
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            6 => QpState::Err,
-            _ => return Err(libc::EINVAL),
-        };
-        let q = o.cm.init_qp_attr(state).map_err(|e| e.errno())?;
-        let s = &q.attr;
-        a.qp_access_flags = s.qp_access_flags;
-        a.pkey_index = s.pkey_index;
-        a.port_num = s.port_num;
-        a.qkey = s.qkey;
-        a.path_mtu = s.path_mtu as c_int;
-        a.dest_qp_num = s.dest_qp_num.value();
-        a.rq_psn = s.rq_psn.value();
-        a.sq_psn = s.sq_psn.value();
-        a.max_dest_rd_atomic = s.max_dest_rd_atomic;
-        a.max_rd_atomic = s.max_rd_atomic;
-        a.min_rnr_timer = s.min_rnr_timer;
-        a.timeout = s.timeout;
-        a.retry_cnt = s.retry_cnt;
-        a.rnr_retry = s.rnr_retry;
-        let mut ah = ibv_ah_attr::default();
-        ah.grh.dgid.raw = s.ah_attr.dgid.octets();
-        ah.grh.flow_label = s.ah_attr.flow_label;
-        ah.grh.sgid_index = 0;
-        ah.grh.hop_limit = s.ah_attr.hop_limit;
-        ah.grh.traffic_class = s.ah_attr.traffic_class;
-        ah.sl = s.ah_attr.sl;
-        ah.is_global = 1;
-        ah.port_num = s.ah_attr.port_num.max(1);
-        a.ah_attr = ah;
-        *m = q.mask.0 as c_int;
-        Ok(())
-    })
-}
-
-pub unsafe extern "C" fn set_option(
-    id: *mut rdma_cm_id,
-    level: c_int,
-    name: c_int,
-    val: *mut c_void,
-    len: usize,
-) -> c_int {
-    guard_neg(|| {
-        let o = get(id)?;
-        if val.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's option of `len` bytes (checked per option).
-        let u8_at = || unsafe { *(val as *const u8) };
-        // SAFETY: as above.
-        let int_at = || unsafe { (val as *const c_int).read_unaligned() };
-        let r = match (level, name) {
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if len == 1 => o.cm.set_tos(u8_at()),
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if len == 1 => {
-                o.cm.set_ack_timeout(u8_at())
-            }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if len == 4 => {
-                o.cm.set_reuseaddr(int_at() != 0)
-            }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if len == 4 => o.cm.set_afonly(int_at() != 0),
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)
-            | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)
-            | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
-            | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => return Err(libc::EINVAL),
-            _ => return Err(libc::ENOSYS),
-        };
-        r.map_err(|e| e.errno())
-    })
-}
-
-pub unsafe extern "C" fn migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int {
-    guard_neg(|| {
-        let o = get(id)?;
-        let was_sync = lock(&o).sync;
-        if was_sync && ch.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let (ch, sync) = if ch.is_null() {
-            (new_channel()?, true)
-        } else {
-            (ch, false)
-        };
-        let chan = Obj::<Channel>::get(ch).ok_or(libc::EINVAL)?;
-        if was_sync {
-            // SAFETY: our allocation.
-            let ev = unsafe { std::mem::replace(&mut (*o.repr()).event, std::ptr::null_mut()) };
-            if !ev.is_null() {
-                // SAFETY: an event we handed out.
-                unsafe { ack_cm_event(ev) };
-            }
-        }
-        o.cm.migrate(&chan.ch).map_err(|e| e.errno())?;
-        let mut st = lock(&o);
-        if was_sync && st.own_chan != 0 {
-            drop(Obj::<Channel>::take(st.own_chan as *mut rdma_event_channel));
-        }
-        st.sync = sync;
-        st.own_chan = if sync { ch as usize } else { 0 };
-        // SAFETY: our allocation.
-        unsafe { (*o.repr()).channel = ch };
-        Ok(())
-    })
-}
-
-/// Port of `route.addr.src` or `dst` (network order), as librdmacm reads
-/// it from the id.
-fn port_of(s: &sockaddr_storage) -> u16 {
-    let fam = u16::from_ne_bytes([s.0[0], s.0[1]]) as c_int;
-    if fam == libc::AF_INET || fam == libc::AF_INET6 {
-        u16::from_ne_bytes([s.0[2], s.0[3]])
-    } else {
-        0
-    }
-}
-
-pub unsafe extern "C" fn get_src_port(id: *mut rdma_cm_id) -> u16 {
-    guard(0, || {
-        if id.is_null() {
-            return 0;
-        }
-        // SAFETY: the program's id (librdmacm reads it without checks).
-        port_of(unsafe { &(*id).route.addr.src_storage })
-    })
-}
-
-pub unsafe extern "C" fn get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    guard(0, || {
-        if id.is_null() {
-            return 0;
-        }
-        // SAFETY: as above.
-        port_of(unsafe { &(*id).route.addr.dst_storage })
-    })
-}
-
-pub unsafe extern "C" fn set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    guard_neg(|| {
-        let o = get(id)?;
-        // SAFETY: our allocation, and the caller's structure.
-        unsafe {
-            if ece.is_null()
-                || !(*id).qp.is_null()
-                || (*ece).vendor_id == 0
-                || (*ece).comp_mask != 0
-            {
-                return Err(libc::EINVAL);
-            }
-            lock(&o).local_ece = ((*ece).vendor_id, (*ece).options);
-        }
-        Ok(())
-    })
-}
-
-pub unsafe extern "C" fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    guard_neg(|| {
-        let _o = get(id)?;
-        // SAFETY: as above. Peers over RoCE send no ECE (vendor ID 0).
-        unsafe {
-            if ece.is_null() || !(*id).qp.is_null() {
-                return Err(libc::EINVAL);
-            }
-            (*ece).vendor_id = 0;
-            (*ece).options = 0;
-            (*ece).comp_mask = 0;
-        }
-        Ok(())
-    })
-}
-
 /// `rdma_get_request`: a synchronous listener's next connection request
 /// (a cancellation point while it waits).
+///
+/// # Safety
+/// The C contract of `rdma_get_request`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C-unwind" fn get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,

@@ -28,6 +28,12 @@ fn join(id: *mut rdma_cm_id, addr: *const libc::sockaddr, flags: u32, ctx: *mut 
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_join_multicast`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn join_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
@@ -36,6 +42,12 @@ pub unsafe extern "C" fn join_multicast(
     join(id, addr, 0, context)
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_join_multicast_ex`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn join_multicast_ex(
     id: *mut rdma_cm_id,
     attr: *mut rdma_cm_join_mc_attr_ex,
@@ -61,6 +73,12 @@ pub unsafe extern "C" fn join_multicast_ex(
     -1
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_leave_multicast`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     guard_neg(|| {
         let o = get(id)?;

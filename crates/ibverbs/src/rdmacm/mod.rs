@@ -27,12 +27,18 @@ pub mod event;
 pub mod ffi;
 pub mod id;
 pub mod mcast;
+pub mod options;
 pub mod qp;
 
 use crate::util::set_errno;
 
 /// Every rsocket function: not implemented. -1 (as `int`, `ssize_t` or
 /// `off_t`) with errno ENOSYS.
+///
+/// # Safety
+/// The C contract of `rsocket`, `rbind`, `rlisten`, `raccept` and others, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn rsocket_unsupported() -> isize {
     set_errno(libc::ENOSYS);
     -1

@@ -165,6 +165,12 @@ pub fn create_qp_on(
     r
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_qp`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_qp(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
@@ -180,6 +186,12 @@ pub unsafe extern "C" fn create_qp(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_qp_ex`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
@@ -194,6 +206,12 @@ pub unsafe extern "C" fn create_qp_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_destroy_qp`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_qp(id: *mut rdma_cm_id) {
     guard((), || {
         let Some(o) = Obj::<Id>::get(id) else {
@@ -211,6 +229,12 @@ pub unsafe extern "C" fn destroy_qp(id: *mut rdma_cm_id) {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_srq_ex`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_srq_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_srq_init_attr_ex,
@@ -248,6 +272,12 @@ pub unsafe extern "C" fn create_srq_ex(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_srq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_srq(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
@@ -278,6 +308,12 @@ pub unsafe extern "C" fn create_srq(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_destroy_srq`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_srq(id: *mut rdma_cm_id) {
     guard((), || {
         if Obj::<Id>::get(id).is_none() {
@@ -294,6 +330,12 @@ pub unsafe extern "C" fn destroy_srq(id: *mut rdma_cm_id) {
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_create_ep`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn create_ep(
     id: *mut *mut rdma_cm_id,
     res: *mut rdma_addrinfo,
@@ -368,6 +410,12 @@ pub unsafe extern "C" fn create_ep(
     })
 }
 
+/// A C entry point of softrdma's libibverbs.so.1.
+///
+/// # Safety
+/// The C contract of `rdma_destroy_ep`, as the crate docs state it
+/// ("The C boundary"): pointers valid as the prototype says, objects
+/// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_ep(id: *mut rdma_cm_id) {
     guard((), || {
         let Some(o) = Obj::<Id>::get(id) else {

@@ -353,3 +353,24 @@ pub fn pingpong_figures(out: &str) -> Option<(u64, u64, f64, f64)> {
     }
     Some((bytes?, iters?, mbit?, usec?))
 }
+
+/// Builds `tests/c/NAME.c` (ASan and UBSan), runs it with its device on
+/// `addr` (one test at a time), and requires its own verdict: no sanitizer
+/// report, "N checks, 0 failures", exit status 0.
+pub fn run_c(name: &str, addr: &str) {
+    let exe = build_c(name);
+    let _s = serial();
+    let o = run(
+        &exe,
+        &[],
+        &[
+            ("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1"),
+            ("SOFTRDMA_ADDR", addr),
+        ],
+        Duration::from_secs(120),
+    );
+    println!("{}", o.out);
+    assert!(!o.out.contains("Sanitizer"), "sanitizer report:\n{}", o.out);
+    assert!(o.out.contains(" checks, 0 failures"), "{}", o.out);
+    assert_eq!(o.status, Some(0), "{}", o.out);
+}

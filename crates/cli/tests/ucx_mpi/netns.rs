@@ -1,0 +1,247 @@
+//! Across two network namespaces joined by a veth: MPI, an unreachable
+//! peer, UCT over IPv6.
+
+use super::*;
+
+/// Two network namespaces ("hosts") joined by a veth pair, MTU 9000.
+pub(crate) struct Netns {
+    pub(crate) a: String,
+    pub(crate) b: String,
+    pub(crate) addr_a: String,
+    pub(crate) addr_b: String,
+}
+
+pub(crate) fn ip(args: &[&str]) {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        o.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl Netns {
+    fn new() -> Netns {
+        require_root();
+        require("ip");
+        let id = std::process::id() % 100_000;
+        let n = Netns {
+            a: format!("sru{id}a"),
+            b: format!("sru{id}b"),
+            addr_a: "198.18.0.1".into(),
+            addr_b: "198.18.0.2".into(),
+        };
+        let (va, vb) = (format!("sru{id}va"), format!("sru{id}vb"));
+        for x in [&n.a, &n.b] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", x])
+                .stderr(Stdio::null())
+                .status();
+            ip(&["netns", "add", x]);
+        }
+        ip(&[
+            "link", "add", &va, "netns", &n.a, "type", "veth", "peer", "name", &vb, "netns", &n.b,
+        ]);
+        for (ns, dev, addr) in [(&n.a, &va, &n.addr_a), (&n.b, &vb, &n.addr_b)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        n
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for x in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", x]).status();
+        }
+    }
+}
+
+#[test]
+fn openmpi_across_two_namespaces() {
+    let _s = serial();
+    let n = Netns::new();
+    mpi_suite(Mpi::OpenMpi, Some(&n));
+}
+
+/// Several ranks per host on the host's one address (issue 19): the
+/// ranks of a namespace share its device, as ranks share a NIC.
+fn ranks_share_the_host_address(mpi: Mpi) {
+    let n = Netns::new();
+    let ar = mpi_program(mpi.mpicc(), "allreduce", mpi.tag());
+    let d = mpirun_n(mpi, Some(&n), 4, &ar, &[], "allreduce-4x2");
+    check_mpi(
+        &format!("{mpi:?} allreduce, 4 ranks in each of two namespaces"),
+        &d,
+        "allreduce ok (8 ranks)",
+    );
+}
+
+#[test]
+fn openmpi_four_ranks_per_namespace_share_its_address() {
+    let _s = serial();
+    ranks_share_the_host_address(Mpi::OpenMpi);
+}
+
+#[test]
+fn mpich_four_ranks_per_namespace_share_its_address() {
+    let _s = serial();
+    ranks_share_the_host_address(Mpi::Mpich);
+}
+
+#[test]
+fn mpich_across_two_namespaces() {
+    let _s = serial();
+    let n = Netns::new();
+    mpi_suite(Mpi::Mpich, Some(&n));
+}
+
+#[test]
+fn unreachable_peer_address_says_which_and_how_to_set_it() {
+    require("ucx_perftest");
+    let _s = serial();
+    let n = Netns::new();
+    let args = [
+        "-d",
+        "softrdma0:1",
+        "-x",
+        "rc_verbs",
+        "-t",
+        "am_lat",
+        "-n",
+        "1000",
+        "-p",
+        "14500",
+    ];
+    let in_ns = |ns: &str, addr: Option<&str>, host: Option<&str>| {
+        let mut v = args.to_vec();
+        v.extend(host);
+        let inner = sx(addr, "ucx_perftest", &v);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns])
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        clean_env(&mut c);
+        c
+    };
+    // The server is bound to its namespace's address; the client was
+    // left on loopback (the default), which the server cannot reach.
+    let mut server = spawn(in_ns(&n.a, Some("first"), None), "unreach-server");
+    assert!(
+        server.wait_listen(14500, Duration::from_secs(20)),
+        "{}",
+        server.text()
+    );
+    let mut client = spawn(in_ns(&n.b, None, Some(&n.addr_a)), "unreach-client");
+    let want = format!("cannot reach the peer at {}", n.addr_a);
+    let seen = client.wait_for(&want, Duration::from_secs(30));
+    let server_saw = server.wait_for(
+        "no softrdma device of this host is at 127.0.0.1",
+        Duration::from_secs(30),
+    );
+    let c = client.wait(Duration::from_secs(0));
+    let s = server.wait(Duration::from_secs(0));
+    assert!(
+        seen,
+        "client did not say which address is unreachable:\n{}",
+        c.out
+    );
+    assert!(c.out.contains("--addr"), "{}", c.out);
+    assert!(
+        server_saw,
+        "server did not say the peer is on loopback:\n{}",
+        s.out
+    );
+    println!(
+        "client: {}",
+        c.out
+            .lines()
+            .find(|l| l.contains("softrdma:"))
+            .unwrap_or("")
+    );
+    println!(
+        "server: {}",
+        s.out
+            .lines()
+            .find(|l| l.contains("softrdma:"))
+            .unwrap_or("")
+    );
+}
+
+#[test]
+fn uct_over_ipv6_between_namespaces() {
+    // UD and RC between IPv6 GIDs (UD receives report wc.sl = 1; UCX then
+    // compares the whole destination GID of the GRH with its own).
+    require("ucx_perftest");
+    let _s = serial();
+    let n = Netns::new();
+    for (ns, dev, a) in [(&n.a, "a", "fd00:5::1"), (&n.b, "b", "fd00:5::2")] {
+        let id = std::process::id() % 100_000;
+        let dev = format!("sru{id}v{dev}");
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{a}/64"),
+            "dev",
+            &dev,
+            "nodad",
+        ]);
+    }
+    for (i, tl) in ["ud_verbs", "rc_verbs"].into_iter().enumerate() {
+        let port = (14600 + i as u16).to_string();
+        let args = [
+            "-d",
+            "softrdma0:1",
+            "-x",
+            tl,
+            "-t",
+            "am_lat",
+            "-n",
+            "2000",
+            "-p",
+            &port,
+        ];
+        let in_ns = |ns: &str, addr: &str, host: Option<&str>| {
+            let mut v = args.to_vec();
+            v.extend(host);
+            let inner = sx(Some(addr), "ucx_perftest", &v);
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns])
+                .arg(inner.get_program())
+                .args(inner.get_args());
+            clean_env(&mut c);
+            c
+        };
+        let mut server = spawn(in_ns(&n.a, "fd00:5::1", None), &format!("v6-server-{tl}"));
+        assert!(
+            server.wait_listen(14600 + i as u16, Duration::from_secs(20)),
+            "{}",
+            server.text()
+        );
+        // The control connection runs over IPv4; RoCE over IPv6.
+        let c = run(
+            in_ns(&n.b, "fd00:5::2", Some(&n.addr_a)),
+            &format!("v6-client-{tl}"),
+            LIMIT,
+        );
+        let s = server.wait(Duration::from_secs(30));
+        assert!(
+            c.ok() && s.ok(),
+            "{tl} over IPv6:\n{}\n--- server:\n{}",
+            c.out,
+            s.out
+        );
+        assert_no_ucx_warnings(tl, &c.out);
+        let f = final_line(&c.out).unwrap_or_else(|| panic!("{tl}: no Final line:\n{}", c.out));
+        assert_eq!(f.0, 2000, "{tl}: {f:?}");
+        println!("{tl} am_lat over IPv6: {:.2} us", f.1);
+    }
+}
