@@ -46,7 +46,7 @@ fn device_attr(c: &Context) -> ibv_device_attr {
         | IBV_DEVICE_CURR_QP_STATE_MOD
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
-        // ibv_modify_srq(IBV_SRQ_MAX_WR), as rxe
+        // ibv_modify_srq(IBV_SRQ_MAX_WR), as rxe (see `srq::modify_srq`).
         | IBV_DEVICE_SRQ_RESIZE
         | IBV_DEVICE_N_NOTIFY_CQ
         // Memory windows of type 1 and 2; a type 2 window is bound to one

@@ -158,26 +158,18 @@ pub unsafe extern "C" fn modify_srq(
         if attr.is_null() || mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
             return libc::EINVAL;
         }
-        if mask & IBV_SRQ_MAX_WR != 0 {
-            // IBV_DEVICE_SRQ_RESIZE: the new depth, before a limit given
-            // with it is checked against it.
-            // SAFETY: valid attribute structure.
-            let max_wr = unsafe { (*attr).max_wr };
-            if let Err(e) = x.srq.resize(max_wr) {
-                return e.errno();
-            }
+        // SAFETY: valid attribute structure.
+        let a = unsafe { &*attr };
+        // A resize keeps the posted receives; it may not go below them, nor
+        // below an armed limit, nor past the device's max_srq_wr (rxe's
+        // rules; IBV_DEVICE_SRQ_RESIZE is advertised).
+        let max_wr = (mask & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
+        let limit = (mask & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
+        if max_wr.is_none() && limit.is_none() {
+            return 0;
         }
-        if mask & IBV_SRQ_LIMIT != 0 {
-            // SAFETY: valid attribute structure.
-            let limit = unsafe { (*attr).srq_limit };
-            if let Ok((w, _, _, _)) = x.srq.query() {
-                if limit > w {
-                    return libc::EINVAL;
-                }
-            }
-            if let Err(e) = x.srq.set_limit(limit) {
-                return e.errno();
-            }
+        if let Err(e) = x.srq.modify(max_wr, limit) {
+            return e.errno();
         }
         0
     })

@@ -32,7 +32,12 @@ impl Device {
         ))
     }
 
-    /// `ibv_modify_srq`: new depth and/or arm the limit (0 disarms).
+    /// `ibv_modify_srq`: a new depth (resize) and/or the limit (0 disarms).
+    ///
+    /// As rxe: the depth may grow or shrink, up to `MAX_SRQ_WR`, but never
+    /// below the receives already posted (they stay queued, in order) nor
+    /// below an armed limit; a limit above the (new) depth is refused. The
+    /// whole request is checked before anything changes.
     pub fn modify_srq(
         &mut self,
         srq: SrqId,
@@ -40,20 +45,23 @@ impl Device {
         limit: Option<u32>,
     ) -> VerbsResult<()> {
         let s = self.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchObject)?;
-        if let Some(m) = max_wr {
-            // Never below the receives it holds nor below an armed limit
-            // (rxe's rxe_srq_chk_attr refuses the same with EINVAL).
-            if m == 0 || m > limits::MAX_SRQ_WR || (m as usize) < s.queue.len() || m < s.limit {
+        let new_max = max_wr.unwrap_or(s.max_wr);
+        let new_limit = limit.unwrap_or(s.limit);
+        if max_wr.is_some() {
+            if new_max == 0 || new_max > limits::MAX_SRQ_WR {
                 return Err(VerbsError::InvalidArgument("max_wr out of range"));
             }
-            s.max_wr = m;
-        }
-        if let Some(l) = limit {
-            if l > s.max_wr {
-                return Err(VerbsError::InvalidArgument("srq_limit above max_wr"));
+            if (new_max as usize) < s.queue.len() {
+                return Err(VerbsError::InvalidArgument(
+                    "max_wr below the receives posted",
+                ));
             }
-            s.limit = l;
         }
+        if new_limit > new_max {
+            return Err(VerbsError::InvalidArgument("srq_limit above max_wr"));
+        }
+        s.max_wr = new_max;
+        s.limit = new_limit;
         Ok(())
     }
 

@@ -428,6 +428,65 @@ fn srq_resizes_but_never_below_its_receives_or_its_limit() {
 }
 
 #[test]
+fn srq_resizes_with_receives_posted() {
+    let mut r = Rig::new(Setup {
+        srq: true,
+        ..Default::default()
+    });
+    let srq = SrqId(0);
+    let (max_wr, ..) = r.dev.query_srq(srq).unwrap();
+    let wr = |i: u64| RecvWr {
+        wr_id: i,
+        sg_list: vec![Sge {
+            addr: VA + (i % 8) * 128,
+            length: 128,
+            lkey: r.key,
+        }],
+    };
+    for i in 0..u64::from(max_wr) {
+        r.dev.post_srq_recv(srq, wr(i)).unwrap();
+    }
+    assert_eq!(
+        r.dev.post_srq_recv(srq, wr(99)).unwrap_err(),
+        VerbsError::QueueFull
+    );
+    // Too small for what is posted, zero, past the device: refused, unchanged.
+    for bad in [max_wr - 1, 0, limits::MAX_SRQ_WR + 1] {
+        assert!(r.dev.modify_srq(srq, Some(bad), None).is_err(), "{bad}");
+    }
+    assert_eq!(r.dev.query_srq(srq).unwrap().0, max_wr);
+    // Grow: the posted receives stay, more fit.
+    r.dev.modify_srq(srq, Some(2 * max_wr), None).unwrap();
+    assert_eq!(r.dev.query_srq(srq).unwrap(), (2 * max_wr, 4, 0, max_wr));
+    for i in u64::from(max_wr)..u64::from(2 * max_wr) {
+        r.dev.post_srq_recv(srq, wr(i)).unwrap();
+    }
+    assert_eq!(
+        r.dev.post_srq_recv(srq, wr(99)).unwrap_err(),
+        VerbsError::QueueFull
+    );
+    // Traffic consumes them in order.
+    let psn = r.take_psn(3);
+    for k in 0..3u32 {
+        r.deliver(&PacketRepr::new(r.bth(0x04, psn.add(k)), &[k as u8; 8]));
+    }
+    assert_eq!(
+        r.recv_cq().iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    // An armed limit bounds a shrink; a limit and a depth change together.
+    r.dev.modify_srq(srq, None, Some(10)).unwrap();
+    let queued = 2 * max_wr - 3;
+    assert!(r
+        .dev
+        .modify_srq(srq, Some(queued), Some(queued + 1))
+        .is_err());
+    assert_eq!(r.dev.query_srq(srq).unwrap(), (2 * max_wr, 4, 10, queued));
+    r.dev.modify_srq(srq, Some(queued), Some(0)).unwrap();
+    assert_eq!(r.dev.query_srq(srq).unwrap(), (queued, 4, 0, queued));
+}
+
+#[test]
 fn objects_in_use_cannot_be_destroyed() {
     let (mut dev, pd, cq, qpn) = fresh();
     assert_eq!(dev.destroy_cq(cq).unwrap_err(), VerbsError::Busy);

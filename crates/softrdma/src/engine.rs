@@ -1246,6 +1246,19 @@ impl Shared {
                     if let Some(h) = &self.host {
                         h.send_gsi(t.dst.ip(), &buf[..t.len]);
                     }
+                    // Captured as sent, as the MADs a lone device sends.
+                    if let Some(p) = &self.pcap {
+                        let mut w = lock(p);
+                        let _ = w.write(&Record {
+                            src: self.local,
+                            dst: t.dst,
+                            traffic_class: t.traffic_class,
+                            hop_limit: t.hop_limit,
+                            payload: &buf[..t.len],
+                            received: false,
+                        });
+                        let _ = w.flush();
+                    }
                     tx.pool.push(buf);
                 }
                 Some(t) => {

@@ -75,7 +75,7 @@ pub use softrdma_proto::{
 /// GIDs and the GRH area of UD receives: `gid_of`, `addr_of_gid`,
 /// `ud_grh_source`, `GRH_LEN`.
 pub use softrdma_wire::grh;
-pub use softrdma_wire::{Psn, QKey, Qpn, RKey};
+pub use softrdma_wire::{Gid, PKey, Psn, QKey, Qpn, RKey};
 #[cfg(feature = "tokio")]
 pub use stream::WcStream;
 pub use verbs::{

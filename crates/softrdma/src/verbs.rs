@@ -727,9 +727,9 @@ impl SharedReceiveQueue {
             .shared()
             .with_core(|c, _| c.modify_srq(id, None, Some(limit)))?)
     }
-    /// Resizes the queue to `max_wr` receives (`ibv_modify_srq` with
-    /// IBV_SRQ_MAX_WR): never below the receives it holds or its armed limit.
-    pub fn resize(&self, max_wr: u32) -> Result<()> {
+    /// `ibv_modify_srq`: a new depth (resize; the posted receives stay)
+    /// and/or the limit, checked and applied together.
+    pub fn modify(&self, max_wr: Option<u32>, limit: Option<u32>) -> Result<()> {
         let id = self.inner.id;
         Ok(self
             .inner
@@ -737,7 +737,7 @@ impl SharedReceiveQueue {
             .inner
             .dev
             .shared()
-            .with_core(|c, _| c.modify_srq(id, Some(max_wr), None))?)
+            .with_core(|c, _| c.modify_srq(id, max_wr, limit))?)
     }
     /// (max_wr, max_sge, limit, queued).
     pub fn query(&self) -> Result<(u32, u32, u32, u32)> {

@@ -211,7 +211,7 @@ fn gid(ip: IpAddr) -> ibv_gid {
 }
 
 /// Brings the C id's public fields up to date.
-fn refresh(o: &Obj<Id>) {
+pub(super) fn refresh(o: &Obj<Id>) {
     let Ok(info) = o.cm.addr_info() else {
         return;
     };
@@ -417,7 +417,7 @@ pub unsafe extern "C" fn destroy_id(id: *mut rdma_cm_id) -> c_int {
 /// event and keeps it in `id->event` (acknowledging the previous one); an
 /// event with an error fails the call. The wait is a cancellation point,
 /// outside any guard (see `util`): call this outside `guard`.
-fn complete(o: &Obj<Id>) -> Result<(), i32> {
+pub(super) fn complete(o: &Obj<Id>) -> Result<(), i32> {
     let ch = guarded(|| {
         let own = {
             let st = lock(o);

@@ -67,6 +67,63 @@ pub unsafe extern "C" fn init_qp_attr(
     })
 }
 
+/// `rdma_create_ep`'s route from `rdma_getaddrinfo` (`ai_route`): set as
+/// `RDMA_OPTION_IB_PATH`, then completed as `rdma_resolve_route` is.
+///
+/// # Safety
+/// `route` covers `len` bytes.
+pub(super) unsafe fn set_route(
+    id: *mut rdma_cm_id,
+    route: *mut c_void,
+    len: usize,
+) -> Result<(), i32> {
+    // SAFETY: forwarded per the contract.
+    if unsafe { set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, route, len) } != 0 {
+        return Err(crate::util::errno());
+    }
+    let o = get(id)?;
+    complete(&o)
+}
+
+/// `struct ibv_path_data` (`<infiniband/sa.h>`): flags, reserved, then
+/// the IBA PathRecord (IBA 15.2.5.16) in network byte order.
+const PATH_DATA_LEN: usize = 8 + 64;
+/// The one entry `RDMA_OPTION_IB_PATH` takes (as the kernel's
+/// `ucma_set_ib_path`): GMP | PRIMARY | BIDIRECTIONAL (OUTBOUND |
+/// INBOUND_REVERSE).
+const PATH_FLAGS_WANTED: u32 = 1 | (1 << 1) | (1 << 3) | (1 << 5);
+
+/// The primary bidirectional path of an `ibv_path_data` array: none, or a
+/// length that is not a whole number of entries, is None (EINVAL).
+fn ib_path(b: &[u8]) -> Option<softrdma::rdma_cm::Path> {
+    if b.is_empty() || !b.len().is_multiple_of(PATH_DATA_LEN) {
+        return None;
+    }
+    let e = b
+        .chunks_exact(PATH_DATA_LEN)
+        .find(|e| u32::from_ne_bytes([e[0], e[1], e[2], e[3]]) == PATH_FLAGS_WANTED)?;
+    let r = &e[8..];
+    let be16 = |i: usize| u16::from_be_bytes([r[i], r[i + 1]]);
+    let gid = |i: usize| {
+        let mut g = [0u8; 16];
+        g.copy_from_slice(&r[i..i + 16]);
+        softrdma::Gid(g)
+    };
+    let flow_hop = u32::from_be_bytes([r[44], r[45], r[46], r[47]]);
+    Some(softrdma::rdma_cm::Path {
+        dgid: gid(8),
+        sgid: gid(24),
+        flow_label: (flow_hop >> 8) & 0xf_ffff,
+        hop_limit: flow_hop as u8,
+        traffic_class: r[48],
+        pkey: softrdma::PKey(be16(50)),
+        sl: (be16(52) & 0xf) as u8,
+        mtu: r[54] & 0x3f,
+        rate: r[55] & 0x3f,
+        packet_life_time: r[56] & 0x3f,
+    })
+}
+
 /// A C entry point of softrdma's libibverbs.so.1.
 ///
 /// # Safety
@@ -102,6 +159,14 @@ pub unsafe extern "C" fn set_option(
             | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)
             | (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR)
             | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => return Err(libc::EINVAL),
+            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+                // SAFETY: the caller's array of `len` bytes.
+                let b = unsafe { std::slice::from_raw_parts(val as *const u8, len) };
+                let path = ib_path(b).ok_or(libc::EINVAL)?;
+                let r = o.cm.set_ib_path(path);
+                refresh(&o);
+                r
+            }
             _ => return Err(libc::ENOSYS),
         };
         r.map_err(|e| e.errno())

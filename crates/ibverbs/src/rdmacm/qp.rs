@@ -393,7 +393,13 @@ pub unsafe extern "C" fn create_ep(
                 if super::id::resolve_addr(c, r.ai_src_addr, r.ai_dst_addr, 2000) != 0 {
                     return fail(crate::util::errno());
                 }
-                if super::id::resolve_route(c, 2000) != 0 {
+                // A route rdma_getaddrinfo gave (ibacm's) is set as is
+                // (librdmacm's rdma_create_ep); none is resolved.
+                if r.ai_route_len > 0 && !r.ai_route.is_null() {
+                    if let Err(e) = super::options::set_route(c, r.ai_route, r.ai_route_len) {
+                        return fail(e);
+                    }
+                } else if super::id::resolve_route(c, 2000) != 0 {
                     return fail(crate::util::errno());
                 }
                 if !qp_init_attr.is_null() {

@@ -11,6 +11,7 @@
  *
  * Every check prints one line; the exit status is the number of failures.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -517,6 +518,232 @@ static void rnr(struct ibv_context *ctx, union ibv_gid *gid)
 	ibv_dealloc_pd(pd);
 }
 
+/* SRQ resize (IBV_SRQ_MAX_WR, as rxe): advertised by IBV_DEVICE_SRQ_RESIZE;
+ * never below the receives posted, nor 0, nor past max_srq_wr; the posted
+ * receives stay and are consumed in order by the traffic after. */
+static void srq_resize(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(ctx, &da) == 0 && (da.device_cap_flags & IBV_DEVICE_SRQ_RESIZE),
+	      "IBV_DEVICE_SRQ_RESIZE in device_cap_flags");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	CHECK(srq != NULL, "SRQ of 4");
+	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_RC);
+	struct ibv_qp_init_attr qa = {
+		.send_cq = cq, .recv_cq = cq, .srq = srq,
+		.cap = { .max_send_wr = 16, .max_send_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *b = ibv_create_qp(pd, &qa);
+	CHECK(a && b && connect_qp(a, b->qp_num, gid, 7, 1) == 0 &&
+		      connect_qp(b, a->qp_num, gid, 7, 1) == 0,
+	      "RC pair, the receiver on the SRQ");
+	static char buf[16 * 64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_recv_wr *rbad;
+	int posted = 0;
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge sge = { (uintptr_t)buf + 64 * i, 64, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &sge, .num_sge = 1 };
+		posted += ibv_post_srq_recv(srq, &r, &rbad) == 0;
+	}
+	CHECK(posted == 4, "4 receives posted");
+	struct ibv_srq_attr sra = { .max_wr = 3 };
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL,
+	      "resize below the 4 posted -> EINVAL");
+	sra.max_wr = 0;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL, "resize to 0 -> EINVAL");
+	sra.max_wr = da.max_srq_wr + 1;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == EINVAL,
+	      "resize past max_srq_wr -> EINVAL");
+	sra.max_wr = 16;
+	CHECK(ibv_modify_srq(srq, &sra, IBV_SRQ_MAX_WR) == 0, "resize 4 -> 16");
+	struct ibv_srq_attr q = { 0 };
+	CHECK(ibv_query_srq(srq, &q) == 0 && q.max_wr == 16, "ibv_query_srq: max_wr %u", q.max_wr);
+	for (int i = 4; i < 16; i++) {
+		struct ibv_sge sge = { (uintptr_t)buf + 64 * i, 64, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &sge, .num_sge = 1 };
+		posted += ibv_post_srq_recv(srq, &r, &rbad) == 0;
+	}
+	CHECK(posted == 16, "12 more receives posted (%d in all)", posted);
+	{
+		struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 999, .sg_list = &sge, .num_sge = 1 };
+		CHECK(ibv_post_srq_recv(srq, &r, &rbad) == ENOMEM, "the 17th -> ENOMEM");
+	}
+	static char src[64];
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, sizeof(src), 0);
+	int sent = 0;
+	for (int i = 0; i < 16; i++) {
+		struct ibv_sge sge = { (uintptr_t)src, 8, smr->lkey };
+		struct ibv_send_wr w = { .wr_id = i, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+		sent += ibv_post_send(a, &w, &bad) == 0;
+	}
+	CHECK(sent == 16, "16 SENDs posted");
+	int sends = 0, next = 100, in_order = 1;
+	for (int i = 0; i < 32; i++) {
+		struct ibv_wc wc;
+		if (poll_one(cq, &wc) != 1 || wc.status != IBV_WC_SUCCESS)
+			break;
+		if (wc.opcode == IBV_WC_RECV)
+			in_order &= wc.wr_id == (uint64_t)next++;
+		else
+			sends++;
+	}
+	CHECK(sends == 16 && next == 116 && in_order,
+	      "16 SENDs complete on 16 receives, in order (%d sends, %d receives)", sends,
+	      next - 100);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_srq(srq);
+	ibv_dereg_mr(mr);
+	ibv_dereg_mr(smr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+}
+
+/* RDMA_OPTION_IB_PATH (the kernel's ucma_set_ib_path): the route given
+ * instead of resolved, once the address is resolved; the primary
+ * bidirectional entry of an ibv_path_data array is taken as given and
+ * ROUTE_RESOLVED follows. */
+static void ib_path(union ibv_gid *gid)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	struct ibv_path_data pd[2];
+	memset(pd, 0, sizeof(pd));
+	pd[1].flags = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY | IBV_PATH_FLAG_BIDIRECTIONAL;
+	pd[1].path.sgid = *gid;
+	pd[1].path.dgid = *gid;
+	pd[1].path.flowlabel_hoplimit = htobe32((0x12345u << 8) | 7);
+	pd[1].path.tclass = 32;
+	pd[1].path.pkey = htobe16(0xffff);
+	pd[1].path.qosclass_sl = htobe16(3);
+	pd[1].path.mtu = 0x80 | IBV_MTU_512;
+	pd[1].path.packetlifetime = 0x80 | 16;
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH before the address is resolved -> -1, EINVAL (errno %d)", errno);
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(7474) };
+	memcpy(&dst.sin_addr, &gid->raw[12], 4);
+	struct rdma_cm_event *ev = NULL;
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
+		      rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "address resolved");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, 64) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH of part of an entry -> -1, EINVAL (errno %d)", errno);
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd[0])) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH without a primary bidirectional entry -> -1, EINVAL (errno %d)",
+	      errno);
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == 0,
+	      "RDMA_OPTION_IB_PATH sets the route");
+	ev = NULL;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+	      "ROUTE_RESOLVED follows");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	struct ibv_sa_path_rec *p = id->route.path_rec;
+	CHECK(id->route.num_paths == 1 && p && p->mtu == IBV_MTU_512 && p->hop_limit == 7 &&
+		      p->traffic_class == 32 && be32toh(p->flow_label) == 0x12345 && p->sl == 3 &&
+		      p->packet_life_time == 16 && !memcmp(&p->dgid, gid, 16),
+	      "route.path_rec is the path given");
+	errno = 0;
+	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_IB_PATH once the route is resolved -> -1, EINVAL (errno %d)", errno);
+	rdma_destroy_id(id);
+
+	/* A connection over a given path: its MTU is the QPs'. */
+	struct rdma_cm_id *lid = NULL, *cid = NULL, *sid = NULL;
+	struct sockaddr_in any = { .sin_family = AF_INET };
+	memcpy(&any.sin_addr, &gid->raw[12], 4);
+	CHECK(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0 &&
+		      rdma_bind_addr(lid, (struct sockaddr *)&any) == 0 && rdma_listen(lid, 1) == 0,
+	      "listener");
+	dst.sin_port = rdma_get_src_port(lid);
+	ev = NULL;
+	CHECK(rdma_create_id(ch, &cid, NULL, RDMA_PS_TCP) == 0 &&
+		      rdma_resolve_addr(cid, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
+		      rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "client address resolved");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	ev = NULL;
+	CHECK(rdma_set_option(cid, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, pd, sizeof(pd)) == 0 &&
+		      rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+	      "client route given");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7 };
+	CHECK(rdma_create_qp(cid, NULL, &qa) == 0 && rdma_connect(cid, &cp) == 0, "connect");
+	ev = NULL;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_CONNECT_REQUEST,
+	      "CONNECT_REQUEST");
+	if (ev) {
+		sid = ev->id;
+		rdma_ack_cm_event(ev);
+	}
+	struct ibv_qp_init_attr qs = qa;
+	CHECK(sid && rdma_create_qp(sid, NULL, &qs) == 0 && rdma_accept(sid, &cp) == 0, "accept");
+	int established = 0;
+	for (int i = 0; i < 2; i++) {
+		ev = NULL;
+		if (rdma_get_cm_event(ch, &ev) == 0) {
+			established += ev->event == RDMA_CM_EVENT_ESTABLISHED;
+			rdma_ack_cm_event(ev);
+		}
+	}
+	CHECK(established == 2, "both sides ESTABLISHED (%d)", established);
+	struct ibv_qp_attr qattr;
+	struct ibv_qp_init_attr qinit;
+	CHECK(cid->qp && ibv_query_qp(cid->qp, &qattr, IBV_QP_PATH_MTU, &qinit) == 0 &&
+		      qattr.path_mtu == IBV_MTU_512,
+	      "the client QP's path MTU is the given path's (%d)", (int)qattr.path_mtu);
+	CHECK(sid && sid->qp && ibv_query_qp(sid->qp, &qattr, IBV_QP_PATH_MTU, &qinit) == 0 &&
+		      qattr.path_mtu == IBV_MTU_512,
+	      "the server QP's path MTU is the REQ's (%d)", (int)qattr.path_mtu);
+	/* The passive side answers the DREQ with its own rdma_disconnect. */
+	rdma_disconnect(cid);
+	int disconnected = 0;
+	for (int i = 0; i < 2; i++) {
+		ev = NULL;
+		if (rdma_get_cm_event(ch, &ev) != 0)
+			break;
+		if (ev->event == RDMA_CM_EVENT_DISCONNECTED) {
+			disconnected++;
+			if (ev->id == sid)
+				rdma_disconnect(sid);
+		}
+		rdma_ack_cm_event(ev);
+	}
+	CHECK(disconnected == 2, "both sides DISCONNECTED (%d)", disconnected);
+	if (sid) {
+		rdma_destroy_qp(sid);
+		rdma_destroy_id(sid);
+	}
+	rdma_destroy_qp(cid);
+	rdma_destroy_id(cid);
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+}
+
 /* UD: the receive buffer starts with the 40-byte GRH area (20 zero bytes
  * and the IPv4 header for IPv4 GIDs); an address handle made from the
  * completion and that area answers the sender. */
@@ -694,8 +921,8 @@ static void cq_ex(struct ibv_context *ctx)
  * What softrdma refuses, with the errno a program gets: hardware offloads
  * (device memory, flow steering, counters, WQs and RSS, TSO, CQ
  * moderation, rate limits, ECE, dmabuf, tag matching) and the
- * librdmacm calls it does not have (rsockets, XRC through rdma_cm, the IB
- * path option). Where libibverbs' inline wrapper answers for a verb whose
+ * librdmacm calls it does not have (rsockets, XRC through rdma_cm). Where
+ * libibverbs' inline wrapper answers for a verb whose
  * slot softrdma leaves empty, the errno is libibverbs' own.
  */
 static void refused(struct ibv_context *ctx, union ibv_gid *gid)
@@ -775,7 +1002,8 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	      "ibv_create_cq_ex with IGNORE_OVERRUN -> EOPNOTSUPP (errno %d)", errno);
 	CHECK(ibv_resize_cq(cq, 128) == 0 && cq->cqe >= 128, "ibv_resize_cq works (%d)", cq->cqe);
 
-	/* SRQs: resize as rxe (never below the armed limit), no tag matching. */
+	/* SRQs: resize as rxe (never below the armed limit; with receives posted
+	 * and traffic after: srq_resize), no tag matching. */
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
 	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
 	CHECK(srq != NULL, "SRQ");
@@ -837,7 +1065,7 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 		      errno == EOPNOTSUPP,
 	      "ibv_reg_dmabuf_mr -> EOPNOTSUPP (errno %d)", errno);
 
-	/* librdmacm: rsockets, XRC through rdma_cm, the IB path option. */
+	/* librdmacm: rsockets, XRC through rdma_cm. */
 	errno = 0;
 	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS,
 	      "rsocket -> -1, ENOSYS (errno %d)", errno);
@@ -858,11 +1086,6 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	errno = 0;
 	CHECK(rdma_create_srq_ex(id, &xs) == -1 && errno == EOPNOTSUPP,
 	      "rdma_create_srq_ex of an XRC SRQ -> -1, EOPNOTSUPP (errno %d)", errno);
-	char path[64] = { 0 };
-	errno = 0;
-	CHECK(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path, sizeof(path)) == -1 &&
-		      errno == ENOSYS,
-	      "rdma_set_option(RDMA_OPTION_IB_PATH) -> -1, ENOSYS (errno %d)", errno);
 	struct rdma_cm_join_mc_attr_ex mj = { .comp_mask = RDMA_CM_JOIN_MC_ATTR_RESERVED };
 	errno = 0;
 	CHECK(rdma_join_multicast_ex(id, &mj, NULL) == -1 && errno == EOPNOTSUPP,
@@ -903,6 +1126,8 @@ int main(void)
 	bad_attributes(ctx, &gid);
 	remote_errors(ctx, &gid);
 	rnr(ctx, &gid);
+	srq_resize(ctx, &gid);
+	ib_path(&gid);
 	ud(ctx, &gid);
 	events(ctx, &gid);
 	cq_ex(ctx);

@@ -984,6 +984,23 @@ impl CmId {
         Ok(())
     }
 
+    /// `rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH)`: the route
+    /// given instead of resolved (the kernel's `ucma_set_ib_path` and
+    /// `rdma_set_ib_path`): only once the address is resolved, the path
+    /// taken as given; queues ROUTE_RESOLVED as `rdma_resolve_route` does.
+    pub fn set_ib_path(&self, path: Path) -> Result<()> {
+        let mut g = lock();
+        let num = self.0.num;
+        let e = entry(&mut g, num)?;
+        if e.st != St::AddrResolved || e.dev.is_none() {
+            return Err(einval("RDMA_OPTION_IB_PATH: address not resolved"));
+        }
+        e.path = Some(path);
+        e.st = St::RouteResolved;
+        e.chan.push(Queued::new(num, EventType::RouteResolved, 0));
+        Ok(())
+    }
+
     /// `rdma_migrate_id`: the id's events (queued ones too) go to
     /// `channel` from now on; waits until the events already reported on
     /// the old channel are acknowledged.
