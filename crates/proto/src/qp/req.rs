@@ -723,7 +723,14 @@ impl Qp {
         }
         self.counters.tail_probes += 1;
         self.req.probe_pending = true;
+        // The probe is no go-back-N retry: `retrying_from` stays as it
+        // was. Marked, a PSN sequence error NAK that names the probed
+        // packet (it and its probe lost, a later packet arrived) would
+        // look like one already answered, and only the transport timer
+        // would recover.
+        let retrying = self.req.retrying_from;
         self.rewind_to(max);
+        self.req.retrying_from = retrying;
     }
 
     /// Go-back-N: the next packet sent is the one with `psn`.
