@@ -406,6 +406,13 @@ impl Host {
                     None
                 }
                 Request::Members => Some(Reply::Members(self.member_list())),
+                Request::Receive => {
+                    // Everything the socket held when the request came is
+                    // in the members' rings (or refused by a full one,
+                    // as loss) before the answer leaves.
+                    self.receive();
+                    Some(Reply::Ok)
+                }
                 Request::Bye => {
                     self.leave(slot);
                     return;
