@@ -88,8 +88,18 @@ fn ranks_share_the_host_address(mpi: Mpi) {
 /// "transport retry counter exceeded" on several ranks of one namespace at
 /// once, about 20 s in (3 of 3 runs at the end of stop 24; it passed in
 /// the helper's runs on a quieter machine). MPICH's twin below passes.
-/// Until the shared device's forwarding under CPU oversubscription is
-/// understood, run it by hand: `cargo nextest run --release --all-features
+/// Measured since (sharedfix, 2026-12-04; 2 failures in 14 runs with 8
+/// CPU hogs beside it, 0 in 5 with 3-5): the failing rank's requester
+/// sends PSNs 278-300 and retransmits 278-279 every 1.07 s, 8 times; the
+/// responder QP in the other namespace, which had just sent its own burst
+/// (ACKed), never answers again — no ACK, no NAK (capture of the
+/// namespace's UDP 4791). Nothing is dropped on the way: the device
+/// processes' `SOFTRDMA_HOST_TRACE` shows 0 ring refusals and 0 unrouted
+/// datagrams before the death, /proc/net/snmp 0 UDP receive errors. So
+/// the responder's member stops taking or processing what its ring holds
+/// (suspects: its receive path stalls — progress thread and polls both
+/// standing aside — or a lock held across a device-process request).
+/// Until that is found, run it by hand: `cargo nextest run --release --all-features
 /// -p softrdma-cli --test ucx_mpi --run-ignored all -E
 /// 'test(openmpi_four_ranks)'`.
 #[test]
