@@ -94,12 +94,15 @@ fn ranks_share_the_host_address(mpi: Mpi) {
 /// responder QP in the other namespace, which had just sent its own burst
 /// (ACKed), never answers again — no ACK, no NAK (capture of the
 /// namespace's UDP 4791). Nothing is dropped on the way: the device
-/// processes' `SOFTRDMA_HOST_TRACE` shows 0 ring refusals and 0 unrouted
-/// datagrams before the death, /proc/net/snmp 0 UDP receive errors. So
-/// the responder's member stops taking or processing what its ring holds
-/// (suspects: its receive path stalls — progress thread and polls both
-/// standing aside — or a lock held across a device-process request).
-/// Until that is found, run it by hand: `cargo nextest run --release --all-features
+/// processes' `SOFTRDMA_HOST_TRACE` shows 0 ring refusals, 0 unrouted
+/// datagrams and 0 bytes left in any member's ring when it left (every
+/// datagram was taken by its member), /proc/net/snmp 0 UDP receive
+/// errors. A responder that saw PSN 370 after ACKing 369 acknowledges or
+/// NAKs it (resp.rs, dup.rs), and the responder's process kept sending on
+/// that QP afterwards: so its core drops the retransmissions silently
+/// (suspects: `handle_request`'s out-of-sequence branch with `nak_sent`
+/// left set, `responder_ready`, or a datagram handed to the wrong core of
+/// the process). Until that is found, run it by hand: `cargo nextest run --release --all-features
 /// -p softrdma-cli --test ucx_mpi --run-ignored all -E
 /// 'test(openmpi_four_ranks)'`.
 #[test]

@@ -458,15 +458,17 @@ impl Host {
 
     /// A member is gone: its QPs and listeners with it; its peers told.
     fn leave(&mut self, slot: usize) {
-        let Some(m) = self.members[slot].take() else {
+        let Some(mut m) = self.members[slot].take() else {
             return;
         };
         trace(&format!(
-            "member {} pid {} left: pushed {}, ring refused {}, unrouted so far {}",
+            "member {} pid {} left: pushed {}, ring refused {}, bytes it never took {}, \
+             unrouted so far {}",
             m.id,
             m.pid,
             m.pushed,
             m.ring.refused_count(),
+            m.ring.in_flight(),
             self.unrouted
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
