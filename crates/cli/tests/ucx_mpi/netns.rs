@@ -88,7 +88,7 @@ fn ranks_share_the_host_address(mpi: Mpi) {
 /// "transport retry counter exceeded" on several ranks of one namespace at
 /// once, about 20 s in (3 of 3 runs at the end of stop 24; it passed in
 /// the helper's runs on a quieter machine). MPICH's twin below passes.
-/// Measured since (sharedfix, 2026-12-04; 2 failures in 14 runs with 8
+/// Measured since (sharedfix, 2026-12-04; 4 failures in 12 runs with 8
 /// CPU hogs beside it, 0 in 5 with 3-5): the failing rank's requester
 /// sends PSNs 278-300 and retransmits 278-279 every 1.07 s, 8 times; the
 /// responder QP in the other namespace, which had just sent its own burst
