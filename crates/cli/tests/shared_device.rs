@@ -10,7 +10,7 @@
 //!
 //! Needs ibverbs-utils and rdmacm-utils (scripts/deps) and the built
 //! library; one test at a time with the other interop tests (their flock).
-//! Addresses 127.19.1.x.
+//! Addresses 127.19.1.x, 127.62.1.x.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -408,4 +408,69 @@ fn a_killed_process_disconnects_its_peer_and_the_others_carry_on() {
         assert!(d.out.contains("50000 iters in"), "{}", d.out);
     }
     assert_device_process_gone(addr);
+}
+
+/// Builds `crates/ibverbs/tests/c/NAME.c` against Debian's libibverbs
+/// headers (run over our library by `softrdma exec`).
+fn build_c(name: &str) -> String {
+    let src = format!("{}/../ibverbs/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = profile_dir().join(format!("softrdma-shared-c-{name}"));
+    let out = Command::new("gcc")
+        .args([
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-O1",
+            &src,
+            "-o",
+        ])
+        .arg(&exe)
+        .args(["-libverbs", "-lpthread"])
+        .output()
+        .expect("gcc (scripts/deps)");
+    assert!(
+        out.status.success(),
+        "gcc {src} failed (needs libibverbs-dev):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe.to_str().expect("UTF-8 path").to_string()
+}
+
+/// An ACK that reached the device before the program moves its QP to ERR
+/// completes its SEND also when it still waits in the device's socket,
+/// which only the device process reads (uDAPL dapltest's scm server
+/// failed with "Server_Info_Send-reaping DTO problem" on a loaded CI
+/// machine: its SEND flushed). `ack_before_err … stall` stops the server's
+/// device process before each SEND and continues it only once the modify
+/// has begun, so the ACK waits there every round, as when a loaded machine
+/// schedules the device process late; the modify has the device process
+/// hand it over first. Before, 20 of 20 SENDs were flushed. Server and
+/// client on two addresses (two device processes): 127.62.1.1 and .2.
+#[test]
+fn an_ack_waiting_in_the_device_process_completes_its_send_before_err() {
+    let exe = build_c("ack_before_err");
+    let _s = serial();
+    let (sa, ca, port) = ("127.62.1.1", "127.62.1.2", 23911u16);
+    let p = port.to_string();
+    let server = spawn(sx(sa, &exe, &["server", &p, "20", "stall"]), "abe-server");
+    wait_tcp(port);
+    let client = spawn(
+        sx(ca, &exe, &["client", &p, "20", "127.0.0.1"]),
+        "abe-client",
+    );
+    let c = client.wait(LIMIT);
+    let s = server.wait(LIMIT);
+    // A server that died between its SIGSTOP and SIGCONT leaves its
+    // device process stopped: continue it, so it can leave.
+    for pid in device_processes(sa) {
+        // SAFETY: a signal to a process of ours.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+    assert_eq!(c.status, Some(0), "client:\n{}\nserver:\n{}", c.out, s.out);
+    assert!(s.out.contains("flushed 0 of 20"), "{}", s.out);
+    assert_eq!(s.status, Some(0), "{}", s.out);
+    assert_device_process_gone(sa);
+    assert_device_process_gone(ca);
 }

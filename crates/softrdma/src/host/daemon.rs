@@ -36,6 +36,9 @@ const SPIN: Duration = Duration::from_micros(50);
 /// How often the device process looks for members whose process exited
 /// while a forked child keeps their unix socket open.
 const REAP_EVERY: Duration = Duration::from_millis(100);
+/// Unrouted datagrams `SOFTRDMA_HOST_TRACE` names one by one (the first
+/// ones; after a member's death its peers' retransmissions follow).
+const TRACE_UNROUTED: u64 = 32;
 /// Datagrams received per call.
 const RX_BATCH: usize = 32;
 /// Receive buffer (a GRO train).
@@ -122,7 +125,8 @@ fn trace(line: &str) {
             .create(true)
             .open(p)
         {
-            let _ = writeln!(f, "{line}");
+            // Several device processes may share the file.
+            let _ = writeln!(f, "[{}] {line}", std::process::id());
         }
     }
 }
@@ -274,6 +278,15 @@ impl Host {
                     });
                     let Some(member) = slot.and_then(|i| self.members[i].as_mut()) else {
                         self.unrouted += 1;
+                        if self.unrouted <= TRACE_UNROUTED {
+                            let q = super::route::dest_qpn(dgram)
+                                .map_or_else(|| "?".into(), |q| format!("{q:#x}"));
+                            trace(&format!(
+                                "unrouted datagram from {} to QPN {q} ({} bytes)",
+                                m.addr,
+                                dgram.len()
+                            ));
+                        }
                         continue;
                     };
                     let h = rec_header(m.addr, m.tos, m.ttl.unwrap_or(64));
@@ -344,6 +357,7 @@ impl Host {
         let id = self.next_id;
         self.next_id += 1;
         self.routes.join(id);
+        trace(&format!("member {id} pid {} ({comm}) joined", cred.pid));
         self.members[slot] = Some(Member {
             id,
             ctl: conn,
@@ -406,6 +420,13 @@ impl Host {
                     None
                 }
                 Request::Members => Some(Reply::Members(self.member_list())),
+                Request::Receive => {
+                    // Everything the socket held when the request came is
+                    // in the members' rings (or refused by a full one,
+                    // as loss) before the answer leaves.
+                    self.receive();
+                    Some(Reply::Ok)
+                }
                 Request::Bye => {
                     self.leave(slot);
                     return;
@@ -437,15 +458,17 @@ impl Host {
 
     /// A member is gone: its QPs and listeners with it; its peers told.
     fn leave(&mut self, slot: usize) {
-        let Some(m) = self.members[slot].take() else {
+        let Some(mut m) = self.members[slot].take() else {
             return;
         };
         trace(&format!(
-            "member {} pid {} left: pushed {}, ring refused {}, unrouted so far {}",
+            "member {} pid {} left: pushed {}, ring refused {}, bytes it never took {}, \
+             unrouted so far {}",
             m.id,
             m.pid,
             m.pushed,
             m.ring.refused_count(),
+            m.ring.in_flight(),
             self.unrouted
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());

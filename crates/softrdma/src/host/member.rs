@@ -194,6 +194,13 @@ impl Member {
         });
     }
 
+    /// Has the device process receive what the device's socket holds and
+    /// hand it out (this member's share lands in its ring) before
+    /// returning. `false`: it did not answer.
+    pub fn receive_arrived(&self) -> bool {
+        matches!(self.request(&Request::Receive), Ok(Reply::Ok))
+    }
+
     /// Who shares the device.
     pub fn members(&self) -> io::Result<Vec<MemberInfo>> {
         match self.request(&Request::Members)? {

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Version of this protocol: a device process and a member of different
 /// versions do not talk (the member says so and the program gets an
 /// error naming both).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Longest message.
 pub const MAX_MSG: usize = 4096;
@@ -56,6 +56,12 @@ pub enum Request {
     },
     /// Who shares the device.
     Members,
+    /// Receive what the device's socket already holds and hand it out
+    /// before answering (`Ok`): the member is about to move a QP to ERR
+    /// or RESET, and an ACK that reached the device first must complete
+    /// its SEND rather than see it flushed (a NIC processes what reached
+    /// it before the driver's modify).
+    Receive,
     /// The member leaves (its device closes normally).
     Bye,
 }
@@ -237,6 +243,7 @@ impl Request {
             Request::SendGsi { dst, packet } => W::new(6).ip(*dst).bytes(packet),
             Request::Members => W::new(8),
             Request::Bye => W::new(9),
+            Request::Receive => W::new(10),
         }
         .0
     }
@@ -261,6 +268,7 @@ impl Request {
             },
             8 => Request::Members,
             9 => Request::Bye,
+            10 => Request::Receive,
             _ => return Err(BadMsg),
         };
         r.end()?;
@@ -385,6 +393,7 @@ mod tests {
             },
             Request::Members,
             Request::Bye,
+            Request::Receive,
         ];
         for m in &reqs {
             let b = m.encode();
