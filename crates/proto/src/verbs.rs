@@ -329,8 +329,9 @@ impl WrOpcode {
             _ => return None,
         })
     }
-    /// RDMA READ, an atomic or an ATOMIC WRITE: counts against
-    /// `max_rd_atomic` and is answered by a response, not an ACK.
+    /// RDMA READ, an atomic or an ATOMIC WRITE (what may not be sent
+    /// inline); with FLUSH, these count against `max_rd_atomic`
+    /// ([`Self::uses_responder_resource`]).
     pub const fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
@@ -344,6 +345,14 @@ impl WrOpcode {
     /// zero-length READ response that answers FLUSH and ATOMIC WRITE).
     pub const fn has_response(self) -> bool {
         self.is_read_or_atomic() || matches!(self, WrOpcode::Flush)
+    }
+    /// Takes a responder resource at the peer (IBA 9.7.5.1.3; A19 for
+    /// FLUSH and ATOMIC WRITE): READ, atomics, ATOMIC WRITE and FLUSH,
+    /// the requests the responder must answer again from what it saved.
+    /// No more than `max_rd_atomic` of them may be outstanding, or the
+    /// responder forgets one the requester may still retransmit.
+    pub const fn uses_responder_resource(self) -> bool {
+        self.has_response()
     }
     /// Executed by the local device alone, sending nothing (LOCAL_INV,
     /// BIND_MW).

@@ -135,7 +135,7 @@ pub fn endpoint(sim: &mut Sim, node: usize, o: &PairOpts, va: u64) -> Endpoint {
         qp_state: QpState::Init,
         pkey_index: 0,
         port_num: 1,
-        qp_access_flags: o.access.remote(),
+        qp_access_flags: o.access.remote().with(Access(o.access.0 & Access::FLUSH.0)),
         qkey: QKey(o.qkey),
         ..Default::default()
     };

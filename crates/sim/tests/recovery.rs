@@ -339,3 +339,81 @@ fn big_writes_finish_while_both_ends_are_paused_and_the_queue_overflows() {
     }
     assert!(drops > 0, "the receiver's queue overflowed");
 }
+
+/// A responder remembers `max_dest_rd_atomic` READ, atomic, FLUSH and
+/// ATOMIC WRITE requests to answer their duplicates (IBA 9.7.5.1.3); a
+/// requester must keep that many at most outstanding, FLUSH included, or
+/// the responder forgets one it may still retransmit — and then answers
+/// that retransmission with nothing at all, until the retry counter runs
+/// out (issue 19: the capture of an RC requester retransmitting its two
+/// oldest PSNs to a responder that never answered them again). Here, with
+/// one resource: a FETCH_ADD, then a FLUSH, and the atomic's ACK is lost.
+/// Before the fix the FLUSH left at once, took the responder's only
+/// resource and its response implied a lost atomic response; the atomic's
+/// retransmissions met a responder that no longer knew it (8 timeouts,
+/// RetryExcErr).
+#[test]
+fn a_flush_waits_for_the_atomic_before_it_so_a_lost_atomic_ack_is_answered_again() {
+    let mut sim = Sim::new(7, LinkConfig::default());
+    let a = sim.add_node(11, None);
+    let b = sim.add_node(12, None);
+    let o = PairOpts {
+        max_rd_atomic: 1,
+        access: PairOpts::default()
+            .access
+            .with(Access::FLUSH_GLOBAL)
+            .with(Access::FLUSH_PERSISTENT),
+        ..opts()
+    };
+    let (ca, sb) = connect(&mut sim, a, b, &o);
+    // The first ATOMIC ACKNOWLEDGE (opcode 0x12) is lost.
+    let lost = Rc::new(Cell::new(0u32));
+    let l2 = lost.clone();
+    sim.drop_filter = Some(Box::new(move |d| {
+        let atomic_ack = IbPacket::new_checked(d).is_ok_and(|p| p.bth().opcode() == Opcode(0x12));
+        if atomic_ack && l2.get() == 0 {
+            l2.set(1);
+            return true;
+        }
+        false
+    }));
+    let start = sim.now;
+    let mut fa = SendWr::new(0, WrOpcode::AtomicFetchAndAdd);
+    fa.sg_list = vec![Sge {
+        addr: ca.va,
+        length: 8,
+        lkey: ca.key,
+    }];
+    fa.remote_addr = sb.va;
+    fa.rkey = RKey(sb.key);
+    fa.compare_add = 5;
+    let mut fl = SendWr::new(1, WrOpcode::Flush);
+    fl.remote_addr = sb.va + 4096;
+    fl.rkey = RKey(sb.key);
+    fl.flush = FlushSpec {
+        placement_type: 1,
+        level: 0,
+    };
+    fl.flush_len = 64;
+    for wr in [fa, fl] {
+        sim.nodes[a].dev.post_send(start, ca.qpn, wr).unwrap();
+    }
+    let mut wcs = Vec::new();
+    let limit = start.add_ns(20 * RTO_NS);
+    let done = sim.run_until(limit, |s| {
+        wcs.extend(drain_cq(s, a, ca.send_cq));
+        wcs.len() == 2
+    });
+    assert_eq!(lost.get(), 1, "the atomic ACK was dropped");
+    assert!(done, "both completed: {wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+    let s = sim.nodes[b].dev.qp_counters(sb.qpn).unwrap();
+    assert_eq!(s.duplicate_requests, 1, "the atomic came again: {s:?}");
+    assert!(c.timeouts <= 1, "answered at the first retry: {c:?}");
+    eprintln!(
+        "atomic ACK lost: recovered after {} µs (virtual), {} timeout(s)",
+        (sim.now.0 - start.0) / 1000,
+        c.timeouts
+    );
+}

@@ -9,6 +9,9 @@
 use softrdma_sim::harness::{run, Config, Report};
 use softrdma_sim::LinkConfig;
 
+/// The link loss up to which no RC pair may end in retry exhaustion.
+const MAX_LOSS_WITHOUT_EXHAUSTION: f64 = 0.1;
+
 /// The workload of one soak seed.
 pub fn soak_config(seed: u64) -> Config {
     let mut c = Config::new(seed);
@@ -51,7 +54,20 @@ fn run_seeds(range: std::ops::Range<u64>) {
     let mut total = Report::default();
     let mut failures = Vec::new();
     for seed in range.clone() {
-        let r = run(&soak_config(seed));
+        let cfg = soak_config(seed);
+        let r = run(&cfg);
+        // Retry exhaustion is a fair end only on the lossiest links (15,
+        // 20 %; none of 1,000 seeds at 10 % or less ends so). Below, it
+        // means a responder that stopped answering a retransmission
+        // (issue 19: a FLUSH past `max_rd_atomic` took the resource of an
+        // atomic whose answer was then lost; dozens of seeds at 1-10 %).
+        if r.failed_pairs > 0 && cfg.link.loss <= MAX_LOSS_WITHOUT_EXHAUSTION {
+            failures.push(format!(
+                "seed {seed}: {} RC pair(s) ran out of retries at {} % loss",
+                r.failed_pairs,
+                cfg.link.loss * 100.0
+            ));
+        }
         total.ops += r.ops;
         total.bytes += r.bytes;
         total.completions += r.completions;

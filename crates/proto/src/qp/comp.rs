@@ -38,7 +38,7 @@ impl Qp {
             } else {
                 self.req.cur_pkt = 0;
             }
-            if w.is_read_or_atomic() && w.npkts > 0 {
+            if w.uses_responder_resource() && w.npkts > 0 {
                 self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
             }
             if (status != WcStatus::Success || w.signaled) && !self.complete_send(&w, status, ctx) {

@@ -65,8 +65,9 @@ impl SendWqe {
     pub fn contains(&self, psn: Psn) -> bool {
         self.started && psn.distance_from(self.first_psn) < self.npkts
     }
-    pub fn is_read_or_atomic(&self) -> bool {
-        self.wr.opcode.is_read_or_atomic()
+    /// Counts against `max_rd_atomic` (see [`WrOpcode::uses_responder_resource`]).
+    pub fn uses_responder_resource(&self) -> bool {
+        self.wr.opcode.uses_responder_resource()
     }
     /// Completed by a response packet, not by an ACK (READ, atomics,
     /// ATOMIC WRITE, FLUSH).

@@ -301,7 +301,7 @@ impl Qp {
         w.first_psn = first;
         w.started = true;
         self.req.next_psn = first.add(n);
-        if w.wr.opcode.is_read_or_atomic() {
+        if w.wr.opcode.uses_responder_resource() {
             self.req.rd_atomic_outstanding += 1;
         }
         Ok(())
@@ -342,7 +342,7 @@ impl Qp {
             if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_outstanding > 0 {
                 return None;
             }
-            if w.wr.opcode.is_read_or_atomic()
+            if w.wr.opcode.uses_responder_resource()
                 && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic.max(1) as u32
             {
                 return None;
