@@ -77,6 +77,12 @@ fn clean_env(c: &mut Command) {
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdin(Stdio::null());
+    // SOFTRDMA_LOG is cleared above; `TEST_SOFTRDMA_LOG=softrdma=debug`
+    // hands it to the launcher and its ranks (their notes land in the
+    // output a failing test prints).
+    if let Ok(v) = std::env::var("TEST_SOFTRDMA_LOG") {
+        c.env("SOFTRDMA_LOG", v);
+    }
 }
 
 /// Runs `cmd` in a process group of its own (ip netns exec, a launcher
