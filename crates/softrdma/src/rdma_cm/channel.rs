@@ -22,7 +22,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An event as queued, before it is delivered (`id::deliver`).
+/// An event as queued, before it is delivered (`deliver::deliver`).
 #[derive(Debug)]
 pub(crate) struct Queued {
     /// The id it counts against (the listener, for a request).
@@ -222,7 +222,7 @@ impl EventChannel {
     /// the next one). Never blocks.
     pub fn take_counted(&self) -> Option<CmEvent> {
         let q = self.0.pop()?;
-        super::id::deliver(&self.0, q)
+        super::deliver::deliver(&self.0, q)
     }
 
     /// The next event, waiting at most `timeout` (`Ok(None)` when none
@@ -249,7 +249,7 @@ impl EventChannel {
                 continue;
             }
             if let Some(q) = self.0.pop() {
-                if let Some(ev) = super::id::deliver(&self.0, q) {
+                if let Some(ev) = super::deliver::deliver(&self.0, q) {
                     return Ok(Some(ev));
                 }
             }

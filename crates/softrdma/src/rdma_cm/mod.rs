@@ -48,16 +48,21 @@
 //! process opened, and, for a local address no device has, a new device
 //! bound to it (the C library installs one that shares libibverbs' devices).
 
+mod addr;
 mod channel;
+mod conn;
+mod deliver;
 pub(crate) mod driver;
 mod id;
 mod mcast;
+mod qp;
 mod resolve;
 mod simple;
 pub(crate) mod state;
 
 pub use channel::EventChannel;
-pub use id::{set_read_back, AddrInfo, CmId};
+pub use deliver::set_read_back;
+pub use id::{AddrInfo, CmId};
 pub use resolve::{
     iboe_mtu, is_local, route_source, set_device_provider, DefaultProvider, DeviceProvider,
 };
