@@ -47,6 +47,11 @@
 //! Devices come from a [`DeviceProvider`]: by default the devices this
 //! process opened, and, for a local address no device has, a new device
 //! bound to it (the C library installs one that shares libibverbs' devices).
+//!
+//! No `unsafe` here: the OS calls (the channel's eventfd, a route's path
+//! MTU, the exit handler) are softrdma-io's.
+
+#![forbid(unsafe_code)]
 
 mod addr;
 mod channel;
