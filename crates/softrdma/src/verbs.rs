@@ -9,7 +9,7 @@ use crate::memory::{self, OdpRegion, RawRegion};
 pub use crate::qp::{ConnectOptions, QpBuilder, QpEndpoint, QueuePair};
 use softrdma_proto::*;
 use softrdma_wire::grh::addr_of_gid;
-use softrdma_wire::{Qpn, RKey};
+use softrdma_wire::RKey;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -552,18 +552,7 @@ impl std::fmt::Debug for CompletionQueue {
 }
 
 /// An empty completion, for filling arrays before polling.
-pub const EMPTY_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_or_inv: 0,
-    qp_num: Qpn::new(0),
-    src_qp: Qpn::new(0),
-    wc_flags: WcFlags(0),
-    pkey_index: 0,
-    solicited: false,
-};
+pub const EMPTY_WC: Wc = Wc::EMPTY;
 
 impl CompletionQueue {
     pub(crate) fn new(dev: Device, id: CqId, channel: Option<CompletionChannel>) -> Self {
