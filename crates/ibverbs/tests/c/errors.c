@@ -27,36 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-static int checks;
+#include "checks.h"
 
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		checks++;                                                     \
-		if (cond) {                                                   \
-			printf("ok   ");                                      \
-		} else {                                                      \
-			printf("FAIL ");                                      \
-			failures++;                                           \
-		}                                                             \
-		printf(__VA_ARGS__);                                          \
-		printf("  [%s:%d]\n", __FILE__, __LINE__);                    \
-	} while (0)
-
-/* Polls until one completion arrives or 5 s pass. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n != 0)
-			return n;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 5)
-			return 0;
-	}
-}
 
 struct ep {
 	struct ibv_qp *qp;
@@ -76,49 +48,15 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq,
 	return ibv_create_qp(pd, &a);
 }
 
-/* RESET -> INIT -> RTR -> RTS towards `dest` on the same device. */
+/* INIT -> RTR -> RTS towards `dest` on the same device. */
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid,
 		      uint8_t rnr_retry, uint8_t min_rnr_timer)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ,
-	};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = min_rnr_timer;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = 0;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				      IBV_QP_MAX_DEST_RD_ATOMIC |
-				      IBV_QP_MIN_RNR_TIMER))
-		return -2;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = rnr_retry;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				      IBV_QP_MAX_QP_RD_ATOMIC))
-		return -3;
-	return 0;
+	struct rc_opts o = { .access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+			     .rd_atomic = 1,
+			     .rnr_retry = rnr_retry,
+			     .min_rnr_timer = min_rnr_timer };
+	return rc_connect(qp, dest, gid, &o);
 }
 
 static void bad_handles(struct ibv_context *ctx)
