@@ -385,6 +385,8 @@ impl Device {
         group_cfg.recv_buffer = opts.recv_buffer;
         group_cfg.gro = opts.gro;
         let mcast = crate::mcast::GroupSockets::new(&socket, poller.registry(), group_cfg);
+        // MADs this device receives go to rdma_cm's driver.
+        crate::rdma_cm::driver::install_hook();
         let shared = Arc::new(
             Shared::new(
                 core,
@@ -504,6 +506,16 @@ impl Device {
     /// devices of its own.
     pub fn forked_away(&self) -> bool {
         self.inner.shared.forked_away()
+    }
+
+    /// What the destructor of one of the device's objects does: `f` on the
+    /// core, under its lock; nothing in a forked child (the objects are the
+    /// parent's, see [`Device::forked_away`]).
+    pub(crate) fn release<R>(&self, f: impl FnOnce(&mut softrdma_proto::Device) -> R) -> Option<R> {
+        if self.forked_away() {
+            return None;
+        }
+        Some(self.shared().with_core(|c, _| f(c)))
     }
 
     /// Name, `softrdma<N>`.

@@ -21,11 +21,8 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        if self.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self.dev.shared().with_core(|c, _| c.dealloc_pd(id));
+        let _ = self.dev.release(|c| c.dealloc_pd(id));
     }
 }
 
@@ -482,16 +479,8 @@ impl std::fmt::Debug for MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        if self.pd.inner.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.dealloc_mw(id));
+        let _ = self.pd.inner.dev.release(|c| c.dealloc_mw(id));
     }
 }
 
@@ -670,16 +659,8 @@ pub(crate) struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        if self.pd.inner.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.destroy_srq(id));
+        let _ = self.pd.inner.dev.release(|c| c.destroy_srq(id));
     }
 }
 
@@ -748,16 +729,8 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
-        if self.pd.inner.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.destroy_ah(id));
+        let _ = self.pd.inner.dev.release(|c| c.destroy_ah(id));
     }
 }
 
