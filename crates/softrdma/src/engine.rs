@@ -39,18 +39,19 @@
 //! (after the receive injector). Without faults each path costs one
 //! branch: `tx.faults` / `rx.faults` is `None`.
 //!
-//! rdma_cm (`crate::rdma_cm`) hooks in at three places and nowhere else, so
-//! a device that never sees a MAD runs exactly as before:
+//! The connection manager (rdma_cm) hooks in at three places and nowhere
+//! else, through `crate::cm_hook` (the engine names no upper layer), so a
+//! device that never sees a MAD runs exactly as before:
 //! - a received batch that put MADs in QP 1's queue (the core only queues
 //!   packets for QP 1, found after a failed QPN lookup) ends with
-//!   `rdma_cm::driver::on_gsi`, called with no engine lock held;
+//!   `cm_hook::on_gsi`, called with no engine lock held;
 //! - the progress thread compares the CM's next deadline (`cm_deadline`, an
 //!   atomic the CM driver publishes) with the time once per loop and calls
-//!   `rdma_cm::driver::on_timer` when it has passed; it sleeps no longer
+//!   `cm_hook::on_timer` when it has passed; it sleeps no longer
 //!   than that deadline;
 //! - the driver sends MADs with `send_mads` (core, then tx, as above).
 //!
-//! Its own lock (process-wide, `rdma_cm::state`) is always taken before
+//! The CM's own lock (process-wide) is always taken before
 //! `core`: the driver holds it while it calls into the engine, and the
 //! engine never holds `core`, `tx` or `rx` when it calls the driver.
 
@@ -301,7 +302,7 @@ impl Drop for Shared {
         }
         drop(core);
         if self.cm_used.load(Ordering::SeqCst) {
-            crate::rdma_cm::driver::forget_device(self.serial);
+            crate::cm_hook::forget_device(self.serial);
         }
     }
 }
@@ -1152,7 +1153,7 @@ impl Shared {
             // program's CQ poll, no cancellation point (see
             // `softrdma_io::NoCancel`).
             let _nc = softrdma_io::NoCancel::new();
-            crate::rdma_cm::driver::on_gsi(self);
+            crate::cm_hook::on_gsi(self);
         } else if gsi {
             self.gsi_waiting.store(true, Ordering::SeqCst);
             self.waker.wake();
@@ -1301,14 +1302,14 @@ impl Shared {
     /// and the CM's deadline. One atomic load when no CM is in use.
     fn cm_timers(&self, next: Option<Instant>) -> Option<Instant> {
         if self.gsi_waiting.swap(false, Ordering::SeqCst) {
-            crate::rdma_cm::driver::on_gsi(self);
+            crate::cm_hook::on_gsi(self);
         }
         let d = self.cm_deadline.load(Ordering::SeqCst);
         if d == u64::MAX {
             return next;
         }
         if d <= self.now().0 {
-            crate::rdma_cm::driver::on_timer(self);
+            crate::cm_hook::on_timer(self);
         }
         let d = self.cm_deadline.load(Ordering::SeqCst);
         match (next, d) {
