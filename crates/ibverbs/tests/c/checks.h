@@ -1,7 +1,8 @@
 /*
  * What the C programs that count checks share (errors.c, identity.c and,
  * through memfeat.h, mw.c, placement.c, odp.c, xrc.c, mcast.c): CHECK,
- * which prints one line a check and counts the failures; poll_one, one
+ * which prints one line a check and counts the failures; open_first, the
+ * first device and its GID; poll_one, one
  * completion within 5 s; rc_connect, an RC QP moved from RESET or INIT to
  * RTS towards another QP of the same device.
  */
@@ -43,6 +44,24 @@ static inline int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 		if (t.tv_sec - t0.tv_sec > 5)
 			return 0;
 	}
+}
+
+/* Opens the first device of `*list` (the device list, for the caller to
+ * free) and reads its GID 0 into `gid`, each step a check; NULL when
+ * there is no device or it does not open. */
+static inline struct ibv_context *open_first(struct ibv_device ***list, union ibv_gid *gid)
+{
+	int n = 0;
+	*list = ibv_get_device_list(&n);
+	CHECK(*list && n >= 1, "ibv_get_device_list: %d device(s)", n);
+	if (!*list || n < 1)
+		return NULL;
+	struct ibv_context *ctx = ibv_open_device((*list)[0]);
+	CHECK(ctx != NULL, "ibv_open_device(%s)", ibv_get_device_name((*list)[0]));
+	if (!ctx)
+		return NULL;
+	CHECK(ibv_query_gid(ctx, 1, 0, gid) == 0, "ibv_query_gid");
+	return ctx;
 }
 
 /* How rc_connect sets up a QP. */

@@ -458,17 +458,11 @@ static void timestamps(struct ibv_context *ctx, union ibv_gid *gid)
 int main(int argc, char **argv)
 {
 	const char *want_vendor = argc > 1 ? argv[1] : "0xffffff";
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n >= 1, "ibv_get_device_list: %d device(s)", n);
-	if (!list || n < 1)
-		return 1;
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	CHECK(ctx != NULL, "ibv_open_device(%s)", ibv_get_device_name(list[0]));
+	struct ibv_device **list;
+	union ibv_gid gid;
+	struct ibv_context *ctx = open_first(&list, &gid);
 	if (!ctx)
 		return 1;
-	union ibv_gid gid;
-	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0, "ibv_query_gid");
 
 	identity(ctx, want_vendor);
 	imports(ctx, &gid);
