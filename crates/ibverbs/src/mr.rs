@@ -345,11 +345,7 @@ pub unsafe extern "C" fn advise_mr(
         let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
         let sges: Vec<Sge> = list
             .iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
+            .map(ibv_sge::sge)
             .collect();
         let flush = flags & IBV_ADVISE_MR_FLAG_FLUSH != 0;
         match x.pd.advise_mr(advice, flush, &sges) {
