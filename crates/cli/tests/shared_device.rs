@@ -12,57 +12,15 @@
 //! library; one test at a time with the other interop tests (their flock).
 //! Addresses 127.19.1.x.
 
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+#[path = "common/libs.rs"]
+mod libs;
+
+use libs::{lib_dir, serial};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `…/deps/NAME`.
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's libraries.
-fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-shared-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("librdmacm.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
-}
 
 fn require(tool: &str) {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -70,22 +28,6 @@ fn require(tool: &str) {
         std::env::split_paths(&path).any(|d| d.join(tool).is_file()),
         "{tool} not found: apt-get install -y ibverbs-utils rdmacm-utils (scripts/deps)"
     );
-}
-
-/// One at a time, with the other interop tests.
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial() -> Serial {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(profile_dir().join("softrdma-ibverbs-interop.lock"))
-        .expect("lock file");
-    // SAFETY: flock on a descriptor we own; blocks until granted.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Serial(f)
 }
 
 /// A clean environment for softrdma: no inherited SOFTRDMA_* settings.
@@ -102,7 +44,9 @@ fn clean(c: &mut Command) {
 /// `softrdma exec --lib … --addr ADDR -- prog args…`.
 fn sx(addr: &str, prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
-    c.arg("exec").arg("--lib").arg(lib_dir());
+    c.arg("exec")
+        .arg("--lib")
+        .arg(lib_dir("softrdma-shared-lib", true));
     c.args(["--addr", addr, "--", prog]).args(args);
     clean(&mut c);
     c
@@ -129,13 +73,8 @@ struct Done {
     out: String,
 }
 
-fn spawn(mut cmd: Command, tag: &str) -> Proc {
-    let dir = profile_dir().join("softrdma-shared-out");
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup")).stderr(f);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+fn spawn(cmd: Command, tag: &str) -> Proc {
+    let (child, out) = libs::spawn_logged(cmd, "softrdma-shared-out", tag, false);
     Proc {
         child: Some(child),
         out,

@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 pub use crate::libs::{profile_dir, serial};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -156,15 +155,8 @@ pub fn kill_group(pid: u32, sig: &str) {
         .status();
 }
 
-pub fn spawn(mut cmd: Command, tag: &str) -> Proc {
-    let dir = profile_dir().join("softrdma-apps-out");
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup"))
-        .stderr(f)
-        .process_group(0);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+pub fn spawn(cmd: Command, tag: &str) -> Proc {
+    let (child, out) = crate::libs::spawn_logged(cmd, "softrdma-apps-out", tag, true);
     Proc {
         child,
         out,
