@@ -384,7 +384,8 @@ impl Device {
         group_cfg.send_buffer = opts.send_buffer;
         group_cfg.recv_buffer = opts.recv_buffer;
         group_cfg.gro = opts.gro;
-        let mcast = crate::mcast::GroupSockets::new(&socket, poller.registry(), group_cfg);
+        let mcast = crate::mcast::GroupSockets::new(&socket, &poller.registry(), group_cfg)
+            .map_err(|e| Error::io("creating the poller", e))?;
         // MADs this device receives go to rdma_cm's driver.
         crate::rdma_cm::driver::install_hook();
         let shared = Arc::new(
