@@ -48,10 +48,7 @@ unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
     let sges = unsafe { sg_list(w.sg_list, w.num_sge) }?;
     Ok(RecvWr {
         wr_id: w.wr_id,
-        sg_list: sges
-            .iter()
-            .map(ibv_sge::sge)
-            .collect(),
+        sg_list: sges.iter().map(ibv_sge::sge).collect(),
     })
 }
 
@@ -206,10 +203,7 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
         wr.inline_data = unsafe { gather_inline(sges) }?;
     } else {
         wr.flags = SendFlags(wr.flags.0 & !IBV_SEND_INLINE);
-        wr.sg_list = sges
-            .iter()
-            .map(ibv_sge::sge)
-            .collect();
+        wr.sg_list = sges.iter().map(ibv_sge::sge).collect();
     }
     match op {
         WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => {
