@@ -467,6 +467,13 @@ impl Device {
         )
     }
 
+    /// What the same-host path carried for this device (see
+    /// `host::path`): `None` when the device is not shared or the path is
+    /// off (`SOFTRDMA_SAME_HOST=udp`).
+    pub fn same_host_counters(&self) -> Option<crate::host::SameHostCounters> {
+        self.inner.shared.host.as_ref()?.same_host_counters()
+    }
+
     /// The pid of the device process of a shared device.
     pub fn host_pid(&self) -> Option<i32> {
         self.inner.shared.host.as_ref().map(|h| h.host_pid)
