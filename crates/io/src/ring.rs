@@ -396,6 +396,14 @@ impl Ring {
         self.shm.u64_at(OFF_REFUSED).load(Ordering::Relaxed)
     }
 
+    /// How far the consumer has read (a counter of bytes that only
+    /// grows): the producer's way to tell a slow consumer from a stopped
+    /// one.
+    pub fn consumed(&mut self) -> u64 {
+        self.seen = self.shm.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        self.seen
+    }
+
     /// Bytes written and not yet consumed (the producer's view).
     pub fn in_flight(&mut self) -> usize {
         self.seen = self.shm.u64_at(OFF_HEAD).load(Ordering::Acquire);

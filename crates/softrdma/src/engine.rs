@@ -889,6 +889,7 @@ impl Shared {
             // have one (see `samehost`); UDP the run up to the next.
             let sent = match self.same_host_lead(tx) {
                 samehost::Lead::Ring(n) => Ok(n),
+                samehost::Lead::Full => Ok(0),
                 samehost::Lead::Udp(limit) => self.send_some(tx, limit),
             };
             match sent {

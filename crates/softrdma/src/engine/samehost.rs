@@ -6,6 +6,7 @@
 //! — happens to them as to datagrams the socket took.
 
 use super::{Pending, Shared, TxQueue};
+use crate::host::path::Pushed;
 use softrdma_io::IoPiece;
 
 /// Whether this process lets the same-host path carry its packets
@@ -21,6 +22,9 @@ const LOOKAHEAD: usize = 1024;
 pub(super) enum Lead {
     /// That many datagrams went into rings (or were lost to full ones).
     Ring(usize),
+    /// The first one's ring is full and its reader busy: wait, as for a
+    /// full socket.
+    Full,
     /// Up to that many go through UDP.
     Udp(usize),
 }
@@ -50,8 +54,15 @@ impl Shared {
             };
             pieces.clear();
             d.pieces(&mut pieces);
-            // A full ring: the datagram is lost, as on a network.
-            paths.push(ring, d.tos, d.ttl, &pieces);
+            // A full ring whose reader stopped: the datagram is lost, as
+            // on a network; one whose reader reads: it waits its turn.
+            if paths.push(ring, d.tos, d.ttl, &pieces, now) == Pushed::Wait {
+                if n == 0 {
+                    paths.publish();
+                    return Lead::Full;
+                }
+                break;
+            }
             n += 1;
         }
         if n > 0 {

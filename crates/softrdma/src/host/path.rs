@@ -19,9 +19,12 @@
 //! What moves is the datagram itself, byte for byte what UDP would carry
 //! (headers, payload, ICRC) behind the 24-byte source header the device
 //! process's records have: the transport state machines, the captures,
-//! the counters and the logs see the same packets. A full ring, or a
-//! member that died (nobody empties its ring), is loss, which the
-//! transport recovers from (or gives up on) as from any loss. Wake-ups are
+//! the counters and the logs see the same packets. A full ring whose
+//! reader reads holds the datagram back in the send queue, as a full
+//! socket buffer does (a burst larger than the ring is not lost); a full
+//! ring whose reader has not moved for `STALL` — a member stopped, dead
+//! (nobody empties its ring), or starved — loses it, which the transport
+//! recovers from (or gives up on) as from any loss. Wake-ups are
 //! batched: a run of datagrams is published at once and the member's
 //! eventfd written only when it sleeps.
 //!
@@ -42,8 +45,16 @@ use std::time::{Duration, Instant};
 /// member): a 1 MiB message in 4 KiB packets with room to spare. Pages
 /// are only touched as the ring is used.
 pub const PATH_RING: usize = 4 << 20;
+/// The environment variable that sets the data area of the rings a
+/// device opens, in bytes (tests: a small ring fills; rounded up to a
+/// power of two of at least 4 KiB).
+pub const RING_ENV: &str = "SOFTRDMA_PATH_RING";
 /// How long the sender waits for the destination's device process.
 const OPEN_WAIT: Duration = Duration::from_millis(200);
+/// A full ring whose reader moved within this time holds the datagram
+/// back (as a full socket does: it waits in the send queue); one whose
+/// reader has not — stopped, dead, starved — loses it.
+const STALL: Duration = Duration::from_millis(5);
 /// How long a destination without a path (no device process here, or a
 /// QP no member of it owns) stays on UDP before the sender looks again.
 const NO_PATH_TTL: Duration = Duration::from_secs(1);
@@ -65,6 +76,21 @@ struct OutRing {
     wake: EventFd,
     /// Records pushed and not yet published.
     dirty: bool,
+    /// The reader's position when last seen, and when it last moved.
+    head: u64,
+    moved: Instant,
+}
+
+/// What became of a datagram pushed into a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// In the ring.
+    Ok,
+    /// Full, and its reader is reading: try again soon (the datagram
+    /// stays queued).
+    Wait,
+    /// Full, and its reader stopped: lost.
+    Lost,
 }
 
 /// Counters of the same-host path of one device.
@@ -85,6 +111,8 @@ pub struct SameHostCounters {
 pub(crate) struct Paths {
     /// Our token towards device processes (random).
     sender: u64,
+    /// Data area of the rings we open.
+    ring_bytes: usize,
     /// This device's address: the source of what it sends.
     local: SocketAddr,
     ways: HashMap<(SocketAddr, u32), Way>,
@@ -108,6 +136,10 @@ impl Paths {
         let _ = getrandom::fill(&mut b);
         Paths {
             sender: u64::from_le_bytes(b) | 1,
+            ring_bytes: std::env::var(RING_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(PATH_RING),
             local,
             ways: HashMap::new(),
             owners: HashMap::new(),
@@ -185,7 +217,7 @@ impl Paths {
         if !need_ring {
             return Ok(self.owners.get(&key).copied());
         }
-        let ring = Ring::create("softrdma-path", PATH_RING)?;
+        let ring = Ring::create("softrdma-path", self.ring_bytes)?;
         conn.send(&Request::GiveRing { sender, member }.encode(), &[ring.fd()])?;
         let n = conn.recv_wait(&mut buf, &mut fds, OPEN_WAIT)?;
         if Reply::decode(&buf[..n]) != Ok(Reply::Ok) {
@@ -196,6 +228,8 @@ impl Paths {
             ring,
             wake,
             dirty: false,
+            head: 0,
+            moved: Instant::now(),
         });
         // A device process that restarted numbers its members anew: the
         // newest ring for a member number wins.
@@ -204,18 +238,32 @@ impl Paths {
     }
 
     /// Writes a datagram (`pieces`: headers, payload, trailer) into ring
-    /// `i`, unpublished. `false`: the ring was full (loss).
-    pub fn push(&mut self, i: usize, tos: u8, ttl: u8, pieces: &[IoPiece<'_>]) -> bool {
+    /// `i`, unpublished.
+    pub fn push(
+        &mut self,
+        i: usize,
+        tos: u8,
+        ttl: u8,
+        pieces: &[IoPiece<'_>],
+        now: Instant,
+    ) -> Pushed {
         let h = rec_header(self.local, tos, ttl);
         let r = &mut self.rings[i];
         if r.ring.push_pieces_unpublished(TAG_DATAGRAM, &h, pieces) {
             r.dirty = true;
             self.sent += 1;
-            true
-        } else {
-            self.refused += 1;
-            false
+            return Pushed::Ok;
         }
+        let head = r.ring.consumed();
+        if head != r.head {
+            r.head = head;
+            r.moved = now;
+        }
+        if now.saturating_duration_since(r.moved) < STALL {
+            return Pushed::Wait;
+        }
+        self.refused += 1;
+        Pushed::Lost
     }
 
     /// Publishes what was pushed; wakes the members that sleep.
