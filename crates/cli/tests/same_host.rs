@@ -274,27 +274,33 @@ struct Pair {
 }
 
 fn pair(same_host: &str, mode: &str, init_ip: &str, target_ip: &str) -> Pair {
+    pair_with(same_host, mode, init_ip, target_ip, &[])
+}
+
+fn pair_with(
+    same_host: &str,
+    mode: &str,
+    init_ip: &str,
+    target_ip: &str,
+    extra: &[(&str, String)],
+) -> Pair {
     let port = free_port();
-    let mut target = role(
-        "target_role",
-        same_host,
-        &[
-            ("SH_ADDR", target_ip.into()),
-            ("SH_PORT", port.to_string()),
-            ("SH_MODE", mode.into()),
-        ],
-    );
+    let mut tv = vec![
+        ("SH_ADDR", target_ip.to_string()),
+        ("SH_PORT", port.to_string()),
+        ("SH_MODE", mode.to_string()),
+    ];
+    tv.extend_from_slice(extra);
+    let mut target = role("target_role", same_host, &tv);
     let mut tout = BufReader::new(target.stdout.take().unwrap());
     wait_line(&mut tout, "LISTENING");
-    let mut init = role(
-        "initiator_role",
-        same_host,
-        &[
-            ("SH_ADDR", init_ip.into()),
-            ("SH_TARGET", format!("{target_ip}:{port}")),
-            ("SH_MODE", mode.into()),
-        ],
-    );
+    let mut iv = vec![
+        ("SH_ADDR", init_ip.to_string()),
+        ("SH_TARGET", format!("{target_ip}:{port}")),
+        ("SH_MODE", mode.to_string()),
+    ];
+    iv.extend_from_slice(extra);
+    let mut init = role("initiator_role", same_host, &iv);
     let iout = BufReader::new(init.stdout.take().unwrap());
     wait_line(&mut tout, "READY");
     Pair {
@@ -308,7 +314,16 @@ fn pair(same_host: &str, mode: &str, init_ip: &str, target_ip: &str) -> Pair {
 /// Runs WRITE, READ, atomics, SEND between the two; returns the two
 /// processes' counters (initiator, target).
 fn ops(same_host: &str, init_ip: &str, target_ip: &str) -> (String, String) {
-    let mut p = pair(same_host, "ops", init_ip, target_ip);
+    ops_with(same_host, init_ip, target_ip, &[])
+}
+
+fn ops_with(
+    same_host: &str,
+    init_ip: &str,
+    target_ip: &str,
+    extra: &[(&str, String)],
+) -> (String, String) {
+    let mut p = pair_with(same_host, "ops", init_ip, target_ip, extra);
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");
     p.target
@@ -351,6 +366,54 @@ fn the_same_over_udp_when_the_path_is_off() {
     let (ic, tc) = ops("udp", "127.64.3.1", "127.64.3.1");
     assert_eq!(ic, "COUNTERS none");
     assert_eq!(tc, "COUNTERS none");
+}
+
+#[test]
+fn captures_of_the_path_decode_as_the_wire_would() {
+    let dir = std::env::temp_dir().join(format!("softrdma-samehost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("cap-{addr}.pcap");
+    let (ic, tc) = ops_with(
+        "shm",
+        "127.64.6.1",
+        "127.64.6.2",
+        &[("SOFTRDMA_PCAP", pcap.display().to_string())],
+    );
+    assert_path_carried(&ic, &tc);
+    for ip in ["127.64.6.1", "127.64.6.2"] {
+        let f = dir.join(format!("cap-{ip}.pcap"));
+        let o = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+            .arg("dump")
+            .arg(&f)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // Both directions, every kind of packet the run made, sent and
+        // received, all with good ICRCs.
+        for what in [
+            // (WRITE ONLY per packet towards loopback peers.)
+            "RC_RDMA_WRITE_",
+            "RC_RDMA_READ_REQUEST",
+            "RC_RDMA_READ_RESPONSE_",
+            "RC_FETCH_ADD",
+            "RC_COMPARE_SWAP",
+            "RC_ATOMIC_ACKNOWLEDGE",
+            "RC_SEND_ONLY",
+            "RC_ACKNOWLEDGE",
+            "127.64.6.1:4791 > 127.64.6.2:4791",
+            "127.64.6.2:4791 > 127.64.6.1:4791",
+            "ICRC bad 0, malformed 0",
+        ] {
+            assert!(
+                text.contains(what),
+                "{what} missing in {}:\n{text}",
+                f.display()
+            );
+        }
+        assert!(!text.contains("icrc=bad"), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn signal(c: &Child, sig: i32) {
