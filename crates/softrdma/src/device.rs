@@ -244,6 +244,9 @@ impl Drop for DeviceInner {
         self.shared.drain();
         self.shared.materialize_queued();
         self.shared.say_faults(&self.name);
+        if let Some(h) = &self.shared.host {
+            h.trace_counters();
+        }
     }
 }
 
@@ -711,6 +714,9 @@ extern "C" fn flush_all_at_exit() {
                     // (Not a forked child's copy of its parent's.)
                     d.shared.drain();
                     d.shared.say_faults(&d.name);
+                    if let (Some(h), false) = (&d.shared.host, d.shared.forked_away()) {
+                        h.trace_counters();
+                    }
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.

@@ -38,6 +38,8 @@ pub(crate) struct Member {
     pub path_received: AtomicU64,
     /// We take part in the same-host path.
     pub same_host: bool,
+    /// The counters were traced.
+    traced: AtomicBool,
     /// Our ways to other members (the sending side of the path; taken
     /// under the engine's `tx` lock only). `None`: the path is off.
     pub(crate) paths: Option<Mutex<super::path::Paths>>,
@@ -155,6 +157,7 @@ impl Member {
                         offered: AtomicBool::new(false),
                         path_received: AtomicU64::new(0),
                         same_host,
+                        traced: AtomicBool::new(false),
                         paths: same_host.then(|| Mutex::new(super::path::Paths::new(local))),
                     },
                 ))
@@ -356,11 +359,14 @@ impl Member {
     }
 }
 
-impl Drop for Member {
-    fn drop(&mut self) {
-        // `SOFTRDMA_HOST_TRACE=FILE`: what the same-host path carried,
-        // for tests of programs that cannot ask.
-        if std::env::var_os("SOFTRDMA_HOST_TRACE").is_some() {
+impl Member {
+    /// `SOFTRDMA_HOST_TRACE=FILE`: says once what the same-host path
+    /// carried (at device close, or at exit for a device still open), for
+    /// tests of programs that cannot ask.
+    pub fn trace_counters(&self) {
+        if std::env::var_os("SOFTRDMA_HOST_TRACE").is_some()
+            && !self.traced.swap(true, Ordering::SeqCst)
+        {
             let c = self.same_host_counters().unwrap_or_default();
             super::daemon::trace(&format!(
                 "member pid {} same-host {}: sent {} refused {} received {} paths {}",
@@ -372,6 +378,12 @@ impl Drop for Member {
                 c.paths
             ));
         }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.trace_counters();
     }
 }
 
