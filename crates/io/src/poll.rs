@@ -298,6 +298,90 @@ impl PollRegistry {
     }
 }
 
+/// A set of sockets asked which of them have input now, without sleeping:
+/// an epoll instance of its own whose events carry each socket's
+/// descriptor. One `epoll_wait` with a zero timeout answers for the whole
+/// set, however many sockets it holds (a device's multicast group sockets,
+/// up to 8,192: reading each in turn on every poll would cost a system call
+/// per group). The set is itself a descriptor, readable while one of its
+/// sockets is: add it to a [`Poller`] (through a [`PollRegistry`]) to sleep
+/// on all of them.
+pub struct ReadySet {
+    epoll: OwnedFd,
+}
+
+impl ReadySet {
+    /// An empty set.
+    pub fn new() -> io::Result<ReadySet> {
+        // SAFETY: plain syscall; returns a new fd or -1.
+        let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `ep` is a fresh fd owned by nothing else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        Ok(ReadySet { epoll })
+    }
+
+    /// Watches `socket` for input (level-triggered). It must stay open
+    /// until [`ReadySet::remove`] (closing it removes it too).
+    pub fn add(&self, socket: &impl AsFd) -> io::Result<()> {
+        let fd = socket.as_fd().as_raw_fd();
+        ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN,
+            fd as u64,
+        )
+    }
+
+    /// Stops watching `socket`.
+    pub fn remove(&self, socket: &impl AsFd) -> io::Result<()> {
+        let fd = socket.as_fd().as_raw_fd();
+        ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// The descriptors of the sockets that have input (or an error) now,
+    /// at most `out.len()` of them; returns how many were written. Never
+    /// sleeps; an interrupted or failed look reports none (the sockets are
+    /// level-triggered: the next look sees them).
+    pub fn ready(&self, out: &mut [RawFd]) -> usize {
+        const MAX: usize = 16;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let want = out.len().min(MAX);
+        if want == 0 {
+            return 0;
+        }
+        // SAFETY: `events` is a live array of at least `want` entries; the
+        // kernel writes at most that many.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                want as libc::c_int,
+                0,
+            )
+        };
+        let n = usize::try_from(n).unwrap_or(0);
+        for (o, ev) in out.iter_mut().zip(&events[..n]) {
+            *o = ev.u64 as RawFd;
+        }
+        n
+    }
+}
+
+impl AsFd for ReadySet {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}
+
+impl std::fmt::Debug for ReadySet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadySet")
+            .field("epoll", &self.epoll.as_raw_fd())
+            .finish()
+    }
+}
+
 impl std::fmt::Debug for PollRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PollRegistry")

@@ -8,7 +8,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use softrdma_io::{Poller, Transmit};
+use softrdma_io::{Poller, ReadySet, Transmit};
+use std::os::fd::AsRawFd;
 
 /// A poller sleeping without a timeout is woken by another thread.
 #[test]
@@ -124,4 +125,67 @@ fn timeout_returns_empty() {
         .wait(Some(Duration::from_micros(10)))
         .unwrap()
         .is_empty());
+}
+
+/// A ready set answers which of its sockets have input, in one look that
+/// never sleeps; registered in a poller, it wakes the poller for any of
+/// them; a socket removed is no longer reported.
+#[test]
+fn ready_set_reports_its_readable_sockets() {
+    let main = bind("127.0.0.46:0");
+    let (a, b, c) = (
+        bind("127.0.0.47:0"),
+        bind("127.0.0.48:0"),
+        bind("127.0.0.49:0"),
+    );
+    let tx = bind("127.0.0.50:0");
+    let set = ReadySet::new().unwrap();
+    for s in [&a, &b, &c] {
+        set.add(s).unwrap();
+    }
+    let mut poller = Poller::new(&main).unwrap();
+    poller.registry().add(&set).unwrap();
+    let mut fds = [0; 8];
+    assert_eq!(set.ready(&mut fds), 0);
+    assert!(poller.wait(Some(Duration::ZERO)).unwrap().is_empty());
+
+    assert_eq!(tx.send(&[Transmit::new(b.local_addr(), b"b")]).unwrap(), 1);
+    let r = poller.wait(Some(PATIENCE)).unwrap();
+    assert!(r.readable, "the set's socket wakes the poller: {r:?}");
+    let n = set.ready(&mut fds);
+    assert_eq!(&fds[..n], &[b.as_raw_fd()]);
+    // Level-triggered until received; an empty output slice reports none.
+    assert_eq!(set.ready(&mut fds), 1);
+    assert_eq!(set.ready(&mut []), 0);
+    assert_eq!(recv_queued(&b).len(), 1);
+    assert_eq!(set.ready(&mut fds), 0);
+    assert!(poller.wait(Some(Duration::ZERO)).unwrap().is_empty());
+
+    // Two at once; then one removed is not reported (nor wakes the poller).
+    for s in [&a, &c] {
+        assert_eq!(tx.send(&[Transmit::new(s.local_addr(), b"x")]).unwrap(), 1);
+    }
+    for s in [&a, &c] {
+        // Arrived (a poller of its own says so), hence in the set's answer.
+        assert!(
+            Poller::new(s)
+                .unwrap()
+                .wait(Some(PATIENCE))
+                .unwrap()
+                .readable
+        );
+    }
+    let n = set.ready(&mut fds);
+    let mut got = fds[..n].to_vec();
+    got.sort();
+    let mut want = vec![a.as_raw_fd(), c.as_raw_fd()];
+    want.sort();
+    assert_eq!(got, want);
+    set.remove(&c).unwrap();
+    let n = set.ready(&mut fds);
+    assert_eq!(&fds[..n], &[a.as_raw_fd()]);
+    assert_eq!(recv_queued(&a).len(), 1);
+    assert_eq!(set.ready(&mut fds), 0);
+    assert!(poller.wait(Some(Duration::ZERO)).unwrap().is_empty());
+    assert_eq!(recv_queued(&c).len(), 1);
 }

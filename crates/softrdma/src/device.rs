@@ -387,7 +387,8 @@ impl Device {
         group_cfg.send_buffer = opts.send_buffer;
         group_cfg.recv_buffer = opts.recv_buffer;
         group_cfg.gro = opts.gro;
-        let mcast = crate::mcast::GroupSockets::new(&socket, poller.registry(), group_cfg);
+        let mcast = crate::mcast::GroupSockets::new(&socket, &poller.registry(), group_cfg)
+            .map_err(|e| Error::io("creating the poller", e))?;
         let shared = Arc::new(
             Shared::new(
                 core,

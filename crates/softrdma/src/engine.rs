@@ -1015,7 +1015,7 @@ impl Shared {
     pub fn poll_rx(&self) -> usize {
         // Multicast groups' sockets, when some group is joined (a load
         // otherwise).
-        let m = self.mcast.poll(self);
+        let m = self.mcast.poll(self, true);
         m + self.poll_rx_with(RX_BATCH, true)
     }
 
@@ -1351,8 +1351,12 @@ impl Shared {
         // Then receive, without sending: the caller sees what landed (a
         // completion, a flag byte) before anything of ours goes out, and
         // what this produces leaves with its next call, batched with the
-        // requests it posts in reaction.
-        self.poll_rx_with(INLINE_RX_BATCH, false)
+        // requests it posts in reaction. The multicast groups' sockets
+        // too: the progress thread steps aside while the program polls,
+        // and would leave their datagrams waiting until it paused (see
+        // `crate::mcast`).
+        let m = self.mcast.poll(self, false);
+        m + self.poll_rx_with(INLINE_RX_BATCH, false)
     }
 
     /// Sends everything the core has queued, now.

@@ -2,11 +2,18 @@
 //! attached QPs (`softrdma_proto::mcast`) and says which IP groups to join
 //! and leave; this module turns that into sockets (`softrdma_io`'s
 //! `bind_multicast`: one per group, bound to the group's address and port,
-//! joined on the device's interface, watched by the progress thread's
-//! poller) and receives on them; sending to a group goes out of the
-//! device's own socket, whose multicast interface is the device's
-//! (`set_multicast_interface`, loopback on so members on this host — in
-//! any process — get it).
+//! joined on the device's interface) and receives on them; sending to a
+//! group goes out of the device's own socket, whose multicast interface is
+//! the device's (`set_multicast_interface`, loopback on so members on this
+//! host — in any process — get it).
+//!
+//! The group sockets are one [`ReadySet`]: a poll asks it once which of
+//! them have datagrams (one system call for all the groups), and the set
+//! sits in the progress thread's poller, which sleeps on all of them.
+//! Every receive path reads them — the progress thread's and a program
+//! thread's (`Shared::progress_inline`, from a CQ poll): while a program
+//! spins on its CQ the progress thread steps aside, so a group datagram
+//! only the progress thread read would wait until the program paused.
 //!
 //! [`QueuePair::attach_mcast`] / [`QueuePair::detach_mcast`] are
 //! `ibv_attach_mcast` / `ibv_detach_mcast`; a QP dropped leaves its groups.
@@ -15,17 +22,23 @@ use crate::engine::Shared;
 use crate::error::{Error, Result};
 use crate::sync::Mutex;
 use crate::verbs::QueuePair;
-use softrdma_io::{PollRegistry, SocketConfig, UdpSocket};
+use softrdma_io::{PollRegistry, ReadySet, SocketConfig, UdpSocket};
 use softrdma_proto::{Device as Core, McastChange};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Datagrams taken from one group socket per poll.
 const GROUP_RX_BATCH: usize = 8;
 
-/// The joined groups: (group address, its socket).
-type Groups = Arc<Vec<(IpAddr, Arc<UdpSocket>)>>;
+/// Group sockets read per poll at most (the others, still readable, are
+/// read by the next poll: the set is level-triggered).
+const GROUP_READY_MAX: usize = 8;
+
+/// The joined groups by their socket's descriptor: (group address, socket).
+type Groups = Arc<HashMap<RawFd, (IpAddr, Arc<UdpSocket>)>>;
 
 /// The device's group sockets.
 pub(crate) struct GroupSockets {
@@ -34,8 +47,9 @@ pub(crate) struct GroupSockets {
     socks: Mutex<Groups>,
     /// Some group is joined (the receive path's only cost otherwise).
     on: AtomicBool,
-    /// The progress thread's poller: group sockets wake it up too.
-    registry: PollRegistry,
+    /// The group sockets, asked at once which have input; in the
+    /// progress thread's poller, so they wake it up too.
+    ready: ReadySet,
     /// The device's address and interface.
     local: SocketAddr,
     ifindex: Option<u32>,
@@ -44,10 +58,17 @@ pub(crate) struct GroupSockets {
 }
 
 impl GroupSockets {
-    /// The group sockets of a device whose socket is `socket`: sets its
-    /// multicast interface (best effort: a device on an interface without
-    /// one only fails when a group is joined).
-    pub fn new(socket: &UdpSocket, registry: PollRegistry, config: SocketConfig) -> Self {
+    /// The group sockets of a device whose socket is `socket` and whose
+    /// progress thread sleeps on `registry`'s poller: sets its multicast
+    /// interface (best effort: a device on an interface without one only
+    /// fails when a group is joined).
+    pub fn new(
+        socket: &UdpSocket,
+        registry: &PollRegistry,
+        config: SocketConfig,
+    ) -> std::io::Result<Self> {
+        let ready = ReadySet::new()?;
+        registry.add(&ready)?;
         let local = socket.local_addr();
         let ifindex = softrdma_io::interface_of(local.ip());
         if let Some(i) = ifindex {
@@ -56,14 +77,14 @@ impl GroupSockets {
                     "multicast interface {i} for {}: {e}", local.ip());
             }
         }
-        GroupSockets {
-            socks: Mutex::new(Arc::new(Vec::new())),
+        Ok(GroupSockets {
+            socks: Mutex::new(Arc::new(HashMap::new())),
             on: AtomicBool::new(false),
-            registry,
+            ready,
             local,
             ifindex,
             config,
-        }
+        })
     }
 
     /// Applies the core's joins and leaves, in order. Returns the first
@@ -72,10 +93,12 @@ impl GroupSockets {
         let mut first_err = None;
         let mut socks = self.socks.lock();
         while let Some(c) = core.poll_mcast() {
-            let mut v: Vec<(IpAddr, Arc<UdpSocket>)> = (**socks).clone();
+            let mut v: HashMap<RawFd, (IpAddr, Arc<UdpSocket>)> = (**socks).clone();
             match c {
                 McastChange::Join(g) => match self.join(g) {
-                    Ok(s) => v.push((g, Arc::new(s))),
+                    Ok(s) => {
+                        v.insert(s.as_raw_fd(), (g, Arc::new(s)));
+                    }
                     Err(e) => {
                         let e = std::io::Error::new(
                             e.kind(),
@@ -85,9 +108,10 @@ impl GroupSockets {
                     }
                 },
                 McastChange::Leave(g) => {
-                    if let Some(at) = v.iter().position(|(a, _)| *a == g) {
-                        let (_, s) = v.remove(at);
-                        let _ = self.registry.remove(&*s);
+                    if let Some(fd) = v.iter().find(|(_, (a, _))| *a == g).map(|(fd, _)| *fd) {
+                        if let Some((_, s)) = v.remove(&fd) {
+                            let _ = self.ready.remove(&*s);
+                        }
                     }
                 }
             }
@@ -111,25 +135,38 @@ impl GroupSockets {
             ifindex,
             &self.config,
         )?;
-        self.registry.add(&s)?;
+        self.ready.add(&s)?;
         Ok(s)
     }
 
-    /// Receives on every group socket; returns the datagrams processed.
-    pub fn poll(&self, sh: &Shared) -> usize {
+    /// Receives on the group sockets that have datagrams; with `send`,
+    /// sends what that produced before returning (the progress thread),
+    /// else leaves it for the caller's next call (a program thread's poll,
+    /// as for the device socket). Returns the datagrams processed.
+    pub fn poll(&self, sh: &Shared, send: bool) -> usize {
         if !self.on.load(Ordering::Relaxed) {
             return 0;
         }
+        let mut fds = [0; GROUP_READY_MAX];
+        let n = self.ready.ready(&mut fds);
+        if n == 0 {
+            return 0;
+        }
+        // A descriptor is looked up in the groups as they are now, which
+        // pair each socket with its own group: a group left since is
+        // skipped, and a number reused by a new group's socket reads that
+        // socket (with its group), at worst finding it empty.
         let socks = self.socks.lock().clone();
-        socks
+        fds[..n]
             .iter()
-            .map(|(g, s)| sh.rx_from(s, Some(*g), GROUP_RX_BATCH, true))
+            .filter_map(|fd| socks.get(fd))
+            .map(|(g, s)| sh.rx_from(s, Some(*g), GROUP_RX_BATCH, send))
             .sum()
     }
 
     /// The groups joined now.
     pub fn groups(&self) -> Vec<IpAddr> {
-        self.socks.lock().iter().map(|(g, _)| *g).collect()
+        self.socks.lock().values().map(|(g, _)| *g).collect()
     }
 }
 
