@@ -156,11 +156,11 @@ def sr_two(tool, args, same_host=None):
 
 
 def sr_loop(tool, args, secs=None):
-    out = subprocess.run(
-        [SR, "perf", tool, "--loopback", "--json", "-D", str(secs or D)] + args,
-        check=True, capture_output=True, text=True, timeout=600,
-    ).stdout
-    return json.loads(out)
+    cmd = [SR, "perf", tool, "--loopback", "--json", "-D", str(secs or D)] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout)
 
 
 def gbps(mib_s):

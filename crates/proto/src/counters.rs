@@ -19,6 +19,14 @@ pub struct Counters {
     pub retransmits: u64,
     /// Retransmission timer expiries.
     pub timeouts: u64,
+    /// Tail-loss probes: the last packet sent again, asking for an ACK,
+    /// when no acknowledgement came for a few round trips (long before the
+    /// retransmission timer; see `qp::comp`).
+    pub tail_probes: u64,
+    /// Times a QP waited with a packet ready because the device's RC
+    /// packets in flight had reached the device-wide budget
+    /// (`DeviceConfig::inflight_budget_pkts`).
+    pub budget_waits: u64,
     /// RNR NAKs sent (responder had no receive posted).
     pub rnr_nak_sent: u64,
     /// RNR NAKs received.
@@ -107,6 +115,8 @@ impl AddAssign<&Counters> for Counters {
             rx_bytes,
             retransmits,
             timeouts,
+            tail_probes,
+            budget_waits,
             rnr_nak_sent,
             rnr_nak_rcvd,
             seq_nak_sent,
@@ -153,6 +163,8 @@ impl Counters {
             ("rx_bytes", self.rx_bytes),
             ("retransmits", self.retransmits),
             ("timeouts", self.timeouts),
+            ("tail_probes", self.tail_probes),
+            ("budget_waits", self.budget_waits),
             ("rnr_nak_sent", self.rnr_nak_sent),
             ("rnr_nak_rcvd", self.rnr_nak_rcvd),
             ("seq_nak_sent", self.seq_nak_sent),

@@ -39,6 +39,13 @@ pub struct DeviceConfig {
     /// (Ethernet's FCS still guards the link). Never used for loopback
     /// sources, whose senders are softrdma and send identification 0.
     pub infer_ipv4_ident: bool,
+    /// RC request packets the device's QPs keep in flight together
+    /// ([`limits::DEVICE_INFLIGHT_PKTS`]); 0: no device-wide limit (each
+    /// QP still has its own window). It changes nothing on the wire.
+    pub inflight_budget_pkts: u32,
+    /// Send tail-loss probes (see `Qp::tail_probe`); off, a lost tail
+    /// waits for the transport timer.
+    pub tail_probe: bool,
 }
 
 impl DeviceConfig {
@@ -54,6 +61,8 @@ impl DeviceConfig {
             node_guid: guid_of(ip),
             write_chunking: WriteChunking::Never,
             infer_ipv4_ident: true,
+            inflight_budget_pkts: limits::DEVICE_INFLIGHT_PKTS,
+            tail_probe: true,
         }
     }
 }

@@ -50,6 +50,9 @@ pub struct Device {
     /// back. `None`: this process is the whole device.
     pub(crate) qpn_claim: Option<QpnClaim>,
     pub(crate) tx_ready: VecDeque<u32>,
+    /// The device-wide budget of RC packets in flight, and the QPs that
+    /// wait for it.
+    pub(crate) budget: Budget,
     /// Armed timers as (deadline, QP slot), one entry per QP whose
     /// `deadline()` is set; `sync_timer` keeps them in step after every
     /// input that reaches a QP, so the earliest is at hand without a scan.
@@ -97,11 +100,61 @@ macro_rules! ctx {
             next_gather_seq: $self.gather_seq + 1,
             released: $self.released,
             gated: &mut $self.gated,
+            budget_left: $self.budget.left(),
+            budget_queue: !$self.budget.wait.is_empty(),
+            tail_probe: $self.cfg.tail_probe,
         }
     };
 }
 
 pub(crate) use ctx;
+
+/// RC request packets in flight over all QPs, against a limit
+/// (`DeviceConfig::inflight_budget_pkts`). Each QP's share is what it
+/// counted at its last `sync_timer`; QPs that had a packet ready while the
+/// budget was spent wait in `wait`, in order. The budget is handed out in
+/// grants of [`BUDGET_GRANT_PKTS`](crate::limits::BUDGET_GRANT_PKTS): a
+/// QP at the head of the queue is woken once that much is free, and while
+/// QPs wait, no other QP takes new budget. So a few QPs send runs of
+/// packets rather than every QP one packet at a time, and the responder
+/// answers a run with one ACK instead of one per packet.
+///
+/// Liveness: what a QP counts is acknowledged, or the QP's retries run
+/// out and it enters the error state (0 counted); a QP without a
+/// transport timer (`timeout` 0) or in an RNR wait counts nothing. So the
+/// budget always comes free, and the queue is served in order.
+#[derive(Debug, Default)]
+pub(crate) struct Budget {
+    /// 0: no limit.
+    pub limit: u32,
+    /// Sum of every QP's `budget_counted`.
+    pub inflight: u32,
+    /// QP slots waiting for the budget (each once: `Qp::budget_parked`).
+    pub wait: VecDeque<u32>,
+    /// QPs woken from `wait` that have not used their grant yet
+    /// (`Qp::budget_woken`).
+    pub granted: u32,
+}
+
+impl Budget {
+    /// Packets that may still go into flight (`u32::MAX` without a limit).
+    pub fn left(&self) -> u32 {
+        if self.limit == 0 {
+            u32::MAX
+        } else {
+            self.limit.saturating_sub(self.inflight)
+        }
+    }
+
+    /// Counts `qp`'s packets in flight now.
+    fn sync(&mut self, qp: &mut Qp) {
+        let n = qp.inflight_pkts();
+        if n != qp.budget_counted {
+            self.inflight = self.inflight - qp.budget_counted + n;
+            qp.budget_counted = n;
+        }
+    }
+}
 
 impl Device {
     /// A device with no objects.
@@ -110,6 +163,7 @@ impl Device {
             Some(k) => KeyRng::new(k),
             None => KeyRng::from_seed(cfg.seed),
         };
+        let budget_limit = cfg.inflight_budget_pkts;
         Device {
             cfg,
             rng,
@@ -124,6 +178,10 @@ impl Device {
             qpns: QpnAlloc::default(),
             qpn_claim: None,
             tx_ready: VecDeque::new(),
+            budget: Budget {
+                limit: budget_limit,
+                ..Budget::default()
+            },
             timers: BTreeSet::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -137,6 +195,15 @@ impl Device {
             xrc_srqns: U32Map::default(),
             mcast: crate::mcast::Groups::default(),
         }
+    }
+
+    /// Changes the device-wide budget of RC packets in flight
+    /// (`DeviceConfig::inflight_budget_pkts`; 0: none). QPs waiting for
+    /// the old budget are woken when the new one has room.
+    pub fn set_inflight_budget_pkts(&mut self, pkts: u32) {
+        self.cfg.inflight_budget_pkts = pkts;
+        self.budget.limit = pkts;
+        self.release_budget();
     }
 
     /// Shares the QP number space with other processes: every number

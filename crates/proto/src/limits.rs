@@ -68,6 +68,26 @@ pub const ROCE_MAX_HDR_LEN: u32 = 80;
 /// "unlimited"), so this window keeps a fast sender from overrunning the
 /// socket buffers of its peer.
 pub const MAX_INFLIGHT_PKTS: u32 = 512;
+/// RC request packets all QPs of a device keep unacknowledged together
+/// (the default of `DeviceConfig::inflight_budget_pkts`); QPs past it wait
+/// in order for ACKs to free it (`device::Budget`). With perftest's 128 outstanding WRITEs on
+/// each of 1,000 QPs, 128,000 packets would otherwise leave at once and
+/// overrun the receiver's socket buffer (8 MiB requested, ~2,000 datagrams
+/// of 4 KiB): tail drops then wait for the transport timer. 1,024 packets
+/// of 4 KiB fit the receiver's buffer and, at a loopback round trip of
+/// ~100 µs, allow ~40 GB/s.
+pub const DEVICE_INFLIGHT_PKTS: u32 = 1024;
+/// A QP that waited for the device's in-flight budget is woken once this
+/// many packets of it are free, and may send them in a run: the responder
+/// answers a run with one coalesced ACK, where 1,000 QPs sending one
+/// packet each would draw 1,000 ACKs.
+pub const BUDGET_GRANT_PKTS: u32 = 32;
+/// Tail-loss probe (a requester sends its last packet again, with AckReq,
+/// when no acknowledgement came for this long): at least this, however
+/// short the measured round trip (a loaded host's scheduling delays).
+pub const PROBE_MIN_NS: u64 = 2_000_000;
+/// The probe's timeout before a QP measured a round trip.
+pub const PROBE_INIT_NS: u64 = 10_000_000;
 /// Smallest in-flight window after losses.
 pub const MIN_CWND: u32 = 2;
 /// A requester asks for an ACK at least this often inside a long message,

@@ -191,7 +191,7 @@ impl Device {
             qp.handle_request(repr, meta, &mut ctx);
             self.refusals += qp.counters.bad_qkey - bad_qkey;
             Self::wake(&mut self.tx_ready, qp, idx);
-            Self::sync_timer(&mut self.timers, qp, idx);
+            Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         }
     }
 }

@@ -86,6 +86,11 @@ pub struct NetStats {
     pub too_big: u64,
     /// Sent to an address no node has.
     pub no_route: u64,
+    /// Dropped because the receiving node's queue was full
+    /// ([`Sim::rx_queue_limit`]: a socket buffer's tail drop).
+    pub queue_drops: u64,
+    /// Dropped by [`Sim::drop_filter`].
+    pub filtered: u64,
 }
 
 /// A node: one device at one address.
@@ -127,7 +132,29 @@ pub struct Sim {
     pub trace: Option<Vec<TraceEntry>>,
     /// Print every datagram and its fate to stderr (env `SOFTRDMA_SIM_TRACE`).
     pub print: bool,
+    /// When set, a node holds at most this many datagrams on their way to
+    /// it (its socket's receive buffer): more are dropped at the tail, as
+    /// a kernel drops datagrams for a full socket. The link has no
+    /// bandwidth limit, so a burst arrives all at once.
+    pub rx_queue_limit: Option<usize>,
+    /// When set, every datagram (UDP payload) for which it returns true is
+    /// dropped: targeted losses.
+    pub drop_filter: Option<DropFilter>,
+    /// Datagrams on their way to each node.
+    queued: Vec<usize>,
+    /// Per node: until when it is paused (see [`Sim::pause`]).
+    paused_until: Vec<Instant>,
+    /// Per node: datagrams that arrived while it was paused, in order.
+    held: Vec<std::collections::VecDeque<(RecvMeta, Vec<u8>)>>,
+    /// When a paused node resumes, its due timers run before it receives
+    /// what arrived meanwhile (the engine's program-driven progress,
+    /// `progress_inline`, runs timers first); otherwise the other way
+    /// round (the simulator's order for a running node).
+    pub timers_first_after_pause: bool,
 }
+
+/// See [`Sim::drop_filter`].
+pub type DropFilter = Box<dyn FnMut(&[u8]) -> bool>;
 
 impl Sim {
     /// An empty network with a seed for the link's dice.
@@ -142,6 +169,12 @@ impl Sim {
             buf: vec![0; softrdma_proto::device::MIN_TX_BUF],
             trace: None,
             print: std::env::var_os("SOFTRDMA_SIM_TRACE").is_some(),
+            rx_queue_limit: None,
+            drop_filter: None,
+            queued: Vec::new(),
+            paused_until: Vec::new(),
+            held: Vec::new(),
+            timers_first_after_pause: false,
         }
     }
 
@@ -167,7 +200,24 @@ impl Sim {
         }
         let dev = Device::new(cfg);
         self.nodes.push(Node { dev, ip });
+        self.queued.push(0);
+        self.paused_until.push(Instant(0));
+        self.held.push(std::collections::VecDeque::new());
         i
+    }
+
+    /// Node `node` does nothing until `until`: it neither sends, nor
+    /// receives, nor runs its timers (a process the scheduler does not
+    /// run). What reaches it meanwhile waits in its queue, where
+    /// [`Sim::rx_queue_limit`] drops the excess at the tail, and is
+    /// received when it resumes.
+    pub fn pause(&mut self, node: usize, until: Instant) {
+        let p = &mut self.paused_until[node];
+        *p = (*p).max(until);
+    }
+
+    fn paused(&self, node: usize) -> bool {
+        self.paused_until[node] > self.now
     }
 
     fn node_of(&self, ip: IpAddr) -> Option<usize> {
@@ -175,6 +225,7 @@ impl Sim {
     }
 
     fn schedule(&mut self, at: Instant, to: usize, meta: RecvMeta, data: Vec<u8>) {
+        self.queued[to] += 1;
         self.inflight.push(at.0, (to, meta), data);
     }
 
@@ -205,6 +256,16 @@ impl Sim {
         if data.len() + overhead(dst.ip()) > l.mtu {
             self.stats.too_big += 1;
             return;
+        }
+        if self.drop_filter.as_mut().is_some_and(|f| f(&data)) {
+            self.stats.filtered += 1;
+            return;
+        }
+        if let Some(limit) = self.rx_queue_limit {
+            if self.queued[to] >= limit {
+                self.stats.queue_drops += 1;
+                return;
+            }
         }
         let f = fate(&l.rates(), &mut self.rng, &data);
         if f.lost {
@@ -243,6 +304,9 @@ impl Sim {
         loop {
             let mut any = false;
             for i in 0..self.nodes.len() {
+                if self.paused(i) {
+                    continue;
+                }
                 while let Some(tx) = self.nodes[i].dev.poll_transmit(self.now, &mut self.buf) {
                     let data = self.buf[..tx.len].to_vec();
                     self.send(i, tx.dst, tx.traffic_class, tx.hop_limit, data);
@@ -258,7 +322,20 @@ impl Sim {
     /// The time of the next thing that will happen, if anything will.
     pub fn next_event(&self) -> Option<Instant> {
         let net = self.inflight.next_due().map(Instant);
-        let timers = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
+        // A paused node's timers and held datagrams wait for its resumption.
+        let timers = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let t = if self.held[i].is_empty() && !n.dev.wants_transmit() {
+                    n.dev.poll_timeout()?
+                } else {
+                    self.now
+                };
+                Some(t.max(self.paused_until[i]))
+            })
+            .min();
         match (net, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -282,15 +359,40 @@ impl Sim {
         // burst arriving together gets one coalesced ACK, as a batch receive
         // would.
         while let Some(((to, meta), data)) = self.inflight.pop_due(self.now.0) {
+            if self.paused(to) || !self.held[to].is_empty() {
+                self.held[to].push_back((meta, data));
+                continue;
+            }
             self.stats.delivered += 1;
+            self.queued[to] -= 1;
             self.nodes[to].dev.handle_datagram(self.now, &meta, &data);
         }
-        for n in &mut self.nodes {
+        for i in 0..self.nodes.len() {
+            if self.paused(i) {
+                continue;
+            }
+            let resumed = !self.held[i].is_empty();
+            if resumed && !self.timers_first_after_pause {
+                self.deliver_held(i);
+            }
+            let n = &mut self.nodes[i];
             if n.dev.poll_timeout().is_some_and(|d| d <= self.now) {
                 n.dev.handle_timeout(self.now);
             }
+            if resumed {
+                self.deliver_held(i);
+            }
         }
         true
+    }
+
+    /// Hands node `i` what arrived while it was paused.
+    fn deliver_held(&mut self, i: usize) {
+        while let Some((meta, data)) = self.held[i].pop_front() {
+            self.stats.delivered += 1;
+            self.queued[i] -= 1;
+            self.nodes[i].dev.handle_datagram(self.now, &meta, &data);
+        }
     }
 
     /// Steps until `done` holds (checked after every step) or `limit` passes.

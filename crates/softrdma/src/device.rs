@@ -334,6 +334,11 @@ impl Device {
         if opts.chunk_loopback_writes {
             cfg.write_chunking = softrdma_proto::WriteChunking::LoopbackPeers;
         }
+        // SOFTRDMA_TAIL_PROBE=0: no tail-loss probes (a lost tail waits
+        // for the transport timer, as before issue 22).
+        if std::env::var("SOFTRDMA_TAIL_PROBE").is_ok_and(|v| v == "0") {
+            cfg.tail_probe = false;
+        }
         cfg.udp_src_port = local.port();
         cfg.udp_dst_port = local.port();
         cfg.port_mtu = mtu;

@@ -62,11 +62,18 @@ impl Device {
                 let after = (&qp.counters, qp.state);
                 self.notes.derive(qp.qpn, (&c, st), after, None, None);
             }
-            Self::sync_timer(&mut self.timers, qp, idx);
+            if tx.is_none() && !qp.req.budget_blocked && std::mem::take(&mut qp.budget_woken) {
+                // Nothing more to send: the grant goes back.
+                self.budget.granted -= 1;
+            }
+            Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
             if let Some(tx) = tx {
                 qp.tx_queued = true;
                 self.tx_ready.push_back(idx);
                 return Some(tx);
+            }
+            if !self.budget.wait.is_empty() {
+                self.release_budget();
             }
         }
         None
@@ -106,8 +113,9 @@ impl Device {
                 self.notes.derive(qp.qpn, (&c, st), after, None, None);
             }
             Self::wake(&mut self.tx_ready, qp, idx);
-            Self::sync_timer(&mut self.timers, qp, idx);
+            Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         }
+        self.release_budget();
     }
 
     /// The driver no longer reads the pieces of the zero-copy datagrams

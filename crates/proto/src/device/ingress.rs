@@ -108,7 +108,10 @@ impl Device {
                 .derive(qp.qpn, (&c, st), after, psn, Some(meta.src));
         }
         Self::wake(&mut self.tx_ready, qp, idx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
+        if !self.budget.wait.is_empty() {
+            self.release_budget();
+        }
     }
 
     /// ICRC check with the headers a UDP socket cannot see reconstructed;

@@ -141,6 +141,14 @@ impl Device {
             }
         }
         self.tx_ready.retain(|&i| i != idx);
+        self.budget.inflight -= qp.budget_counted;
+        if qp.budget_parked {
+            self.budget.wait.retain(|&i| i != idx);
+        }
+        if qp.budget_woken {
+            self.budget.granted -= 1;
+        }
+        self.release_budget();
         if let Some(t) = qp.armed {
             self.timers.remove(&(t, idx));
         }
@@ -168,7 +176,8 @@ impl Device {
             self.notes.derive(qpn, b, after, None, None);
         }
         Self::wake(&mut self.tx_ready, qp, idx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
+        self.release_budget();
         Ok(())
     }
 
@@ -243,7 +252,7 @@ impl Device {
         let mut ctx = ctx!(self, now);
         qp.post_send(wr, &mut ctx)?;
         Self::wake(&mut self.tx_ready, qp, idx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         Ok(())
     }
 
@@ -253,7 +262,7 @@ impl Device {
         let qp = self.qps.get_mut(idx).ok_or(VerbsError::NoSuchObject)?;
         let mut ctx = ctx!(self, now);
         let r = qp.post_recv(wr, &mut ctx);
-        Self::sync_timer(&mut self.timers, qp, idx);
+        Self::sync_timer(&mut self.timers, &mut self.budget, qp, idx);
         r
     }
 
@@ -285,8 +294,24 @@ impl Device {
             .counters)
     }
 
-    /// Makes the timer set agree with the QP's deadline.
-    pub(crate) fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp, idx: u32) {
+    /// Makes the timer set agree with the QP's deadline. Also counts the
+    /// QP's packets in flight against the device's budget, and parks the
+    /// QP when it waits for that budget.
+    pub(crate) fn sync_timer(
+        timers: &mut BTreeSet<(Instant, u32)>,
+        budget: &mut Budget,
+        qp: &mut Qp,
+        idx: u32,
+    ) {
+        budget.sync(qp);
+        if std::mem::take(&mut qp.req.budget_blocked) && !qp.budget_parked {
+            if std::mem::take(&mut qp.budget_woken) {
+                budget.granted -= 1;
+            }
+            qp.budget_parked = true;
+            qp.counters.budget_waits += 1;
+            budget.wait.push_back(idx);
+        }
         let d = qp.deadline();
         if d != qp.armed {
             if let Some(old) = qp.armed {
@@ -296,6 +321,25 @@ impl Device {
                 timers.insert((new, idx));
             }
             qp.armed = d;
+        }
+    }
+
+    /// Wakes QPs waiting for the in-flight budget, one per free grant
+    /// (see [`Budget`]).
+    pub(super) fn release_budget(&mut self) {
+        let b = &mut self.budget;
+        let grant = crate::limits::BUDGET_GRANT_PKTS.min(b.limit).max(1);
+        while b.limit == 0 || b.left() >= (b.granted + 1).saturating_mul(grant) {
+            let Some(idx) = b.wait.pop_front() else {
+                break;
+            };
+            let Some(qp) = self.qps.get_mut(idx) else {
+                continue;
+            };
+            qp.budget_parked = false;
+            qp.budget_woken = true;
+            b.granted += 1;
+            Self::wake(&mut self.tx_ready, qp, idx);
         }
     }
 

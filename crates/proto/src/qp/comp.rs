@@ -105,9 +105,33 @@ impl Qp {
             self.req.retrying_from = None;
         }
         self.req.retrans_deadline = None;
-        if self.oldest_unacked().is_some() {
+        self.req.probe_deadline = None;
+        let oldest = self.oldest_unacked();
+        if let Some((p, sent)) = self.req.rtt_sample {
+            if oldest.is_none_or(|o| o.after(p)) {
+                let sample = ctx.now.0.saturating_sub(sent.0);
+                // RFC 6298's estimators (α = 1/8, β = 1/4).
+                match self.req.srtt_ns {
+                    Some(s) => {
+                        let dev = s.abs_diff(sample);
+                        let v = self.req.rttvar_ns;
+                        self.req.rttvar_ns = v - v / 4 + dev / 4;
+                        self.req.srtt_ns = Some(s - s / 8 + sample / 8);
+                    }
+                    None => {
+                        self.req.srtt_ns = Some(sample);
+                        self.req.rttvar_ns = sample / 2;
+                    }
+                }
+                self.req.rtt_sample = None;
+            }
+        }
+        if oldest.is_some() {
             if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
                 self.req.retrans_deadline = Some(ctx.now.add_ns(t));
+            }
+            if ctx.tail_probe {
+                self.req.probe_deadline = self.probe_timeout_ns().map(|t| ctx.now.add_ns(t));
             }
         }
     }
@@ -207,6 +231,7 @@ impl Qp {
                                 self.req.rnr_deadline = Some(ctx.now.add_ns(us * 1000));
                                 self.req.rnr_psn = psn;
                                 self.req.retrans_deadline = None;
+                                self.req.probe_deadline = None;
                                 // Nothing is sent until the RNR wait ends.
                                 self.rewind_to(psn);
                             }
@@ -366,6 +391,10 @@ impl Qp {
     /// Timers of this QP that are due at `ctx.now`.
     pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) {
         let now = ctx.now;
+        if self.req.probe_deadline.is_some_and(|t| t <= now) {
+            self.req.probe_deadline = None;
+            self.tail_probe();
+        }
         if self.req.rnr_deadline.is_some_and(|t| t <= now) {
             self.req.rnr_deadline = None;
             self.req.retrying_from = None;
@@ -375,6 +404,18 @@ impl Qp {
         if self.req.retrans_deadline.is_some_and(|t| t <= now) {
             self.req.retrans_deadline = None;
             if let Some(old) = self.oldest_unacked() {
+                if !self.inflight_sent() {
+                    // Nothing that left is unacknowledged: the request was
+                    // held back (its window, the device's budget), not
+                    // lost. No retry is spent and the window stays.
+                    self.rewind_to(old);
+                    self.req.retrying_from = None;
+                    if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
+                        self.req.retrans_deadline = Some(now.add_ns(t));
+                    }
+                    self.complete_done(ctx);
+                    return;
+                }
                 self.counters.timeouts += 1;
                 if self.req.retry_left == 0 {
                     self.fail_at(None, WcStatus::RetryExcErr);

@@ -144,6 +144,13 @@ pub(crate) struct Ctx<'a> {
     pub released: u64,
     /// Completions gated in all CQs (see `Cq::push_gated`).
     pub gated: &'a mut usize,
+    /// RC packets the device's in-flight budget still allows.
+    pub budget_left: u32,
+    /// QPs wait for the budget: only one woken from that queue may take
+    /// more.
+    pub budget_queue: bool,
+    /// Tail-loss probes are on (`DeviceConfig::tail_probe`).
+    pub tail_probe: bool,
 }
 
 impl Ctx<'_> {
@@ -207,6 +214,12 @@ pub(crate) struct Qp {
     pub sqd_notify: bool,
     /// The deadline the device's timer set holds for this QP.
     pub armed: Option<Instant>,
+    /// Its packets in flight as the device's budget counts them.
+    pub budget_counted: u32,
+    /// In the device's queue of QPs waiting for the in-flight budget.
+    pub budget_parked: bool,
+    /// Woken from that queue with a grant it has not used up.
+    pub budget_woken: bool,
     /// The gather sequence number the last send completion waited for:
     /// later ones wait at least as long, so they stay in order.
     pub comp_floor: u64,
@@ -376,6 +389,9 @@ impl Qp {
             last_tx_request: false,
             sqd_notify: false,
             armed: None,
+            budget_counted: 0,
+            budget_parked: false,
+            budget_woken: false,
             comp_floor: 0,
             peer_port: None,
             xrcd: None,
@@ -771,9 +787,41 @@ impl Qp {
 
     /// Earliest deadline of this QP's timers.
     pub fn deadline(&self) -> Option<Instant> {
-        match (self.req.retrans_deadline, self.req.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [
+            self.req.retrans_deadline,
+            self.req.rnr_deadline,
+            self.req.probe_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Some packet that left is not acknowledged yet.
+    pub fn inflight_sent(&self) -> bool {
+        matches!(
+            (self.oldest_unacked(), self.req.max_sent),
+            (Some(old), Some(max)) if !old.after(max)
+        )
+    }
+
+    /// Whether the device's in-flight budget applies: RC and XRC QPs with
+    /// a transport timer (one without could hold its share forever).
+    pub fn budgeted(&self) -> bool {
+        self.qp_type.is_reliable() && crate::limits::ack_timeout_ns(self.attr.timeout).is_some()
+    }
+
+    /// Request packets sent and not yet acknowledged (RC, XRC), as the
+    /// device's in-flight budget counts them: from the oldest
+    /// unacknowledged PSN through the highest sent (a READ counts its
+    /// responses).
+    pub fn inflight_pkts(&self) -> u32 {
+        if !self.budgeted() || self.req.rnr_deadline.is_some() {
+            return 0;
+        }
+        match (self.oldest_unacked(), self.req.max_sent) {
+            (Some(old), Some(max)) if !old.after(max) => max.distance_from(old) + 1,
+            _ => 0,
         }
     }
 

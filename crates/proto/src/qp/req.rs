@@ -46,6 +46,21 @@ pub(crate) struct Requester {
     /// whole window after a loss; this keeps a lossy link from drowning in
     /// retransmissions. It changes nothing on the wire.
     pub cwnd: u32,
+    /// The last `poll_request` had a packet ready but the device's
+    /// in-flight budget was spent (the device parks the QP).
+    pub budget_blocked: bool,
+    /// Tail-loss probe: when no ACK came by then, the last packet sent
+    /// goes again (see `Qp::tail_probe`).
+    pub probe_deadline: Option<Instant>,
+    /// The next packet sent asks for an ACK (it is a probe).
+    pub probe_pending: bool,
+    /// Smoothed round trip in ns (one timed packet at a time, never a
+    /// retransmitted one: Karn's rule).
+    pub srtt_ns: Option<u64>,
+    /// Its mean deviation in ns.
+    pub rttvar_ns: u64,
+    /// The packet being timed and when it left.
+    pub rtt_sample: Option<(Psn, Instant)>,
 }
 
 impl Default for Requester {
@@ -63,6 +78,12 @@ impl Default for Requester {
             rd_atomic_outstanding: 0,
             retrying_from: None,
             cwnd: MAX_INFLIGHT_PKTS,
+            budget_blocked: false,
+            probe_deadline: None,
+            probe_pending: false,
+            srtt_ns: None,
+            rttvar_ns: 0,
+            rtt_sample: None,
         }
     }
 }
@@ -75,6 +96,9 @@ impl Requester {
 
     pub fn on_error(&mut self) {
         self.retrans_deadline = None;
+        self.probe_deadline = None;
+        self.probe_pending = false;
+        self.rtt_sample = None;
         self.rnr_deadline = None;
         self.rd_atomic_outstanding = 0;
         self.retrying_from = None;
@@ -358,6 +382,17 @@ impl Qp {
             if psn.distance_from(old) >= self.req.cwnd && psn != old {
                 return None;
             }
+            // The device-wide budget holds back new packets only (a
+            // retransmission is already counted); while QPs wait for it,
+            // only those woken with a grant take more (`device::Budget`).
+            let new = self.req.max_sent.is_none_or(|m| psn.after(m));
+            if new
+                && self.budgeted()
+                && (ctx.budget_left == 0 || (ctx.budget_queue && !self.budget_woken))
+            {
+                self.req.budget_blocked = true;
+                return None;
+            }
         }
         let mtu = if self.qp_type == QpType::Ud {
             ctx.port_mtu
@@ -366,7 +401,9 @@ impl Qp {
         };
         // The packet that fills the window asks for an ACK, or the window
         // would only reopen on a timeout.
-        let fills_window = oldest.is_some_and(|old| psn.distance_from(old) + 1 >= self.req.cwnd);
+        // So does a probe, and the packet that spends the device's budget.
+        let fills_window = oldest.is_some_and(|old| psn.distance_from(old) + 1 >= self.req.cwnd)
+            || (rc && (self.req.probe_pending || ctx.budget_left <= 1));
         let tx = match self.build_request(idx, psn, mtu, fills_window, ctx, buf) {
             Ok(tx) => tx?,
             Err(Revoked) => {
@@ -400,16 +437,30 @@ impl Qp {
         } else {
             self.req.cur_pkt += 1;
         }
+        let retransmit = self.req.max_sent.is_some_and(|m| !last_sent_psn.after(m));
         match self.req.max_sent {
             Some(m) if !last_sent_psn.after(m) => {
                 self.counters.retransmits += 1;
+                // Karn: an ACK after a retransmission times nothing.
+                self.req.rtt_sample = None;
             }
-            _ => self.req.max_sent = Some(last_sent_psn),
+            _ => {
+                self.req.max_sent = Some(last_sent_psn);
+                if rc && self.req.rtt_sample.is_none() {
+                    self.req.rtt_sample = Some((last_sent_psn, ctx.now));
+                }
+            }
         }
+        self.req.probe_pending = false;
         if rc && self.req.retrans_deadline.is_none() {
             if let Some(t) = crate::limits::ack_timeout_ns(self.attr.timeout) {
                 self.req.retrans_deadline = Some(ctx.now.add_ns(t));
             }
+        }
+        // The probe timer runs from new packets and ACKs only: after a
+        // probe, the next recovery is the transport timer's.
+        if rc && ctx.tail_probe && self.req.probe_deadline.is_none() && !retransmit {
+            self.req.probe_deadline = self.probe_timeout_ns().map(|t| ctx.now.add_ns(t));
         }
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += tx.len as u64;
@@ -616,6 +667,70 @@ impl Qp {
                 WriteChunking::LoopbackPeers => self.attr.ah_attr.dest.is_loopback(),
                 WriteChunking::Always => true,
             }
+    }
+
+    /// How long the requester waits for an acknowledgement before it
+    /// probes for a lost tail: the smoothed round trip plus the larger of
+    /// itself and four mean deviations (RFC 6298's spread), at least
+    /// [`PROBE_MIN_NS`](crate::limits::PROBE_MIN_NS). `None` without a
+    /// transport timer, or when the timer itself comes nearly as soon
+    /// (within 4 probe timeouts).
+    pub(crate) fn probe_timeout_ns(&self) -> Option<u64> {
+        use crate::limits::{PROBE_INIT_NS, PROBE_MIN_NS};
+        let rto = crate::limits::ack_timeout_ns(self.attr.timeout)?;
+        let pto = self.req.srtt_ns.map_or(PROBE_INIT_NS, |s| {
+            s.saturating_add(s.max(self.req.rttvar_ns.saturating_mul(4)))
+                .max(PROBE_MIN_NS)
+        });
+        (pto <= rto / 4).then_some(pto)
+    }
+
+    /// The tail-loss probe is due: no ACK came for a few round trips
+    /// while packets are in flight. When the last packets of a burst are
+    /// lost, nothing reaches the responder that would make it NAK, and
+    /// only the transport timer (67 ms at perftest's `timeout` 14) would
+    /// recover. Instead the last packet sent goes again, asking for an
+    /// ACK (IBA 9.7.4.1: a requester may resend any unacknowledged
+    /// packet): a responder that has everything ACKs it as a duplicate
+    /// (IBA 9.7.5.1.2), one that misses earlier packets answers with a PSN
+    /// sequence error NAK (9.7.5.1.1) and the requester goes back to the
+    /// hole. It costs one packet, and no retry: a silent peer still meets
+    /// the timer and `retry_cnt`.
+    pub(crate) fn tail_probe(&mut self) {
+        if self.req.rnr_deadline.is_some() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let Some(max) = self.req.max_sent else { return };
+        if self.oldest_unacked().is_none_or(|o| o.after(max)) {
+            return;
+        }
+        // Already going back (a NAK or the timer): nothing to probe.
+        let next = self
+            .sq
+            .get(self.req.cur)
+            .filter(|w| w.started)
+            .map(|w| w.first_psn.add(self.req.cur_pkt));
+        if next.is_some_and(|p| !p.after(max)) {
+            return;
+        }
+        // READs and atomics are answered by their responses; their
+        // losses show as gaps there.
+        let Some(w) = self.sq.iter().find(|w| w.contains(max) && w.done.is_none()) else {
+            return;
+        };
+        if w.has_response() {
+            return;
+        }
+        self.counters.tail_probes += 1;
+        self.req.probe_pending = true;
+        // The probe is no go-back-N retry: `retrying_from` stays as it
+        // was. Marked, a PSN sequence error NAK that names the probed
+        // packet (it and its probe lost, a later packet arrived) would
+        // look like one already answered, and only the transport timer
+        // would recover.
+        let retrying = self.req.retrying_from;
+        self.rewind_to(max);
+        self.req.retrying_from = retrying;
     }
 
     /// Go-back-N: the next packet sent is the one with `psn`.

@@ -1,0 +1,341 @@
+//! Loss recovery without the transport timer, and the device-wide budget
+//! of packets in flight (issue 22: many QPs at the UDP limit).
+//!
+//! Each test asserts the mechanism (counters: probes, NAKs, timer
+//! expiries, queue drops) and prints the virtual time a loss cost; no
+//! test depends on a wall clock.
+
+use softrdma_proto::*;
+use softrdma_sim::*;
+use softrdma_wire::{IbPacket, Opcode, RKey};
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// perftest's `timeout` attribute: 4.096 µs × 2^14 = 67 ms.
+const PERFTEST_TIMEOUT: u8 = 14;
+const RTO_NS: u64 = 4096 << PERFTEST_TIMEOUT;
+
+fn write_wr(ca: &Endpoint, sb: &Endpoint, id: u64, len: u32) -> SendWr {
+    let mut wr = SendWr::new(id, WrOpcode::RdmaWrite);
+    let off = (id * len as u64) % (ca.mem.len() as u64 - len as u64);
+    wr.sg_list = vec![Sge {
+        addr: ca.va + off,
+        length: len,
+        lkey: ca.key,
+    }];
+    wr.remote_addr = sb.va + off;
+    wr.rkey = RKey(sb.key);
+    wr
+}
+
+fn opts() -> PairOpts {
+    PairOpts {
+        timeout: PERFTEST_TIMEOUT,
+        mtu: Mtu::M4096,
+        ..PairOpts::default()
+    }
+}
+
+/// WRITE ONLY packets from the requester (requests carry a RETH).
+fn is_write_only(d: &[u8]) -> bool {
+    IbPacket::new_checked(d).is_ok_and(|p| p.bth().opcode() == Opcode(0x0a))
+}
+
+/// Eight one-packet WRITEs on one QP; `lose(n)` says whether the n-th
+/// WRITE packet handed to the link (0-based, first copies and
+/// retransmissions counted alike) is lost. Returns (client counters,
+/// virtual ns from posting to the last completion).
+fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
+    let mut sim = Sim::new(7, LinkConfig::default());
+    let a = sim.add_node(11, None);
+    let b = sim.add_node(12, None);
+    let (ca, sb) = connect(&mut sim, a, b, &opts());
+    let seen = Rc::new(Cell::new(0u32));
+    let s2 = seen.clone();
+    sim.drop_filter = Some(Box::new(move |d| {
+        if !is_write_only(d) {
+            return false;
+        }
+        let n = s2.get();
+        s2.set(n + 1);
+        lose(n)
+    }));
+    let start = sim.now;
+    for id in 0..8 {
+        let wr = write_wr(&ca, &sb, id, 4096);
+        sim.nodes[a].dev.post_send(start, ca.qpn, wr).unwrap();
+    }
+    let mut wcs = Vec::new();
+    let limit = start.add_ns(10 * RTO_NS);
+    let done = sim.run_until(limit, |s| {
+        wcs.extend(drain_cq(s, a, ca.send_cq));
+        wcs.len() == 8
+    });
+    assert!(done, "the WRITEs completed: {wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..8).collect::<Vec<_>>(), "in order");
+    let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+    (c, sim.now.0 - start.0)
+}
+
+#[test]
+fn a_lost_last_packet_is_sent_again_after_one_probe_not_after_the_timer() {
+    // The 8th WRITE's only packet is lost: nothing follows it, so the
+    // responder has nothing to NAK.
+    let (c, took) = eight_writes(|n| n == 7);
+    eprintln!(
+        "lost last packet: recovered in {} µs (timer: {} µs); {c:?}",
+        took / 1000,
+        RTO_NS / 1000
+    );
+    assert_eq!(c.timeouts, 0, "the transport timer never fired: {c:?}");
+    assert_eq!(c.tail_probes, 1, "one probe: {c:?}");
+    assert_eq!(
+        c.retransmits, 1,
+        "the probe is the one packet sent again: {c:?}"
+    );
+    assert!(took < RTO_NS / 4, "recovered in {took} ns of virtual time");
+}
+
+#[test]
+fn a_lost_tail_of_three_is_recovered_by_a_probe_and_the_nak_it_draws() {
+    // WRITEs 6, 7, 8 lost: the probe (a copy of the 8th) reaches a
+    // responder that expects the 6th: a PSN sequence error NAK, and the
+    // requester goes back to the 6th.
+    let (c, took) = eight_writes(|n| (5..8).contains(&n));
+    eprintln!("lost tail of 3: recovered in {} µs; {c:?}", took / 1000);
+    assert_eq!(c.timeouts, 0, "{c:?}");
+    assert_eq!(c.tail_probes, 1, "{c:?}");
+    assert_eq!(c.seq_nak_rcvd, 1, "{c:?}");
+    assert!(took < RTO_NS / 4, "recovered in {took} ns of virtual time");
+}
+
+#[test]
+fn a_probe_that_is_lost_too_leaves_recovery_to_the_timer() {
+    // The last packet and its probe are lost: the timer still recovers.
+    let (c, _) = eight_writes(|n| n == 7 || n == 8);
+    assert_eq!(c.tail_probes, 1, "{c:?}");
+    assert_eq!(c.timeouts, 1, "{c:?}");
+}
+
+/// `pairs` RC QPs from node 0 to node 1, each with `per_qp` one-packet
+/// 4 KiB WRITEs posted at once, and a receiver that holds `queue`
+/// datagrams. Returns (client device counters, link stats, virtual ns to
+/// the last completion).
+fn many_qps(
+    pairs: usize,
+    per_qp: u64,
+    queue: usize,
+    budget: Option<u32>,
+) -> (Counters, NetStats, u64) {
+    let mut sim = Sim::new(3, LinkConfig::default());
+    let a = sim.add_node(21, None);
+    let b = sim.add_node(22, None);
+    if let Some(p) = budget {
+        sim.nodes[a].dev.set_inflight_budget_pkts(p);
+    }
+    let o = PairOpts {
+        mem_len: 1 << 15,
+        cq_depth: 256,
+        sq_depth: 256,
+        rq_depth: 1,
+        ..opts()
+    };
+    let ends: Vec<_> = (0..pairs).map(|_| connect(&mut sim, a, b, &o)).collect();
+    sim.rx_queue_limit = Some(queue);
+    let start = sim.now;
+    for (ca, sb) in &ends {
+        for id in 0..per_qp {
+            let wr = write_wr(ca, sb, id, 4096);
+            sim.nodes[a].dev.post_send(start, ca.qpn, wr).unwrap();
+        }
+    }
+    let mut done = vec![0u64; pairs];
+    let limit = start.add_ns(100 * RTO_NS);
+    let all = sim.run_until(limit, |s| {
+        for (i, (ca, _)) in ends.iter().enumerate() {
+            for w in drain_cq(s, a, ca.send_cq) {
+                assert_eq!(w.status, WcStatus::Success, "{w:?}");
+                done[i] += 1;
+            }
+        }
+        done.iter().all(|&n| n == per_qp)
+    });
+    assert!(all, "every WRITE completed");
+    (sim.nodes[a].dev.counters(), sim.stats, sim.now.0 - start.0)
+}
+
+#[test]
+fn many_qps_under_the_device_budget_never_overrun_the_receivers_queue() {
+    // 200 QPs × 32 WRITEs = 6,400 packets ready at once; the receiver
+    // holds 2,048 datagrams. With the default budget (1,024) nothing is
+    // dropped and no timer fires.
+    let (c, net, took) = many_qps(200, 32, 2048, None);
+    eprintln!(
+        "budget {}: {} µs, {net:?}, {c:?}",
+        limits::DEVICE_INFLIGHT_PKTS,
+        took / 1000
+    );
+    assert_eq!(net.queue_drops, 0, "{net:?}");
+    assert_eq!((c.timeouts, c.retransmits), (0, 0), "{c:?}");
+    assert!(c.budget_waits > 0, "the budget held QPs back: {c:?}");
+    // Without a budget the same burst overruns the queue (the situation
+    // the budget exists for): every QP still completes, by NAKs, probes
+    // and timers.
+    let (c, net, took) = many_qps(200, 32, 2048, Some(0));
+    eprintln!("no budget: {} µs, {net:?}, {c:?}", took / 1000);
+    assert!(net.queue_drops > 0, "{net:?}");
+    assert_eq!(c.budget_waits, 0, "{c:?}");
+}
+
+#[test]
+fn a_qp_with_nothing_in_flight_always_sends_even_when_the_budget_is_spent() {
+    // A budget of 8 packets over 40 QPs: every QP still gets its turn.
+    let (c, net, _) = many_qps(40, 4, 4096, Some(8));
+    assert_eq!(net.queue_drops, 0, "{net:?}");
+    assert!(c.budget_waits > 0, "{c:?}");
+}
+
+#[test]
+fn a_nak_for_the_probed_packet_sends_it_again_at_once() {
+    // The 8th WRITE's packet is lost, and so is the probe (its copy);
+    // then a 9th WRITE arrives, and the responder, still expecting the
+    // 8th, answers with a PSN sequence error NAK naming it. The requester
+    // must go back to the 8th at once: the probe is no go-back-N retry,
+    // and must not make the NAK look like one already under way (it did:
+    // the NAK was ignored, and only the transport timer recovered, with
+    // the window down to its minimum and a retry spent).
+    let mut sim = Sim::new(7, LinkConfig::default());
+    let a = sim.add_node(11, None);
+    let b = sim.add_node(12, None);
+    let (ca, sb) = connect(&mut sim, a, b, &opts());
+    let seen = Rc::new(Cell::new(0u32));
+    let s2 = seen.clone();
+    sim.drop_filter = Some(Box::new(move |d| {
+        if !is_write_only(d) {
+            return false;
+        }
+        let n = s2.get();
+        s2.set(n + 1);
+        n == 7 || n == 8
+    }));
+    let start = sim.now;
+    for id in 0..8 {
+        let wr = write_wr(&ca, &sb, id, 4096);
+        sim.nodes[a].dev.post_send(start, ca.qpn, wr).unwrap();
+    }
+    let mut wcs = Vec::new();
+    let mut ninth = false;
+    let limit = start.add_ns(10 * RTO_NS);
+    let done = sim.run_until(limit, |s| {
+        let probes = s.nodes[a].dev.qp_counters(ca.qpn).unwrap().tail_probes;
+        if !ninth && probes == 1 {
+            // The probe is due (it leaves first, and is lost): one more
+            // WRITE behind it.
+            ninth = true;
+            let wr = write_wr(&ca, &sb, 8, 4096);
+            let now = s.now;
+            s.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
+        }
+        wcs.extend(drain_cq(s, a, ca.send_cq));
+        wcs.len() == 9
+    });
+    assert!(done, "the WRITEs completed: {wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+    let took = sim.now.0 - start.0;
+    eprintln!(
+        "lost packet and probe, then a NAK: recovered in {} µs; {c:?}",
+        took / 1000
+    );
+    assert_eq!(c.tail_probes, 1, "{c:?}");
+    assert_eq!(c.seq_nak_rcvd, 1, "the NAK came: {c:?}");
+    assert_eq!(c.timeouts, 0, "the NAK, not the timer, recovered: {c:?}");
+    assert!(took < RTO_NS / 4, "recovered in {took} ns of virtual time");
+}
+
+/// One QP, `depth` 8 MiB WRITEs kept outstanding (perftest's shape at the
+/// main job's largest size), `total` in all, both nodes paused now and
+/// then as a loaded host's scheduler pauses a process, the receiver's
+/// queue overrun meanwhile. Returns (client counters, link stats, the
+/// longest virtual wait for a completion in ns).
+fn paused_big_writes(seed: u64, probe: bool, timers_first: bool) -> (Counters, NetStats, u64) {
+    const MSG: u32 = 8 << 20;
+    let (depth, total) = (4u64, 12u64);
+    let mut sim = Sim::new(seed, LinkConfig::default());
+    sim.timers_first_after_pause = timers_first;
+    let a = sim.add_node(seed, None);
+    let b = sim.add_node(seed + 1, None);
+    for n in [a, b] {
+        let mut cfg = sim.nodes[n].dev.config().clone();
+        cfg.tail_probe = probe;
+        sim.nodes[n].dev = Device::new(cfg);
+    }
+    let o = PairOpts {
+        mem_len: 2 * MSG as usize,
+        ..opts()
+    };
+    let (ca, sb) = connect(&mut sim, a, b, &o);
+    // Less than one QP's window (`MAX_INFLIGHT_PKTS`): bursts overflow it.
+    sim.rx_queue_limit = Some(300);
+    let mut dice = softrdma_link::Rng::new(seed);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let (mut last, mut longest) = (sim.now, 0u64);
+    let mut next_pause = 0u64;
+    let limit = sim.now.add_ns(300 * RTO_NS);
+    while done < total {
+        while posted < total && posted - done < depth {
+            let mut wr = write_wr(&ca, &sb, 0, MSG);
+            wr.wr_id = posted;
+            wr.flags = SendFlags::SIGNALED;
+            let now = sim.now;
+            sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
+            posted += 1;
+        }
+        if sim.now.0 >= next_pause {
+            // Pauses of up to 5 ms every few ms, and one of 100 ms (longer
+            // than the transport timer) now and then.
+            let node = [a, b][(dice.next_u64() % 2) as usize];
+            let len = if dice.next_u64().is_multiple_of(20) {
+                100_000_000
+            } else {
+                dice.next_u64() % 5_000_000
+            };
+            sim.pause(node, sim.now.add_ns(len));
+            next_pause = sim.now.0 + dice.next_u64() % 5_000_000;
+        }
+        assert!(sim.step(limit), "time ran out: {done}/{total} completed");
+        for w in drain_cq(&mut sim, a, ca.send_cq) {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            done += 1;
+            longest = longest.max(sim.now.0 - last.0);
+            last = sim.now;
+        }
+    }
+    let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+    (c, sim.stats, longest)
+}
+
+#[test]
+fn big_writes_finish_while_both_ends_are_paused_and_the_queue_overflows() {
+    let mut drops = 0;
+    for seed in 0..4 {
+        for timers_first in [false, true] {
+            let (c, net, longest) = paused_big_writes(seed, true, timers_first);
+            eprintln!(
+                "seed {seed} timers first {timers_first}: longest wait {} ms; probes {}, timeouts {}, NAKs {}, queue drops {}",
+                longest / 1_000_000,
+                c.tail_probes,
+                c.timeouts,
+                c.seq_nak_rcvd,
+                net.queue_drops
+            );
+            // A completion every 8 MiB: one waits for a few pauses and
+            // timer expiries at most, never for the retry count.
+            assert!(longest < 20 * RTO_NS, "waited {longest} ns: {c:?}");
+            drops += net.queue_drops;
+        }
+    }
+    assert!(drops > 0, "the receiver's queue overflowed");
+}
