@@ -92,7 +92,9 @@ fn serial() -> Serial {
 fn clean(c: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("SOFTRDMA_") || k == "LD_PRELOAD" {
+        // (SOFTRDMA_SAME_HOST passes: the suite runs with the same-host
+        // path on and off.)
+        if (k.starts_with("SOFTRDMA_") && k != "SOFTRDMA_SAME_HOST") || k == "LD_PRELOAD" {
             c.env_remove(k.as_ref());
         }
     }
@@ -250,19 +252,82 @@ fn assert_device_process_gone(addr: &str) {
     }
 }
 
+/// The file `SOFTRDMA_HOST_TRACE` names for a test.
+fn trace_file(tag: &str) -> PathBuf {
+    let f = std::env::temp_dir().join(format!("softrdma-trace-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&f);
+    f
+}
+
+/// The (sent, received) of each member's "same-host shm" line in a trace
+/// (written when its device closes).
+fn path_counts(trace: &Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("same-host shm:"))
+        .map(|l| {
+            let num = |k: &str| -> u64 {
+                l.split(k)
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            };
+            (num("sent "), num("received "))
+        })
+        .collect()
+}
+
+/// Whether the suite runs with the same-host path off.
+fn path_off() -> bool {
+    matches!(
+        std::env::var("SOFTRDMA_SAME_HOST").as_deref(),
+        Ok("udp" | "off" | "0" | "no")
+    )
+}
+
+/// Two programs' devices carried their traffic through the same-host
+/// path: each sent and received through it (with the path off: every
+/// device says so, and none used it).
+fn assert_path_carried(trace: &Path) {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    if path_off() {
+        assert!(!text.contains("same-host shm"), "{text}");
+        assert!(text.matches("same-host udp").count() >= 2, "{text}");
+        return;
+    }
+    let c = path_counts(trace);
+    let busy: Vec<_> = c.iter().filter(|(s, r)| *s > 0 && *r > 0).collect();
+    assert!(
+        busy.len() >= 2,
+        "the same-host path did not carry both sides: {c:?}\n{}",
+        std::fs::read_to_string(trace).unwrap_or_default()
+    );
+}
+
 fn pingpong_pair(addr: &str, port: u16, iters: u32) -> (Proc, Proc) {
+    pingpong_pair_traced(addr, port, iters, None)
+}
+
+fn pingpong_pair_traced(addr: &str, port: u16, iters: u32, trace: Option<&Path>) -> (Proc, Proc) {
     let p = port.to_string();
     let n = iters.to_string();
     let args = ["-g", "0", "-p", &p, "-c", "-n", &n, "-s", "4096"];
     let mut ca = args.to_vec();
     ca.push(addr);
+    let traced = |mut c: Command| {
+        if let Some(t) = trace {
+            c.env("SOFTRDMA_HOST_TRACE", t);
+        }
+        c
+    };
     let s = spawn(
-        sx(addr, "ibv_rc_pingpong", &args),
+        traced(sx(addr, "ibv_rc_pingpong", &args)),
         &format!("pp-server-{port}"),
     );
     wait_tcp(port);
     let c = spawn(
-        sx(addr, "ibv_rc_pingpong", &ca),
+        traced(sx(addr, "ibv_rc_pingpong", &ca)),
         &format!("pp-client-{port}"),
     );
     (s, c)
@@ -273,7 +338,8 @@ fn raw_verbs_processes_share_one_address() {
     require("ibv_rc_pingpong");
     let _s = serial();
     let addr = "127.19.1.1";
-    let (s, c) = pingpong_pair(addr, 23901, 500);
+    let trace = trace_file("pp");
+    let (s, c) = pingpong_pair_traced(addr, 23901, 500, Some(&trace));
     let c = c.wait(LIMIT);
     let s = s.wait(LIMIT);
     for d in [&c, &s] {
@@ -291,6 +357,9 @@ fn raw_verbs_processes_share_one_address() {
     };
     assert_ne!(qpn(&c.out), qpn(&s.out));
     assert_device_process_gone(addr);
+    // Two processes of one host: their packets took the same-host path.
+    assert_path_carried(&trace);
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]
@@ -299,7 +368,10 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let _s = serial();
     let addr = "127.19.1.2";
     let sa = ["-s", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
-    let mut server = spawn(sx(addr, "rping", &sa), "rping-server");
+    let trace = trace_file("rping");
+    let mut sc = sx(addr, "rping", &sa);
+    sc.env("SOFTRDMA_HOST_TRACE", &trace);
+    let mut server = spawn(sc, "rping-server");
     // The server's device is open once the device process lists it.
     let t = Instant::now();
     let listing = loop {
@@ -327,7 +399,9 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let ca = ["-c", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
     let mut client = None;
     for i in 0..5 {
-        let c = spawn(sx(addr, "rping", &ca), &format!("rping-client-{i}"));
+        let mut cc = sx(addr, "rping", &ca);
+        cc.env("SOFTRDMA_HOST_TRACE", &trace);
+        let c = spawn(cc, &format!("rping-client-{i}"));
         let d = c.wait(LIMIT);
         let ok = d.status == Some(0);
         client = Some(d);
@@ -348,6 +422,10 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let s = server.wait(LIMIT);
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(addr);
+    // Connected by rdma_cm (MADs through the device process), their data
+    // took the same-host path.
+    assert_path_carried(&trace);
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]

@@ -54,6 +54,9 @@
 //! `core`: the driver holds it while it calls into the engine, and the
 //! engine never holds `core`, `tx` or `rx` when it calls the driver.
 
+mod samehost;
+pub(crate) use samehost::same_host_enabled;
+
 use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{Record, SharedWriter};
 use crate::sync::{Mutex, MutexGuard};
@@ -882,7 +885,13 @@ impl Shared {
             self.last_activity.store(self.now().0, Ordering::Relaxed);
         }
         while !tx.pending.is_empty() {
-            let sent = self.send_some(tx);
+            // The same-host path takes the datagrams at the front that
+            // have one (see `samehost`); UDP the run up to the next.
+            let sent = match self.same_host_lead(tx) {
+                samehost::Lead::Ring(n) => Ok(n),
+                samehost::Lead::Full => Ok(0),
+                samehost::Lead::Udp(limit) => self.send_some(tx, limit),
+            };
             match sent {
                 Ok(0) | Err(_) => {
                     if tx.pending.len() >= TX_QUEUE_MAX {
@@ -937,7 +946,7 @@ impl Shared {
 
     /// One sendmmsg worth of the queue, GSO-coalescing runs of equal-sized
     /// datagrams to the same destination. Returns datagrams sent.
-    fn send_some(&self, tx: &TxQueue) -> std::io::Result<usize> {
+    fn send_some(&self, tx: &TxQueue, limit: usize) -> std::io::Result<usize> {
         if self.refuser.as_ref().is_some_and(Refuser::refuse) {
             return Ok(0);
         }
@@ -951,7 +960,10 @@ impl Shared {
         let mut groups: Vec<(usize, usize, usize, usize)> = Vec::new();
         let mut i = 0;
         let items = &tx.pending;
-        let n_items = items.len().min(softrdma_io::BATCH_SIZE * max_seg);
+        let n_items = items
+            .len()
+            .min(limit)
+            .min(softrdma_io::BATCH_SIZE * max_seg);
         while i < n_items && groups.len() < softrdma_io::BATCH_SIZE {
             let first = &items[i];
             let mut j = i + 1;
