@@ -10,7 +10,7 @@
 //!
 //! Needs ibverbs-utils and rdmacm-utils (scripts/deps) and the built
 //! library; one test at a time with the other interop tests (their flock).
-//! Addresses 127.19.1.x.
+//! Addresses 127.19.1.x, 127.62.1.x.
 
 #[path = "common/libs.rs"]
 mod libs;
@@ -34,7 +34,9 @@ fn require(tool: &str) {
 fn clean(c: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("SOFTRDMA_") || k == "LD_PRELOAD" {
+        // (SOFTRDMA_SAME_HOST passes: the suite runs with the same-host
+        // path on and off.)
+        if (k.starts_with("SOFTRDMA_") && k != "SOFTRDMA_SAME_HOST") || k == "LD_PRELOAD" {
             c.env_remove(k.as_ref());
         }
     }
@@ -189,19 +191,82 @@ fn assert_device_process_gone(addr: &str) {
     }
 }
 
+/// The file `SOFTRDMA_HOST_TRACE` names for a test.
+fn trace_file(tag: &str) -> PathBuf {
+    let f = std::env::temp_dir().join(format!("softrdma-trace-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&f);
+    f
+}
+
+/// The (sent, received) of each member's "same-host shm" line in a trace
+/// (written when its device closes).
+fn path_counts(trace: &Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("same-host shm:"))
+        .map(|l| {
+            let num = |k: &str| -> u64 {
+                l.split(k)
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            };
+            (num("sent "), num("received "))
+        })
+        .collect()
+}
+
+/// Whether the suite runs with the same-host path off.
+fn path_off() -> bool {
+    matches!(
+        std::env::var("SOFTRDMA_SAME_HOST").as_deref(),
+        Ok("udp" | "off" | "0" | "no")
+    )
+}
+
+/// Two programs' devices carried their traffic through the same-host
+/// path: each sent and received through it (with the path off: every
+/// device says so, and none used it).
+fn assert_path_carried(trace: &Path) {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    if path_off() {
+        assert!(!text.contains("same-host shm"), "{text}");
+        assert!(text.matches("same-host udp").count() >= 2, "{text}");
+        return;
+    }
+    let c = path_counts(trace);
+    let busy: Vec<_> = c.iter().filter(|(s, r)| *s > 0 && *r > 0).collect();
+    assert!(
+        busy.len() >= 2,
+        "the same-host path did not carry both sides: {c:?}\n{}",
+        std::fs::read_to_string(trace).unwrap_or_default()
+    );
+}
+
 fn pingpong_pair(addr: &str, port: u16, iters: u32) -> (Proc, Proc) {
+    pingpong_pair_traced(addr, port, iters, None)
+}
+
+fn pingpong_pair_traced(addr: &str, port: u16, iters: u32, trace: Option<&Path>) -> (Proc, Proc) {
     let p = port.to_string();
     let n = iters.to_string();
     let args = ["-g", "0", "-p", &p, "-c", "-n", &n, "-s", "4096"];
     let mut ca = args.to_vec();
     ca.push(addr);
+    let traced = |mut c: Command| {
+        if let Some(t) = trace {
+            c.env("SOFTRDMA_HOST_TRACE", t);
+        }
+        c
+    };
     let s = spawn(
-        sx(addr, "ibv_rc_pingpong", &args),
+        traced(sx(addr, "ibv_rc_pingpong", &args)),
         &format!("pp-server-{port}"),
     );
     wait_tcp(port);
     let c = spawn(
-        sx(addr, "ibv_rc_pingpong", &ca),
+        traced(sx(addr, "ibv_rc_pingpong", &ca)),
         &format!("pp-client-{port}"),
     );
     (s, c)
@@ -212,7 +277,8 @@ fn raw_verbs_processes_share_one_address() {
     require("ibv_rc_pingpong");
     let _s = serial();
     let addr = "127.19.1.1";
-    let (s, c) = pingpong_pair(addr, 23901, 500);
+    let trace = trace_file("pp");
+    let (s, c) = pingpong_pair_traced(addr, 23901, 500, Some(&trace));
     let c = c.wait(LIMIT);
     let s = s.wait(LIMIT);
     for d in [&c, &s] {
@@ -230,6 +296,9 @@ fn raw_verbs_processes_share_one_address() {
     };
     assert_ne!(qpn(&c.out), qpn(&s.out));
     assert_device_process_gone(addr);
+    // Two processes of one host: their packets took the same-host path.
+    assert_path_carried(&trace);
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]
@@ -238,7 +307,10 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let _s = serial();
     let addr = "127.19.1.2";
     let sa = ["-s", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
-    let mut server = spawn(sx(addr, "rping", &sa), "rping-server");
+    let trace = trace_file("rping");
+    let mut sc = sx(addr, "rping", &sa);
+    sc.env("SOFTRDMA_HOST_TRACE", &trace);
+    let mut server = spawn(sc, "rping-server");
     // The server's device is open once the device process lists it.
     let t = Instant::now();
     let listing = loop {
@@ -266,7 +338,9 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let ca = ["-c", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
     let mut client = None;
     for i in 0..5 {
-        let c = spawn(sx(addr, "rping", &ca), &format!("rping-client-{i}"));
+        let mut cc = sx(addr, "rping", &ca);
+        cc.env("SOFTRDMA_HOST_TRACE", &trace);
+        let c = spawn(cc, &format!("rping-client-{i}"));
         let d = c.wait(LIMIT);
         let ok = d.status == Some(0);
         client = Some(d);
@@ -287,6 +361,10 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let s = server.wait(LIMIT);
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(addr);
+    // Connected by rdma_cm (MADs through the device process), their data
+    // took the same-host path.
+    assert_path_carried(&trace);
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]
@@ -347,4 +425,69 @@ fn a_killed_process_disconnects_its_peer_and_the_others_carry_on() {
         assert!(d.out.contains("50000 iters in"), "{}", d.out);
     }
     assert_device_process_gone(addr);
+}
+
+/// Builds `crates/ibverbs/tests/c/NAME.c` against Debian's libibverbs
+/// headers (run over our library by `softrdma exec`).
+fn build_c(name: &str) -> String {
+    let src = format!("{}/../ibverbs/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = profile_dir().join(format!("softrdma-shared-c-{name}"));
+    let out = Command::new("gcc")
+        .args([
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-O1",
+            &src,
+            "-o",
+        ])
+        .arg(&exe)
+        .args(["-libverbs", "-lpthread"])
+        .output()
+        .expect("gcc (scripts/deps)");
+    assert!(
+        out.status.success(),
+        "gcc {src} failed (needs libibverbs-dev):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe.to_str().expect("UTF-8 path").to_string()
+}
+
+/// An ACK that reached the device before the program moves its QP to ERR
+/// completes its SEND also when it still waits in the device's socket,
+/// which only the device process reads (uDAPL dapltest's scm server
+/// failed with "Server_Info_Send-reaping DTO problem" on a loaded CI
+/// machine: its SEND flushed). `ack_before_err … stall` stops the server's
+/// device process before each SEND and continues it only once the modify
+/// has begun, so the ACK waits there every round, as when a loaded machine
+/// schedules the device process late; the modify has the device process
+/// hand it over first. Before, 20 of 20 SENDs were flushed. Server and
+/// client on two addresses (two device processes): 127.62.1.1 and .2.
+#[test]
+fn an_ack_waiting_in_the_device_process_completes_its_send_before_err() {
+    let exe = build_c("ack_before_err");
+    let _s = serial();
+    let (sa, ca, port) = ("127.62.1.1", "127.62.1.2", 23911u16);
+    let p = port.to_string();
+    let server = spawn(sx(sa, &exe, &["server", &p, "20", "stall"]), "abe-server");
+    wait_tcp(port);
+    let client = spawn(
+        sx(ca, &exe, &["client", &p, "20", "127.0.0.1"]),
+        "abe-client",
+    );
+    let c = client.wait(LIMIT);
+    let s = server.wait(LIMIT);
+    // A server that died between its SIGSTOP and SIGCONT leaves its
+    // device process stopped: continue it, so it can leave.
+    for pid in device_processes(sa) {
+        // SAFETY: a signal to a process of ours.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+    assert_eq!(c.status, Some(0), "client:\n{}\nserver:\n{}", c.out, s.out);
+    assert!(s.out.contains("flushed 0 of 20"), "{}", s.out);
+    assert_eq!(s.status, Some(0), "{}", s.out);
+    assert_device_process_gone(sa);
+    assert_device_process_gone(ca);
 }

@@ -244,6 +244,9 @@ impl Drop for DeviceInner {
         self.shared.drain();
         self.shared.materialize_queued();
         self.shared.say_faults(&self.name);
+        if let Some(h) = &self.shared.host {
+            h.trace_counters();
+        }
     }
 }
 
@@ -473,6 +476,13 @@ impl Device {
             h.members()
                 .map_err(|e| Error::io("asking the device process", e)),
         )
+    }
+
+    /// What the same-host path carried for this device (see
+    /// `host::path`): `None` when the device is not shared or the path is
+    /// off (`SOFTRDMA_SAME_HOST=udp`).
+    pub fn same_host_counters(&self) -> Option<crate::host::SameHostCounters> {
+        self.inner.shared.host.as_ref()?.same_host_counters()
     }
 
     /// The pid of the device process of a shared device.
@@ -722,6 +732,9 @@ extern "C" fn flush_all_at_exit() {
                     // (Not a forked child's copy of its parent's.)
                     d.shared.drain();
                     d.shared.say_faults(&d.name);
+                    if let (Some(h), false) = (&d.shared.host, d.shared.forked_away()) {
+                        h.trace_counters();
+                    }
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.

@@ -219,6 +219,27 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// Waits until this process (the program itself: `ip netns exec` and
+    /// `softrdma exec` both exec) has a listening TCP socket in namespace
+    /// `ns` (true), or it ends or `limit` passes (false). For programs that
+    /// say they wait for a client before they listen (uDAPL's scm provider
+    /// opens its TCP port in a thread of its own).
+    pub fn wait_listening(&mut self, ns: Option<&str>, limit: Duration) -> bool {
+        let pid = format!("pid={},", self.child.id());
+        let argv: Vec<String> = ["ss", "-Hltnp"].iter().map(|s| s.to_string()).collect();
+        let t = Instant::now();
+        while t.elapsed() < limit && self.running() {
+            let o = plain(ns, &argv).output().expect("ss (iproute2)");
+            if String::from_utf8_lossy(&o.stdout).contains(&pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
 pub fn run(cmd: Command, tag: &str, limit: Duration) -> Done {
     spawn(cmd, tag).wait(limit)
 }

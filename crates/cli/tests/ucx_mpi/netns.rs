@@ -88,8 +88,21 @@ fn ranks_share_the_host_address(mpi: Mpi) {
 /// "transport retry counter exceeded" on several ranks of one namespace at
 /// once, about 20 s in (3 of 3 runs at the end of stop 24; it passed in
 /// the helper's runs on a quieter machine). MPICH's twin below passes.
-/// Until the shared device's forwarding under CPU oversubscription is
-/// understood, run it by hand: `cargo nextest run --release --all-features
+/// Measured since (sharedfix, 2026-12-04; 4 failures in 12 runs with 8
+/// CPU hogs beside it, 0 in 5 with 3-5): the failing rank's requester
+/// sends PSNs 278-300 and retransmits 278-279 every 1.07 s, 8 times; the
+/// responder QP in the other namespace, which had just sent its own burst
+/// (ACKed), never answers again — no ACK, no NAK (capture of the
+/// namespace's UDP 4791). Nothing is dropped on the way: the device
+/// processes' `SOFTRDMA_HOST_TRACE` shows 0 ring refusals, 0 unrouted
+/// datagrams and 0 bytes left in any member's ring when it left (every
+/// datagram was taken by its member), /proc/net/snmp 0 UDP receive
+/// errors. A responder that saw PSN 370 after ACKing 369 acknowledges or
+/// NAKs it (resp.rs, dup.rs), and the responder's process kept sending on
+/// that QP afterwards: so its core drops the retransmissions silently
+/// (suspects: `handle_request`'s out-of-sequence branch with `nak_sent`
+/// left set, `responder_ready`, or a datagram handed to the wrong core of
+/// the process). Until that is found, run it by hand: `cargo nextest run --release --all-features
 /// -p softrdma-cli --test ucx_mpi --run-ignored all -E
 /// 'test(openmpi_four_ranks)'`.
 #[test]

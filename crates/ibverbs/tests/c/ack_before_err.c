@@ -10,8 +10,17 @@
  * (A NIC has processed an ACK that reached it long before a modify the
  * driver hands it later.)
  *
- *   ack_before_err server PORT ROUNDS
+ *   ack_before_err server PORT ROUNDS [stall]
  *   ack_before_err client PORT ROUNDS HOST
+ *
+ * With `stall` (a shared device: its device process owns the socket and
+ * hands the member its datagrams), the server stops its device process
+ * (SIGSTOP) before each SEND and a thread continues it (SIGCONT) only once
+ * the modify to ERR has begun: the client's ACK waits in the device's
+ * socket, where only the device process can take it, as it does when a
+ * loaded machine schedules the device process late. The modify must have
+ * the device process hand it over first. Before it did, every round was
+ * flushed (10-35% of 200 without `stall` under CPU load).
  *
  * The server prints "flushed N of ROUNDS" and exits 0 when N is 0. */
 #include <infiniband/verbs.h>
@@ -19,6 +28,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,11 +124,68 @@ static void to_err(struct ibv_qp *qp)
 		DIE("ERR: %m");
 }
 
+/* The device process serving SOFTRDMA_ADDR (`softrdma device-host --addr
+ * ADDR`, found in /proc). */
+static pid_t device_process(void)
+{
+	const char *addr = getenv("SOFTRDMA_ADDR");
+	if (!addr)
+		DIE("stall: SOFTRDMA_ADDR is not set");
+	DIR *d = opendir("/proc");
+	if (!d)
+		DIE("/proc: %m");
+	pid_t found = 0;
+	struct dirent *e;
+	while (!found && (e = readdir(d))) {
+		char path[300], cmd[4096];
+		long pid = strtol(e->d_name, NULL, 10);
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+		fclose(f);
+		cmd[n] = 0;
+		/* NUL-separated arguments: "device-host" then "--addr" ADDR. */
+		int host = 0;
+		for (size_t i = 0; i < n; i += strlen(cmd + i) + 1) {
+			if (!strcmp(cmd + i, "device-host"))
+				host = 1;
+			else if (host && !strcmp(cmd + i, "--addr") && i + 7 < n &&
+				 !strcmp(cmd + i + 7, addr))
+				found = (pid_t)pid;
+		}
+	}
+	closedir(d);
+	if (!found)
+		DIE("stall: no device process serves %s (is the device shared?)", addr);
+	return found;
+}
+
+static pid_t host;
+static int modifying;
+static pthread_t waker;
+
+/* Continues the device process once the modify to ERR has begun (and had
+ * a moment to run). */
+static void *continue_host(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&modifying, __ATOMIC_SEQ_CST))
+		usleep(100);
+	usleep(20000);
+	kill(host, SIGCONT);
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 4)
 		DIE("usage: %s server PORT ROUNDS | client PORT ROUNDS HOST", argv[0]);
 	int server = !strcmp(argv[1], "server");
+	int stall = server && argc > 4 && !strcmp(argv[4], "stall");
 	int rounds = atoi(argv[3]);
 	srandom((unsigned)getpid());
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -159,6 +228,15 @@ int main(int argc, char **argv)
 		if (server) {
 			/* Both sides are in RTS before the SEND goes. */
 			xfer(fd, &c, 1, 0);
+			if (stall) {
+				if (!host)
+					host = device_process();
+				if (kill(host, SIGSTOP))
+					DIE("SIGSTOP %d: %m", (int)host);
+				__atomic_store_n(&modifying, 0, __ATOMIC_SEQ_CST);
+				if (pthread_create(&waker, NULL, continue_host, NULL))
+					DIE("pthread_create");
+			}
 			struct ibv_send_wr wr = { .wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1,
 						  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
 					   *bad;
@@ -167,7 +245,10 @@ int main(int argc, char **argv)
 			/* The client has the message, and its ACK left before
 			 * this byte. */
 			xfer(fd, &c, 1, 0);
+			__atomic_store_n(&modifying, 1, __ATOMIC_SEQ_CST);
 			to_err(qp);
+			if (stall)
+				pthread_join(waker, NULL);
 			struct ibv_wc wc = one_wc();
 			if (wc.status == IBV_WC_WR_FLUSH_ERR)
 				flushed++;
