@@ -15,8 +15,8 @@
 #[path = "common/libs.rs"]
 mod libs;
 
-use libs::{lib_dir, serial};
-use std::path::PathBuf;
+use libs::{lib_dir, profile_dir, serial};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
