@@ -19,13 +19,18 @@ Rows (two processes unless the name says --loopback):
 - the main job's curve (`softrdma perf write-bw --loopback -a`): the median
   per size and whether every size from 4 KiB up reaches the 4 KiB figure;
 - UCX over softrdma (rc_verbs) vs UCX over TCP: tag_bw 64 KiB, 1 MiB and
-  tag_lat 8 B between two processes.
+  tag_lat 8 B between two processes;
+- the same-host path (issue 19): 8 B WRITE latency and WRITE 1 MiB between
+  two processes sharing one device address (SAME_HOST_ADDR, default
+  127.64.10.1), the path on (SOFTRDMA_SAME_HOST=shm) vs off (=udp, through
+  the device process and the kernel) vs the peers (kernel UDP busy-poll
+  ping-pong, UCX over TCP tag_bw).
 
 Units: GB/s = 10^9 bytes/s (ucx_perftest's and perftest's "MB/s" are MiB/s
 and are converted). Latencies are one-way, half the round trip.
 
 Environment: ROUNDS (default 3), DURATION seconds per point (default 3),
-ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx), SR (the softrdma
+ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx, samehost), SR (the softrdma
 binary; default target/release/softrdma).
 """
 
@@ -130,14 +135,22 @@ def pair(server, client, env=None, tcp_port=None, settle=1.0, timeout=180, serve
 
 
 # ---------------------------------------------------------------- softrdma --
-def sr_two(tool, args):
-    """softrdma perf TOOL between two processes -> (JSON results[0], cpu, doc)."""
+SH_ADDR = os.environ.get("SAME_HOST_ADDR", "127.64.10.1")
+
+
+def sr_two(tool, args, same_host=None):
+    """softrdma perf TOOL between two processes -> (JSON results[0], cpu, doc).
+    With same_host ("shm" or "udp"): both on the one shared address SH_ADDR,
+    SOFTRDMA_SAME_HOST=same_host."""
     p = port()
-    r = pair(
-        [SR, "perf", tool, "-p", str(p), "--json"],
-        [SR, "perf", tool, "127.0.0.1", "-p", str(p), "--json", "-D", str(D)] + args,
-        tcp_port=p,
-    )
+    srv = [SR, "perf", tool, "-p", str(p), "--json"]
+    cli = [SR, "perf", tool, SH_ADDR if same_host else "127.0.0.1", "-p", str(p), "--json", "-D", str(D)] + args
+    env = None
+    if same_host:
+        srv += ["-d", SH_ADDR]
+        cli += ["-d", SH_ADDR]
+        env = {"SOFTRDMA_SAME_HOST": same_host, "SOFTRDMA_BIN": SR}
+    r = pair(srv, cli, env=env, tcp_port=p)
     doc = json.loads(r.out)
     return doc["results"][0], r.cpu_s, doc
 
@@ -154,14 +167,14 @@ def gbps(mib_s):
     return mib_s * 1048576 / 1e9
 
 
-def sr_bw(tool, size):
-    res, cpu, _ = sr_two(tool, ["-s", str(size)])
+def sr_bw(tool, size, same_host=None):
+    res, cpu, _ = sr_two(tool, ["-s", str(size)], same_host)
     moved = res["bytes"] * res["iterations"]
     return gbps(res["bw_average_mib_s"]), cpu / (moved / 1e9)
 
 
-def sr_lat():
-    res, _, _ = sr_two("write-lat", ["-s", "8"])
+def sr_lat(same_host=None):
+    res, _, _ = sr_two("write-lat", ["-s", "8"], same_host)
     return res["t_typical_us"]
 
 
@@ -326,6 +339,20 @@ def main():
         ]:
             ours, peer = alternate(lambda: ucx(test, size, iters, "softrdma"), lambda: ucx(test, size, iters))
             t.pair(name + " over softrdma", [o[idx] for o in ours], [p[idx] for p in peer], "UCX over TCP", target, hb)
+
+    if want("samehost"):
+        on, peer = alternate(lambda: sr_lat("shm"), sockperf_lat)
+        t.pair("same-host 8 B WRITE lat, path on (us)", on, peer, "UDP busy-poll ping-pong median", 1.0, False)
+        off, peer2 = alternate(lambda: sr_lat("udp"), sockperf_lat)
+        t.pair("same-host 8 B WRITE lat, path off (us)", off, peer2, "UDP busy-poll ping-pong median", None, False)
+        on2, off2 = alternate(lambda: sr_lat("shm"), lambda: sr_lat("udp"))
+        t.pair("same-host 8 B WRITE lat, on vs off (us)", on2, off2, "the path off (udp)", None, False)
+        on, peer = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: ucx("tag_bw", 1048576, 3000))
+        t.pair("same-host WRITE 1 MiB, path on (GB/s)", [o[0] for o in on], [p[0] for p in peer], "UCX tcp tag_bw", 1.5)
+        off, peer2 = alternate(lambda: sr_bw("write-bw", 1048576, "udp"), lambda: ucx("tag_bw", 1048576, 3000))
+        t.pair("same-host WRITE 1 MiB, path off (GB/s)", [o[0] for o in off], [p[0] for p in peer2], "UCX tcp tag_bw", None)
+        on2, off2 = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: sr_bw("write-bw", 1048576, "udp"))
+        t.pair("same-host WRITE 1 MiB, on vs off (GB/s)", [o[0] for o in on2], [o[0] for o in off2], "the path off (udp)", None)
 
     t.print()
 

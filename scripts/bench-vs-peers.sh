@@ -6,7 +6,7 @@
 #
 #   scripts/bench-vs-peers.sh                  # ~10 minutes with ROUNDS=3
 #   ROUNDS=5 DURATION=5 scripts/bench-vs-peers.sh
-#   ONLY=lat,ucx scripts/bench-vs-peers.sh     # rows: lat bw cpu qps curve ucx
+#   ONLY=lat,ucx scripts/bench-vs-peers.sh     # rows: lat bw cpu qps curve ucx samehost
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()

@@ -145,7 +145,14 @@ pub fn sharers_text(dev: &Device) -> String {
                 ms.len()
             );
             for m in ms {
-                let _ = writeln!(s, "\t\tpid {}\t{}\tqps {}", m.pid, m.comm, m.qps);
+                let _ = writeln!(
+                    s,
+                    "\t\tpid {}\t{}\tqps {}\tsame-host path {}",
+                    m.pid,
+                    m.comm,
+                    m.qps,
+                    if m.same_host { "shm" } else { "udp" }
+                );
             }
         }
     }

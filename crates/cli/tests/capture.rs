@@ -14,9 +14,10 @@
 //! DREP, REJ) with no malformed or expert mark.
 
 mod common;
+#[path = "common/libs.rs"]
+mod libs;
 
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -132,28 +133,10 @@ fn every_perf_tool_with_loopback_writes_one_valid_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// One test program pair at a time, shared with softrdma-ibverbs' interop
-/// tests (same lock file in the build directory): the pairs spin on their
-/// CQs and use fixed TCP ports.
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial(profile: &Path) -> Serial {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(profile.join("softrdma-ibverbs-interop.lock"))
-        .expect("lock file");
-    // SAFETY: flock on a descriptor we own; blocks until granted.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Serial(f)
-}
-
 /// The directory `softrdma exec` takes the library from: next to the
 /// binary, where building the workspace (`cargo build`, or the tests of
 /// softrdma-ibverbs) puts it.
-fn require_built_library() -> PathBuf {
+fn require_built_library() {
     let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
     assert!(
         dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
@@ -161,7 +144,6 @@ fn require_built_library() -> PathBuf {
          (the workspace test run builds it)",
         dir.display()
     );
-    dir.to_path_buf()
 }
 
 /// Whether something listens on TCP `port` (looking at /proc does not use
@@ -217,8 +199,8 @@ fn perftest_pair(dir: &Path, tool: &str, args: &[&str], port: u16) -> Vec<PathBu
 
 #[test]
 fn perftest_pairs_under_exec_write_complete_files() {
-    let profile = require_built_library();
-    let _one_at_a_time = serial(&profile);
+    require_built_library();
+    let _one_at_a_time = libs::serial();
     for t in ["ib_write_bw", "ib_send_bw", "ib_read_lat", "ib_atomic_bw"] {
         assert!(
             Command::new(t).arg("--help").output().is_ok(),
@@ -405,8 +387,8 @@ fn check_cm_pair(dir: &Path, tag: &str) -> std::collections::BTreeMap<&'static s
 /// (REQ, REP, RTU, DREQ, DREP, REJ) with no malformed or expert mark.
 #[test]
 fn rdma_cm_captures_decode_in_tshark() {
-    let profile = require_built_library();
-    let _one_at_a_time = serial(&profile);
+    require_built_library();
+    let _one_at_a_time = libs::serial();
     for t in ["rping", "ucmatose"] {
         assert!(
             Command::new(t).arg("-h").output().is_ok(),

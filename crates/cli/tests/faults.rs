@@ -96,16 +96,8 @@ struct Done {
     secs: f64,
 }
 
-fn spawn(mut cmd: Command, tag: &str) -> Proc {
-    use std::os::unix::process::CommandExt;
-    let dir = profile_dir().join("softrdma-faults-out");
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup"))
-        .stderr(f)
-        .process_group(0);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+fn spawn(cmd: Command, tag: &str) -> Proc {
+    let (child, out) = libs::spawn_logged(cmd, "softrdma-faults-out", tag, true);
     Proc {
         child: Some(child),
         out,

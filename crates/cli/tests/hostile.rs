@@ -9,13 +9,15 @@
 //!
 //! Needs Debian's `ibverbs-utils` (CI installs it); a missing tool fails.
 
+#[path = "common/libs.rs"]
+mod libs;
+
 use softrdma_wire::{
     AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PKey, PacketRepr, Psn, Qpn,
     RKey, RethRepr, Syndrome,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,24 +27,6 @@ const T: Duration = Duration::from_secs(30);
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-/// One program pair at a time (the interop tests' lock): fixed TCP ports,
-/// and the pairs spin.
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial() -> Serial {
-    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("softrdma-ibverbs-interop.lock"))
-        .expect("lock file");
-    // SAFETY: flock on a descriptor we own; blocks until granted.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Serial(f)
 }
 
 fn require_tools() {
@@ -360,7 +344,9 @@ impl Drop for Server {
 #[test]
 fn forgeries_from_another_port_leave_an_unmodified_server_running() {
     require_tools();
-    let _one = serial();
+    // One program pair at a time (the interop tests' lock): fixed TCP
+    // ports, and the pairs spin.
+    let _one = libs::serial();
     let mut s = Server::start(
         "forge",
         "127.62.1.1",
@@ -424,7 +410,9 @@ fn forgeries_from_another_port_leave_an_unmodified_server_running() {
 #[test]
 fn a_psn_sweep_from_another_port_leaves_the_server_running() {
     require_tools();
-    let _one = serial();
+    // One program pair at a time (the interop tests' lock): fixed TCP
+    // ports, and the pairs spin.
+    let _one = libs::serial();
     let mut s = Server::start("sweep", "127.62.1.3", "127.62.1.4", 23712, 3, "warn");
     s.round();
     let start = s.next_psn().sub(1 << 15);
@@ -462,7 +450,9 @@ fn a_psn_sweep_from_another_port_leaves_the_server_running() {
 #[test]
 fn the_peers_bad_requests_are_naked_at_once() {
     require_tools();
-    let _one = serial();
+    // One program pair at a time (the interop tests' lock): fixed TCP
+    // ports, and the pairs spin.
+    let _one = libs::serial();
     for (i, op) in ["write", "read", "fetch_add"].into_iter().enumerate() {
         let i = i as u8;
         let mut s = Server::start(
@@ -540,7 +530,9 @@ fn the_peers_bad_requests_are_naked_at_once() {
 #[test]
 fn forged_acks_are_ignored_and_naks_cost_bounded_retries() {
     require_tools();
-    let _one = serial();
+    // One program pair at a time (the interop tests' lock): fixed TCP
+    // ports, and the pairs spin.
+    let _one = libs::serial();
     let mut s = Server::start("acks", "127.62.1.20", "127.62.1.21", 23730, 2, "warn");
     // Our SEND; the server ACKs it and sends its own.
     let psn = s.next_psn();

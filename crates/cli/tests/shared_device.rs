@@ -12,57 +12,15 @@
 //! library; one test at a time with the other interop tests (their flock).
 //! Addresses 127.19.1.x, 127.62.1.x.
 
-use std::os::fd::AsRawFd;
+#[path = "common/libs.rs"]
+mod libs;
+
+use libs::{lib_dir, profile_dir, serial};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// The newer of `target/<profile>/NAME` and `…/deps/NAME`.
-fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
-}
-
-/// A directory for `softrdma exec --lib` with this build's libraries.
-fn lib_dir() -> PathBuf {
-    let dir = profile_dir().join("softrdma-shared-lib");
-    std::fs::create_dir_all(&dir).expect("lib dir");
-    for (link, so) in [
-        ("libibverbs.so.1", "libibverbs.so"),
-        ("librdmacm.so.1", "libibverbs.so"),
-        ("libsoftrdma_preload.so", "libsoftrdma_preload.so"),
-    ] {
-        let target = newest(so);
-        let l = dir.join(link);
-        if std::fs::read_link(&l).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{link}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).expect("symlink");
-            std::fs::rename(&tmp, &l).expect("rename");
-        }
-    }
-    dir
-}
 
 fn require(tool: &str) {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -72,27 +30,13 @@ fn require(tool: &str) {
     );
 }
 
-/// One at a time, with the other interop tests.
-struct Serial(#[allow(dead_code)] std::fs::File);
-
-fn serial() -> Serial {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(profile_dir().join("softrdma-ibverbs-interop.lock"))
-        .expect("lock file");
-    // SAFETY: flock on a descriptor we own; blocks until granted.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Serial(f)
-}
-
 /// A clean environment for softrdma: no inherited SOFTRDMA_* settings.
 fn clean(c: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("SOFTRDMA_") || k == "LD_PRELOAD" {
+        // (SOFTRDMA_SAME_HOST passes: the suite runs with the same-host
+        // path on and off.)
+        if (k.starts_with("SOFTRDMA_") && k != "SOFTRDMA_SAME_HOST") || k == "LD_PRELOAD" {
             c.env_remove(k.as_ref());
         }
     }
@@ -102,7 +46,9 @@ fn clean(c: &mut Command) {
 /// `softrdma exec --lib … --addr ADDR -- prog args…`.
 fn sx(addr: &str, prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
-    c.arg("exec").arg("--lib").arg(lib_dir());
+    c.arg("exec")
+        .arg("--lib")
+        .arg(lib_dir("softrdma-shared-lib", true));
     c.args(["--addr", addr, "--", prog]).args(args);
     clean(&mut c);
     c
@@ -129,13 +75,8 @@ struct Done {
     out: String,
 }
 
-fn spawn(mut cmd: Command, tag: &str) -> Proc {
-    let dir = profile_dir().join("softrdma-shared-out");
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup")).stderr(f);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+fn spawn(cmd: Command, tag: &str) -> Proc {
+    let (child, out) = libs::spawn_logged(cmd, "softrdma-shared-out", tag, false);
     Proc {
         child: Some(child),
         out,
@@ -250,19 +191,82 @@ fn assert_device_process_gone(addr: &str) {
     }
 }
 
+/// The file `SOFTRDMA_HOST_TRACE` names for a test.
+fn trace_file(tag: &str) -> PathBuf {
+    let f = std::env::temp_dir().join(format!("softrdma-trace-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&f);
+    f
+}
+
+/// The (sent, received) of each member's "same-host shm" line in a trace
+/// (written when its device closes).
+fn path_counts(trace: &Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("same-host shm:"))
+        .map(|l| {
+            let num = |k: &str| -> u64 {
+                l.split(k)
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            };
+            (num("sent "), num("received "))
+        })
+        .collect()
+}
+
+/// Whether the suite runs with the same-host path off.
+fn path_off() -> bool {
+    matches!(
+        std::env::var("SOFTRDMA_SAME_HOST").as_deref(),
+        Ok("udp" | "off" | "0" | "no")
+    )
+}
+
+/// Two programs' devices carried their traffic through the same-host
+/// path: each sent and received through it (with the path off: every
+/// device says so, and none used it).
+fn assert_path_carried(trace: &Path) {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    if path_off() {
+        assert!(!text.contains("same-host shm"), "{text}");
+        assert!(text.matches("same-host udp").count() >= 2, "{text}");
+        return;
+    }
+    let c = path_counts(trace);
+    let busy: Vec<_> = c.iter().filter(|(s, r)| *s > 0 && *r > 0).collect();
+    assert!(
+        busy.len() >= 2,
+        "the same-host path did not carry both sides: {c:?}\n{}",
+        std::fs::read_to_string(trace).unwrap_or_default()
+    );
+}
+
 fn pingpong_pair(addr: &str, port: u16, iters: u32) -> (Proc, Proc) {
+    pingpong_pair_traced(addr, port, iters, None)
+}
+
+fn pingpong_pair_traced(addr: &str, port: u16, iters: u32, trace: Option<&Path>) -> (Proc, Proc) {
     let p = port.to_string();
     let n = iters.to_string();
     let args = ["-g", "0", "-p", &p, "-c", "-n", &n, "-s", "4096"];
     let mut ca = args.to_vec();
     ca.push(addr);
+    let traced = |mut c: Command| {
+        if let Some(t) = trace {
+            c.env("SOFTRDMA_HOST_TRACE", t);
+        }
+        c
+    };
     let s = spawn(
-        sx(addr, "ibv_rc_pingpong", &args),
+        traced(sx(addr, "ibv_rc_pingpong", &args)),
         &format!("pp-server-{port}"),
     );
     wait_tcp(port);
     let c = spawn(
-        sx(addr, "ibv_rc_pingpong", &ca),
+        traced(sx(addr, "ibv_rc_pingpong", &ca)),
         &format!("pp-client-{port}"),
     );
     (s, c)
@@ -273,7 +277,8 @@ fn raw_verbs_processes_share_one_address() {
     require("ibv_rc_pingpong");
     let _s = serial();
     let addr = "127.19.1.1";
-    let (s, c) = pingpong_pair(addr, 23901, 500);
+    let trace = trace_file("pp");
+    let (s, c) = pingpong_pair_traced(addr, 23901, 500, Some(&trace));
     let c = c.wait(LIMIT);
     let s = s.wait(LIMIT);
     for d in [&c, &s] {
@@ -291,6 +296,9 @@ fn raw_verbs_processes_share_one_address() {
     };
     assert_ne!(qpn(&c.out), qpn(&s.out));
     assert_device_process_gone(addr);
+    // Two processes of one host: their packets took the same-host path.
+    assert_path_carried(&trace);
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]
@@ -299,7 +307,10 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let _s = serial();
     let addr = "127.19.1.2";
     let sa = ["-s", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
-    let mut server = spawn(sx(addr, "rping", &sa), "rping-server");
+    let trace = trace_file("rping");
+    let mut sc = sx(addr, "rping", &sa);
+    sc.env("SOFTRDMA_HOST_TRACE", &trace);
+    let mut server = spawn(sc, "rping-server");
     // The server's device is open once the device process lists it.
     let t = Instant::now();
     let listing = loop {
@@ -327,7 +338,9 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let ca = ["-c", "-a", addr, "-p", "23902", "-C", "50", "-V", "-v"];
     let mut client = None;
     for i in 0..5 {
-        let c = spawn(sx(addr, "rping", &ca), &format!("rping-client-{i}"));
+        let mut cc = sx(addr, "rping", &ca);
+        cc.env("SOFTRDMA_HOST_TRACE", &trace);
+        let c = spawn(cc, &format!("rping-client-{i}"));
         let d = c.wait(LIMIT);
         let ok = d.status == Some(0);
         client = Some(d);
@@ -348,6 +361,10 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
     let s = server.wait(LIMIT);
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(addr);
+    // Connected by rdma_cm (MADs through the device process), their data
+    // took the same-host path.
+    assert_path_carried(&trace);
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]

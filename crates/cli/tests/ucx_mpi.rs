@@ -19,7 +19,6 @@
 mod libs;
 
 use libs::{profile_dir, serial};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,15 +116,8 @@ impl Done {
     }
 }
 
-fn spawn(mut cmd: Command, tag: &str) -> Proc {
-    let dir = profile_dir().join("softrdma-ucx-out");
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup"))
-        .stderr(f)
-        .process_group(0);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+fn spawn(cmd: Command, tag: &str) -> Proc {
+    let (child, out) = libs::spawn_logged(cmd, "softrdma-ucx-out", tag, true);
     Proc {
         child,
         out,

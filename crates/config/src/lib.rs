@@ -24,8 +24,10 @@
 //! | `SOFTRDMA_VENDOR_ID`, `SOFTRDMA_VENDOR_PART_ID` | the PCI identity the C library reports, decimal or 0x hex | `0xffffff` (see [`DEFAULT_VENDOR_ID`]), 0 |
 //! | `SOFTRDMA_LOG` | log filter, tracing-subscriber's EnvFilter syntax (`debug`, `softrdma::engine=debug`; targets `softrdma::engine`, `softrdma::rdma_cm`) | off |
 //! | `SOFTRDMA_IBVERBS_DIR` | where `softrdma exec` finds libibverbs.so | beside the binary |
+//! | `SOFTRDMA_SAME_HOST` | `shm` (or `on`): packets between processes of this host that share devices move through shared memory; `udp` (or `off`): through the kernel's UDP, as between hosts | `shm` |
 //!
-//! The config file has one device per line, `NAME ADDRESS [mtu=BYTES]
+//! The config file may hold `same_host = udp` (or `shm`) on a line of its
+//! own (what `SOFTRDMA_SAME_HOST` says wins over it). It has one device per line, `NAME ADDRESS [mtu=BYTES]
 //! [faults=SPEC]` (`SPEC` in the language of `SOFTRDMA_FAULTS`, without
 //! spaces); `#` starts a comment. `ADDRESS` is an IP address, `auto` (a free
 //! loopback address 127.0.0.x when the device opens), `if:NAME` (the
@@ -235,6 +237,22 @@ pub struct Config {
     pub log: Setting<Option<String>>,
     /// `SOFTRDMA_IBVERBS_DIR`.
     pub ibverbs_dir: Setting<Option<PathBuf>>,
+    /// `SOFTRDMA_SAME_HOST` (the config file's `same_host =`): `true`
+    /// (`shm`) lets the same-host path carry packets between processes
+    /// of this host; `false` (`udp`) sends them through the kernel.
+    pub same_host: Setting<bool>,
+}
+
+/// What `SOFTRDMA_SAME_HOST` and `same_host =` accept.
+pub const SAME_HOST_WANT: &str = "shm (or on) or udp (or off)";
+
+/// `shm` / `udp`.
+fn parse_same_host(s: &str) -> Option<bool> {
+    match s.trim() {
+        "shm" | "on" | "1" | "yes" => Some(true),
+        "udp" | "off" | "0" | "no" => Some(false),
+        _ => None,
+    }
 }
 
 /// Reads the environment for [`Config::load_from`].
@@ -394,6 +412,7 @@ impl Config {
             faults: faults.clone(),
         };
         let mut config_file = Setting::default_value(None);
+        let mut same_host = Setting::default_value(true);
         let devices = if let Some(spec) = addr.value {
             vec![entry(Setting {
                 value: spec,
@@ -408,7 +427,7 @@ impl Config {
             match read(&path) {
                 // The default file with no device line (as the Debian
                 // package installs it: comments only) counts as absent.
-                Ok(text) => match parse_file(&path, &text, &mtu, &faults)? {
+                Ok(text) => match parse_file(&path, &text, &mtu, &faults, &mut same_host)? {
                     list if list.is_empty() && source == Source::Default => {
                         vec![entry(Setting::default_value(AddrSpec::Auto))]
                     }
@@ -432,9 +451,20 @@ impl Config {
                 }
             }
         };
+        let same_host_env = var(
+            env,
+            "SOFTRDMA_SAME_HOST",
+            same_host.value,
+            SAME_HOST_WANT,
+            parse_same_host,
+        )?;
+        if same_host_env.source != Source::Default {
+            same_host = same_host_env;
+        }
         Ok(Config {
             devices,
             config_file,
+            same_host,
             mtu,
             pcap: path_var(env, "SOFTRDMA_PCAP"),
             spin_us,
@@ -486,6 +516,11 @@ impl Config {
                 &self.faults.source,
             ),
             (
+                "same_host",
+                (if self.same_host.value { "shm" } else { "udp" }).into(),
+                &self.same_host.source,
+            ),
+            (
                 "poll_yield",
                 match self.poll_yield.value {
                     None => "auto".into(),
@@ -533,6 +568,7 @@ fn parse_file(
     text: &str,
     mtu: &Setting<u32>,
     faults: &Setting<Option<FaultSpec>>,
+    same_host: &mut Setting<bool>,
 ) -> Result<Vec<DeviceEntry>, ConfigError> {
     let mut out: Vec<DeviceEntry> = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -547,6 +583,18 @@ fn parse_file(
         };
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
+            continue;
+        }
+        if let Some(v) = line
+            .strip_prefix("same_host")
+            .and_then(|r| r.trim_start().strip_prefix('='))
+        {
+            let v = v.trim();
+            *same_host = Setting {
+                value: parse_same_host(v)
+                    .ok_or_else(|| bad(format!("bad same_host {v:?}: want {SAME_HOST_WANT}")))?,
+                source: at.clone(),
+            };
             continue;
         }
         let mut it = line.split_whitespace();

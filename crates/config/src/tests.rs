@@ -275,3 +275,26 @@ fn bad_faults_name_the_variable_or_line() {
         "{e}"
     );
 }
+
+#[test]
+fn same_host_from_the_environment_and_the_file() {
+    assert!(load(&[], &[]).unwrap().same_host.value, "on by default");
+    let c = load(&[("SOFTRDMA_SAME_HOST", "udp")], &[]).unwrap();
+    assert!(!c.same_host.value);
+    assert_eq!(c.same_host.source, Source::Env("SOFTRDMA_SAME_HOST"));
+    let file = [("/c", "same_host = udp\nd0 127.0.0.9\n")];
+    let c = load(&[("SOFTRDMA_CONFIG", "/c")], &file).unwrap();
+    assert!(!c.same_host.value);
+    assert!(matches!(c.same_host.source, Source::File { line: 1, .. }));
+    assert_eq!(c.devices.len(), 1);
+    // The environment wins over the file.
+    let c = load(
+        &[("SOFTRDMA_CONFIG", "/c"), ("SOFTRDMA_SAME_HOST", "shm")],
+        &file,
+    )
+    .unwrap();
+    assert!(c.same_host.value);
+    assert!(err(&[("SOFTRDMA_SAME_HOST", "tcp")], &[]).contains("shm (or on) or udp (or off)"));
+    let bad = [("/c", "same_host = maybe\n")];
+    assert!(err(&[("SOFTRDMA_CONFIG", "/c")], &bad).contains("bad same_host"));
+}

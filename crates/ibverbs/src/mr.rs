@@ -343,14 +343,7 @@ pub unsafe extern "C" fn advise_mr(
         }
         // SAFETY: the program passes `num_sge` entries.
         let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-        let sges: Vec<Sge> = list
-            .iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let sges: Vec<Sge> = list.iter().map(ibv_sge::sge).collect();
         let flush = flags & IBV_ADVISE_MR_FLAG_FLUSH != 0;
         match x.pd.advise_mr(advice, flush, &sges) {
             Ok(()) => 0,

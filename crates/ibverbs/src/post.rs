@@ -11,6 +11,17 @@ use crate::util::guard_data_errno;
 use softrdma::{QKey, Qpn, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 use std::ffi::c_int;
 
+impl ibv_sge {
+    /// The entry as softrdma's.
+    pub(crate) fn sge(&self) -> Sge {
+        Sge {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+        }
+    }
+}
+
 /// A work request's SGEs: EINVAL for a negative count, a NULL list with
 /// entries, or more than `MAX_SGE`.
 ///
@@ -37,14 +48,7 @@ unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
     let sges = unsafe { sg_list(w.sg_list, w.num_sge) }?;
     Ok(RecvWr {
         wr_id: w.wr_id,
-        sg_list: sges
-            .iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect(),
+        sg_list: sges.iter().map(ibv_sge::sge).collect(),
     })
 }
 
@@ -199,14 +203,7 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, i32> {
         wr.inline_data = unsafe { gather_inline(sges) }?;
     } else {
         wr.flags = SendFlags(wr.flags.0 & !IBV_SEND_INLINE);
-        wr.sg_list = sges
-            .iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        wr.sg_list = sges.iter().map(ibv_sge::sge).collect();
     }
     match op {
         WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => {

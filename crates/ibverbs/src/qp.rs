@@ -503,6 +503,20 @@ pub unsafe extern "C" fn query_qp(
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { with_group(q, gid, softrdma::QueuePair::attach_mcast) }
+}
+
+/// `ibv_attach_mcast` / `ibv_detach_mcast`: `f` with the QP and the
+/// group's GID; EINVAL for an unknown QP or a NULL GID.
+///
+/// # Safety
+/// `gid` is NULL or points to a GID.
+unsafe fn with_group(
+    q: *mut ibv_qp,
+    gid: *const ibv_gid,
+    f: fn(&softrdma::QueuePair, [u8; 16]) -> softrdma::Result<()>,
+) -> c_int {
     guard_errno(|| {
         let Some(x) = Obj::<Qp>::get(q) else {
             return libc::EINVAL;
@@ -512,7 +526,7 @@ pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid:
         }
         // SAFETY: a valid GID.
         let g = unsafe { (*gid).raw };
-        match x.qp.attach_mcast(g) {
+        match f(&x.qp, g) {
             Ok(()) => 0,
             Err(e) => e.errno(),
         }
@@ -526,18 +540,6 @@ pub unsafe extern "C" fn attach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid:
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn detach_mcast(q: *mut ibv_qp, gid: *const ibv_gid, _lid: u16) -> c_int {
-    guard_errno(|| {
-        let Some(x) = Obj::<Qp>::get(q) else {
-            return libc::EINVAL;
-        };
-        if gid.is_null() {
-            return libc::EINVAL;
-        }
-        // SAFETY: a valid GID.
-        let g = unsafe { (*gid).raw };
-        match x.qp.detach_mcast(g) {
-            Ok(()) => 0,
-            Err(e) => e.errno(),
-        }
-    })
+    // SAFETY: the caller's contract, passed on.
+    unsafe { with_group(q, gid, softrdma::QueuePair::detach_mcast) }
 }

@@ -315,11 +315,7 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, sges: *const i
         };
         if let Some(w) = last(b) {
             w.sg_list.clear();
-            w.sg_list.extend(list.iter().map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            }));
+            w.sg_list.extend(list.iter().map(ibv_sge::sge));
         }
     })
 }

@@ -9,8 +9,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// A Linux eventfd (non-blocking, close-on-exec): a counter that is
-/// readable while non-zero.
+/// A Linux eventfd (close-on-exec): a counter that is readable while
+/// non-zero. Non-blocking ([`EventFd::new`]), or blocking in semaphore
+/// mode ([`EventFd::semaphore`]).
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);
 
@@ -25,6 +26,17 @@ impl EventFd {
     pub fn new() -> io::Result<EventFd> {
         // SAFETY: eventfd takes no pointers; the result is checked.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// A new eventfd in semaphore mode with its counter at zero, blocking
+    /// (as the kernel's event descriptors are until the program sets
+    /// O_NONBLOCK): each `read` takes one count, so the descriptor stays
+    /// readable exactly while counts are left.
+    pub fn semaphore() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; the result is checked.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) })?;
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -136,5 +148,21 @@ mod tests {
         unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
         assert!(w.is_nonblocking());
         assert!(FdWatch::new(-1).is_err());
+    }
+
+    #[test]
+    fn semaphore_eventfd_takes_one_count_a_read() {
+        let e = EventFd::semaphore().unwrap();
+        assert!(!readable(e.as_raw_fd()));
+        assert!(!crate::is_nonblocking(e.as_raw_fd()).unwrap());
+        e.signal();
+        e.signal();
+        let mut v = [0u8; 8];
+        assert_eq!(crate::sys_read(e.as_raw_fd(), &mut v).unwrap(), 8);
+        assert_eq!(u64::from_ne_bytes(v), 1);
+        assert!(readable(e.as_raw_fd()));
+        assert_eq!(crate::sys_read(e.as_raw_fd(), &mut v).unwrap(), 8);
+        assert_eq!(u64::from_ne_bytes(v), 1);
+        assert!(!readable(e.as_raw_fd()));
     }
 }

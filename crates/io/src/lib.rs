@@ -181,7 +181,7 @@ mod unix;
 
 pub use fd::{EventFd, FdWatch};
 pub use mcast::interface_of;
-pub use netdev::interface_mtu;
+pub use netdev::{interface_mtu, path_mtu};
 pub use poll::{PollRegistry, Poller, Readiness, ReadySet, Waker};
 pub use process::{
     at_exit, at_fork, fork_generation, is_nonblocking, read_blocking, readable_now, sys_read,

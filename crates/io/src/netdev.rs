@@ -4,7 +4,7 @@
 
 use crate::sys::cvt;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 /// The MTU of interface `name` in this network namespace (`SIOCGIFMTU`),
 /// read now: it follows `ip link set … mtu`.
@@ -34,6 +34,20 @@ pub fn interface_mtu(name: &str) -> io::Result<u32> {
     u32::try_from(mtu).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
 
+/// The path MTU the kernel holds for the destination of a connected UDP
+/// socket (`IP_MTU` / `IPV6_MTU`): the egress interface's MTU, or a
+/// smaller one it learnt for that path. An error when the socket is not
+/// connected.
+pub fn path_mtu(socket: &std::net::UdpSocket) -> io::Result<u32> {
+    let (level, name) = if socket.peer_addr()?.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mtu = crate::sys::getsockopt_int(socket.as_fd(), level, name)?;
+    u32::try_from(mtu).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
 fn zeroed_ifreq() -> libc::ifreq {
     // SAFETY: ifreq is plain data (a name array and a union of integers
     // and pointers); all-zero is a valid value of it.
@@ -51,5 +65,19 @@ mod tests {
         assert!(interface_mtu("no-such-if0").is_err());
         assert!(interface_mtu("").is_err());
         assert!(interface_mtu("a-name-far-too-long-for-ifnamsiz").is_err());
+    }
+
+    #[test]
+    fn path_mtu_of_loopback() {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Not connected: no path yet.
+        assert!(path_mtu(&s).is_err());
+        s.connect("127.0.0.1:4791").unwrap();
+        // The route's MTU is lo's, capped at the largest IP packet (65535;
+        // lo's MTU is 65536).
+        assert_eq!(
+            path_mtu(&s).unwrap(),
+            interface_mtu("lo").unwrap().min(65535)
+        );
     }
 }

@@ -29,6 +29,7 @@
 //! The consumer never trusts the producer's bytes: every length is checked
 //! against the area, and a malformed ring reads as empty from then on.
 
+use crate::send::IoPiece;
 use crate::sys::cvt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -147,6 +148,19 @@ impl Shm {
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
         };
+    }
+
+    /// Copies the bytes of `p` to `off`.
+    ///
+    /// # Panics
+    /// If the range is out of bounds.
+    pub fn write_piece(&self, off: usize, p: &IoPiece<'_>) {
+        let (src, len) = p.raw();
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds, as `write`; the source is readable for `len`
+        // bytes while the piece is alive (`IoPiece`'s contract), and it is
+        // never a Rust reference into shared memory.
+        unsafe { std::ptr::copy_nonoverlapping(src, self.ptr.as_ptr().add(off), len) };
     }
 
     /// Copies `dst.len()` bytes at `off` into `dst`.
@@ -289,12 +303,48 @@ impl Ring {
     /// [`Self::push`] without publishing: call [`Self::publish`] after a
     /// batch (one release store for all of it).
     pub fn push_unpublished(&mut self, tag: u32, parts: &[&[u8]]) -> bool {
-        debug_assert_ne!(tag, TAG_PAD);
         let body: usize = parts.iter().map(|p| p.len()).sum();
+        let Some(mut off) = self.reserve(tag, body) else {
+            return false;
+        };
+        for p in parts {
+            self.shm.write(off, p);
+            off += p.len();
+        }
+        true
+    }
+
+    /// [`Self::push_unpublished`] of `head` followed by `pieces` (a
+    /// datagram whose payload is still in the program's registered
+    /// memory: one copy, straight into the ring).
+    pub fn push_pieces_unpublished(
+        &mut self,
+        tag: u32,
+        head: &[u8],
+        pieces: &[IoPiece<'_>],
+    ) -> bool {
+        let body = head.len() + pieces.iter().map(IoPiece::len).sum::<usize>();
+        let Some(mut off) = self.reserve(tag, body) else {
+            return false;
+        };
+        self.shm.write(off, head);
+        off += head.len();
+        for p in pieces {
+            self.shm.write_piece(off, p);
+            off += p.len();
+        }
+        true
+    }
+
+    /// Makes room for a record of `body` bytes and writes its header:
+    /// the offset of its body in the shared memory, or `None` (counted)
+    /// when it does not fit.
+    fn reserve(&mut self, tag: u32, body: usize) -> Option<usize> {
+        debug_assert_ne!(tag, TAG_PAD);
         let need = REC_HDR + pad8(body);
         if body > self.max_record() || body > u32::MAX as usize {
             self.refused();
-            return false;
+            return None;
         }
         let at = (self.own as usize) & (self.cap - 1);
         let to_end = self.cap - at;
@@ -303,7 +353,7 @@ impl Ring {
             self.seen = self.shm.u64_at(OFF_HEAD).load(Ordering::Acquire);
             if self.free() < total {
                 self.refused();
-                return false;
+                return None;
             }
         }
         if need > to_end {
@@ -313,13 +363,8 @@ impl Ring {
         }
         let at = (self.own as usize) & (self.cap - 1);
         self.write_hdr(at, body as u32, tag);
-        let mut off = HEADER + at + REC_HDR;
-        for p in parts {
-            self.shm.write(off, p);
-            off += p.len();
-        }
         self.own += need as u64;
-        true
+        Some(HEADER + at + REC_HDR)
     }
 
     fn write_hdr(&self, at: usize, len: u32, tag: u32) {
@@ -349,6 +394,14 @@ impl Ring {
     /// Records refused because the ring was full (or too large).
     pub fn refused_count(&self) -> u64 {
         self.shm.u64_at(OFF_REFUSED).load(Ordering::Relaxed)
+    }
+
+    /// How far the consumer has read (a counter of bytes that only
+    /// grows): the producer's way to tell a slow consumer from a stopped
+    /// one.
+    pub fn consumed(&mut self) -> u64 {
+        self.seen = self.shm.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        self.seen
     }
 
     /// Bytes written and not yet consumed (the producer's view).

@@ -94,6 +94,12 @@ impl<'a> IoPiece<'a> {
     pub fn is_empty(&self) -> bool {
         self.iov.iov_len == 0
     }
+
+    /// Start and length (for copies within this crate: the piece's
+    /// contract keeps them readable while it is in use).
+    pub(crate) fn raw(&self) -> (*const u8, usize) {
+        (self.iov.iov_base as *const u8, self.iov.iov_len)
+    }
 }
 
 impl std::fmt::Debug for IoPiece<'_> {

@@ -181,7 +181,7 @@ impl Pair {
             bufs: vec![vec![0; device::MIN_TX_BUF]; BATCH],
             lens: vec![0; BATCH],
             ack: vec![0; device::MIN_TX_BUF],
-            wcs: vec![empty_wc(); BATCH],
+            wcs: vec![Wc::EMPTY; BATCH],
             posted: 0,
         }
     }
@@ -324,21 +324,6 @@ impl Pair {
             self.complete(len);
         }
         t
-    }
-}
-
-fn empty_wc() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_or_inv: 0,
-        qp_num: Qpn::new(0),
-        src_qp: Qpn::new(0),
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        solicited: false,
     }
 }
 

@@ -584,6 +584,22 @@ pub struct Wc {
     pub solicited: bool,
 }
 
+impl Wc {
+    /// An empty completion, for filling arrays before polling.
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_or_inv: 0,
+        qp_num: Qpn::new(0),
+        src_qp: Qpn::new(0),
+        wc_flags: WcFlags(0),
+        pkey_index: 0,
+        solicited: false,
+    };
+}
+
 /// Address vector of a connected QP or an address handle: where packets go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AddressVector {

@@ -488,24 +488,7 @@ fn an_rkey_sweep_kills_only_the_attackers_qp() {
     let mut r = pinned_rig(Setup::default());
     // The attacker: a second QP of the device, connected to 10.0.0.3.
     let attacker_ip = ip("10.0.0.3");
-    let (aq, _) = r
-        .dev
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
-            pd: r.pd,
-            send_cq: r.scq,
-            recv_cq: r.rcq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let (aq, _) = r.dev.create_qp(&small_rc(r.pd, r.scq, r.rcq)).unwrap();
     let all = Access::REMOTE_WRITE
         .with(Access::REMOTE_READ)
         .with(Access::REMOTE_ATOMIC);

@@ -277,18 +277,7 @@ struct ExpRecv<'a> {
 
 fn poll(dev: &mut Device, cq: CqId) -> Vec<Wc> {
     let mut out = Vec::new();
-    let mut b = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_or_inv: 0,
-        qp_num: softrdma_wire::Qpn::new(0),
-        src_qp: softrdma_wire::Qpn::new(0),
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        solicited: false,
-    }; 16];
+    let mut b = [Wc::EMPTY; 16];
     loop {
         let n = dev.poll_cq(cq, &mut b).unwrap();
         out.extend_from_slice(&b[..n]);

@@ -600,24 +600,7 @@ fn send_with_invalidate_invalidates_the_rkey() {
 fn comm_established_on_first_packet_in_rtr() {
     let mut r = Rig::new(Setup::default());
     // Back to RTR is impossible, so build a fresh QP left in RTR.
-    let (qpn, _) = r
-        .dev
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
-            pd: r.pd,
-            send_cq: r.scq,
-            recv_cq: r.rcq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let (qpn, _) = r.dev.create_qp(&small_rc(r.pd, r.scq, r.rcq)).unwrap();
     let now = r.now;
     let init = QpAttr {
         qp_state: QpState::Init,

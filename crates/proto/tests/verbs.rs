@@ -12,23 +12,7 @@ fn fresh() -> (Device, PdId, CqId, Qpn) {
     let mut dev = Device::new(DeviceConfig::new(ip(DEV_IP), 1));
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
-    let (qpn, _) = dev
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let (qpn, _) = dev.create_qp(&small_rc(pd, cq, cq)).unwrap();
     (dev, pd, cq, qpn)
 }
 

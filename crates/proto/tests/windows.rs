@@ -203,24 +203,7 @@ fn type2_window_invalidated_by_send_with_invalidate() {
 fn type2_window_works_through_its_qp_only() {
     let (mut r, _mem, mr) = rig();
     // A second QP of the same protection domain binds the window.
-    let (other, _) = r
-        .dev
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
-            pd: r.pd,
-            send_cq: r.scq,
-            recv_cq: r.rcq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let (other, _) = r.dev.create_qp(&small_rc(r.pd, r.scq, r.rcq)).unwrap();
     let (mw, rkey) = r.dev.alloc_mw(r.pd, MwType::Type2).unwrap();
     // Bring the other QP to RTS so it may post.
     for (to, attr) in [

@@ -212,18 +212,7 @@ pub fn connect(sim: &mut Sim, a: usize, b: usize, o: &PairOpts) -> (Endpoint, En
 /// Polls every completion of a CQ.
 pub fn drain_cq(sim: &mut Sim, node: usize, cq: CqId) -> Vec<Wc> {
     let mut out = Vec::new();
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_or_inv: 0,
-        qp_num: Qpn::new(0),
-        src_qp: Qpn::new(0),
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        solicited: false,
-    }; 64];
+    let mut buf = [Wc::EMPTY; 64];
     loop {
         let n = sim.nodes[node].dev.poll_cq(cq, &mut buf).expect("cq");
         out.extend_from_slice(&buf[..n]);

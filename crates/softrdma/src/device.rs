@@ -244,6 +244,9 @@ impl Drop for DeviceInner {
         self.shared.drain();
         self.shared.materialize_queued();
         self.shared.say_faults(&self.name);
+        if let Some(h) = &self.shared.host {
+            h.trace_counters();
+        }
     }
 }
 
@@ -391,6 +394,8 @@ impl Device {
         group_cfg.gro = opts.gro;
         let mcast = crate::mcast::GroupSockets::new(&socket, &poller.registry(), group_cfg)
             .map_err(|e| Error::io("creating the poller", e))?;
+        // MADs this device receives go to rdma_cm's driver.
+        crate::rdma_cm::driver::install_hook();
         let shared = Arc::new(
             Shared::new(
                 core,
@@ -473,6 +478,13 @@ impl Device {
         )
     }
 
+    /// What the same-host path carried for this device (see
+    /// `host::path`): `None` when the device is not shared or the path is
+    /// off (`SOFTRDMA_SAME_HOST=udp`).
+    pub fn same_host_counters(&self) -> Option<crate::host::SameHostCounters> {
+        self.inner.shared.host.as_ref()?.same_host_counters()
+    }
+
     /// The pid of the device process of a shared device.
     pub fn host_pid(&self) -> Option<i32> {
         self.inner.shared.host.as_ref().map(|h| h.host_pid)
@@ -510,6 +522,16 @@ impl Device {
     /// devices of its own.
     pub fn forked_away(&self) -> bool {
         self.inner.shared.forked_away()
+    }
+
+    /// What the destructor of one of the device's objects does: `f` on the
+    /// core, under its lock; nothing in a forked child (the objects are the
+    /// parent's, see [`Device::forked_away`]).
+    pub(crate) fn release<R>(&self, f: impl FnOnce(&mut softrdma_proto::Device) -> R) -> Option<R> {
+        if self.forked_away() {
+            return None;
+        }
+        Some(self.shared().with_core(|c, _| f(c)))
     }
 
     /// Name, `softrdma<N>`.
@@ -710,6 +732,9 @@ extern "C" fn flush_all_at_exit() {
                     // (Not a forked child's copy of its parent's.)
                     d.shared.drain();
                     d.shared.say_faults(&d.name);
+                    if let (Some(h), false) = (&d.shared.host, d.shared.forked_away()) {
+                        h.trace_counters();
+                    }
                 }
                 // Dropping the last handle here would close the device from
                 // an exit handler: leave them to the process's end.

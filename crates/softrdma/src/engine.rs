@@ -39,20 +39,30 @@
 //! (after the receive injector). Without faults each path costs one
 //! branch: `tx.faults` / `rx.faults` is `None`.
 //!
-//! rdma_cm (`crate::rdma_cm`) hooks in at three places and nowhere else, so
-//! a device that never sees a MAD runs exactly as before:
+//! The connection manager (rdma_cm) hooks in at three places and nowhere
+//! else, through `crate::cm_hook` (the engine names no upper layer), so a
+//! device that never sees a MAD runs exactly as before:
 //! - a received batch that put MADs in QP 1's queue (the core only queues
 //!   packets for QP 1, found after a failed QPN lookup) ends with
-//!   `rdma_cm::driver::on_gsi`, called with no engine lock held;
+//!   `cm_hook::on_gsi`, called with no engine lock held;
 //! - the progress thread compares the CM's next deadline (`cm_deadline`, an
 //!   atomic the CM driver publishes) with the time once per loop and calls
-//!   `rdma_cm::driver::on_timer` when it has passed; it sleeps no longer
+//!   `cm_hook::on_timer` when it has passed; it sleeps no longer
 //!   than that deadline;
 //! - the driver sends MADs with `send_mads` (core, then tx, as above).
 //!
-//! Its own lock (process-wide, `rdma_cm::state`) is always taken before
+//! The CM's own lock (process-wide) is always taken before
 //! `core`: the driver holds it while it calls into the engine, and the
 //! engine never holds `core`, `tx` or `rx` when it calls the driver.
+
+mod faults;
+mod pending;
+mod rx;
+mod samehost;
+mod tx;
+use faults::Refuser;
+use pending::Pending;
+pub(crate) use samehost::same_host_enabled;
 
 use crate::event::{AsyncQueue, ChannelShared};
 use crate::pcap::{Record, SharedWriter};
@@ -90,108 +100,6 @@ const TX_QUEUE_MAX: usize = 4096;
 /// The progress thread's window for noticing program polls: if a program
 /// thread polled during it, the progress thread leaves progress to it.
 const APP_ACTIVE_NS: u64 = 300_000;
-
-/// A datagram waiting to be sent.
-struct Pending {
-    buf: Vec<u8>,
-    len: usize,
-    dst: SocketAddr,
-    tos: u8,
-    ttl: u8,
-    /// Zero-copy: headers in `buf`, payload in registered memory, trailer
-    /// (pad + ICRC) in `buf` after the headers.
-    gather: Option<Gather>,
-    /// The gather sequence number to release once this datagram is sent or
-    /// dropped (0: it never read registered memory).
-    seq: u64,
-}
-
-impl Pending {
-    /// Appends the datagram's parts, in order, as I/O pieces.
-    fn pieces<'a>(&'a self, out: &mut Vec<IoPiece<'a>>) {
-        let Some(g) = &self.gather else {
-            out.push(IoPiece::new(&self.buf[..self.len]));
-            return;
-        };
-        out.push(IoPiece::new(&self.buf[..g.header_len]));
-        for p in g.pieces.iter().flatten() {
-            match p.address() {
-                // SAFETY: the region is registered: deregistration copies
-                // the payload of queued datagrams out of it (`materialize`,
-                // under the `tx` lock we hold) before it returns, so the
-                // bytes stay valid while this datagram is queued. The kernel
-                // only reads them, and no Rust reference to them exists.
-                Some(a) => out.push(unsafe { IoPiece::from_raw(a, p.len) }),
-                None => {
-                    // Cannot happen (see above); the datagram then leaves
-                    // short and the receiver drops it, as a damaged one.
-                    debug_assert!(false, "a queued datagram reads a revoked region");
-                    return;
-                }
-            }
-        }
-        if g.trailer_len > 0 {
-            out.push(IoPiece::new(
-                &self.buf[g.header_len..g.header_len + g.trailer_len],
-            ));
-        }
-    }
-
-    /// Whether the payload still sits in `region` (or any region, for
-    /// `None`).
-    fn reads(&self, region: Option<&Arc<Region>>) -> bool {
-        self.gather.as_ref().is_some_and(|g| {
-            g.pieces
-                .iter()
-                .flatten()
-                .any(|p| region.is_none_or(|r| Arc::ptr_eq(&p.region, r)))
-        })
-    }
-
-    /// Copies the payload out of registered memory into `buf`, so the
-    /// datagram no longer reads the program's memory.
-    fn materialize(&mut self) {
-        let Some(g) = self.gather.take() else {
-            return;
-        };
-        let payload: usize = g.pieces.iter().flatten().map(|p| p.len).sum();
-        let total = g.header_len + payload + g.trailer_len;
-        if self.buf.len() < total {
-            self.buf.resize(total, 0);
-        }
-        // Trailer to its place after the payload, then the payload.
-        self.buf.copy_within(
-            g.header_len..g.header_len + g.trailer_len,
-            g.header_len + payload,
-        );
-        let mut at = g.header_len;
-        for p in g.pieces.iter().flatten() {
-            // A revoked region cannot be read: zeros make the receiver drop
-            // the datagram (its ICRC no longer checks), as a damaged one.
-            if p.read(&mut self.buf[at..at + p.len]).is_err() {
-                self.buf[at..at + p.len].fill(0);
-            }
-            at += p.len;
-        }
-        self.len = total;
-    }
-
-    /// The datagram in one piece (for the capture file).
-    fn contiguous(&self) -> std::borrow::Cow<'_, [u8]> {
-        let Some(g) = &self.gather else {
-            return std::borrow::Cow::Borrowed(&self.buf[..self.len]);
-        };
-        let mut v = Vec::with_capacity(self.len);
-        v.extend_from_slice(&self.buf[..g.header_len]);
-        for p in g.pieces.iter().flatten() {
-            let at = v.len();
-            v.resize(at + p.len, 0);
-            let _ = p.read(&mut v[at..]);
-        }
-        v.extend_from_slice(&self.buf[g.header_len..g.header_len + g.trailer_len]);
-        std::borrow::Cow::Owned(v)
-    }
-}
 
 /// What the send injector needs to send a datagram it held: destination,
 /// traffic class, hop limit.
@@ -301,7 +209,7 @@ impl Drop for Shared {
         }
         drop(core);
         if self.cm_used.load(Ordering::SeqCst) {
-            crate::rdma_cm::driver::forget_device(self.serial);
+            crate::cm_hook::forget_device(self.serial);
         }
     }
 }
@@ -324,30 +232,6 @@ pub(crate) struct Tuning {
     pub refuse_sends: f64,
     /// Faults to inject on the device's datagrams, with their seed.
     pub faults: Option<FaultSpec>,
-}
-
-/// Refuses a fraction of send calls (xorshift64; the state is only
-/// touched under the `tx` lock, the atomic just makes it shareable).
-struct Refuser {
-    threshold: u64,
-    state: AtomicU64,
-}
-
-impl Refuser {
-    fn new(fraction: f64) -> Option<Refuser> {
-        (fraction > 0.0).then(|| Refuser {
-            threshold: (fraction.min(1.0) * u64::MAX as f64) as u64,
-            state: AtomicU64::new(0x2545_f491_4f6c_dd1d),
-        })
-    }
-    fn refuse(&self) -> bool {
-        let mut x = self.state.load(Ordering::Relaxed);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.state.store(x, Ordering::Relaxed);
-        x < self.threshold
-    }
 }
 
 impl Shared {
@@ -421,47 +305,6 @@ impl Shared {
             fault_log,
             faults_said: AtomicBool::new(false),
         })
-    }
-
-    /// Says on stderr, once, what faults the device injected (at close, or
-    /// at exit for a device still open): a user running a program under
-    /// `SOFTRDMA_FAULTS` sees what it went through.
-    pub fn say_faults(&self, name: &str) {
-        if !self.faulty || self.forked_away() || self.faults_said.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        // (At exit another thread may keep a lock: what it holds is left
-        // out rather than waited for.)
-        let mut c = FaultCounters::default();
-        if let Some(f) = self
-            .tx
-            .try_lock()
-            .and_then(|t| t.faults.as_ref().map(|f| f.counters()))
-        {
-            c.merge(&f);
-        }
-        if let Some(f) = self
-            .rx
-            .try_lock()
-            .and_then(|r| r.faults.as_ref().map(|f| f.counters()))
-        {
-            c.merge(&f);
-        }
-        let list: Vec<String> = c
-            .nonzero()
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let line = format!(
-            "softrdma: {name} ({}) injected faults: {}\n",
-            self.local.ip(),
-            if list.is_empty() {
-                "none".to_string()
-            } else {
-                list.join(", ")
-            }
-        );
-        let _ = softrdma_io::sys_write(2, line.as_bytes());
     }
 
     /// Whether this process is a forked child of the one that opened the
@@ -585,113 +428,6 @@ impl Shared {
         }
     }
 
-    /// Whether the send injector holds a datagram due at `now` (one branch
-    /// without faults).
-    fn tx_fault_due(&self, now: Instant) -> bool {
-        self.faulty && self.tx_fault_due.load(Ordering::SeqCst) <= now.0
-    }
-
-    /// When the next datagram either injector holds is due.
-    fn fault_deadline(&self) -> Option<Instant> {
-        if !self.faulty {
-            return None;
-        }
-        let d = self
-            .tx_fault_due
-            .load(Ordering::SeqCst)
-            .min(self.rx_fault_due.load(Ordering::SeqCst));
-        (d != u64::MAX).then_some(Instant(d))
-    }
-
-    /// The faults injected so far (both directions).
-    pub fn fault_counters(&self) -> FaultCounters {
-        let mut c = FaultCounters::default();
-        if !self.faulty {
-            return c;
-        }
-        if let Some(f) = &lock(&self.tx).faults {
-            c.merge(&f.counters());
-        }
-        if let Some(f) = &lock(&self.rx).faults {
-            c.merge(&f.counters());
-        }
-        c
-    }
-
-    /// A datagram the core produced, through the send injector: queued,
-    /// flipped and queued, held for later, or gone.
-    #[cold]
-    #[inline(never)]
-    fn inject_tx(&self, tx: &mut TxQueue, mut p: Pending, now: Instant) {
-        let Some(inj) = tx.faults.as_mut() else {
-            tx.pending.push_back(p);
-            return;
-        };
-        let meta = (p.dst, p.tos, p.ttl);
-        // Datagrams with the faults on are whole in `buf` (no zero copy).
-        debug_assert!(p.gather.is_none());
-        match inj.process(now.0, p.dst.ip(), &meta, &p.buf[..p.len], &mut |_| None) {
-            Step::Pass { flip } => {
-                for b in flip {
-                    flip_bit(&mut p.buf[..p.len], b);
-                }
-                tx.pending.push_back(p);
-            }
-            Step::Held | Step::Gone => tx.pool.push(p.buf),
-        }
-        self.after_tx_injection(tx);
-    }
-
-    /// Publishes the send injector's next deadline and logs its events.
-    fn after_tx_injection(&self, tx: &mut TxQueue) {
-        let Some(inj) = tx.faults.as_mut() else {
-            return;
-        };
-        let due = inj.next_due().unwrap_or(u64::MAX);
-        let before = self.tx_fault_due.swap(due, Ordering::SeqCst);
-        if due < before {
-            // The progress thread may sleep past it.
-            let s = self.sleep_until.load(Ordering::SeqCst);
-            if s != u64::MAX && due < s {
-                self.waker.wake();
-            }
-        }
-        if self.fault_log {
-            while let Some(e) = inj.poll_event() {
-                crate::log::fault(self.local.ip(), &e);
-            }
-        }
-    }
-
-    /// Queues what the send injector held and is now due (everything, when
-    /// the device closes: `all`).
-    fn release_held_tx(&self, tx: &mut TxQueue, now: Instant, all: bool) {
-        let TxQueue {
-            pending, faults, ..
-        } = tx;
-        let Some(inj) = faults.as_mut() else { return };
-        loop {
-            let held = if all {
-                inj.take_held()
-            } else {
-                inj.poll_due(now.0)
-            };
-            let Some(((dst, tos, ttl), buf)) = held else {
-                break;
-            };
-            pending.push_back(Pending {
-                len: buf.len(),
-                buf,
-                dst,
-                tos,
-                ttl,
-                gather: None,
-                seq: 0,
-            });
-        }
-        self.after_tx_injection(tx);
-    }
-
     /// The datagrams up to gather sequence number `seq` were sent or
     /// dropped. The core learns it the next time anyone holds its lock;
     /// now, when a completion waits for it.
@@ -804,422 +540,6 @@ impl Shared {
         async_event
     }
 
-    /// Pulls packets from the core and sends them, in order, until the
-    /// core has nothing more or the socket is full.
-    fn flush<'a>(&'a self, mut core: MutexGuard<'a, Core>, now: Instant) {
-        loop {
-            let mut tx = lock(&self.tx);
-            let mut n = 0;
-            // The send injector copies, corrupts, holds: whole datagrams.
-            let faults = tx.faults.is_some();
-            while n < TX_BATCH && tx.pending.len() < TX_QUEUE_MAX {
-                let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
-                let t = if faults {
-                    core.poll_transmit(now, &mut buf)
-                } else {
-                    core.poll_transmit_gather(now, &mut buf)
-                };
-                match t {
-                    Some(t) => {
-                        let p = Pending {
-                            buf,
-                            len: t.len,
-                            dst: t.dst,
-                            tos: t.traffic_class,
-                            ttl: t.hop_limit,
-                            seq: t.gather.as_ref().map_or(0, |g| g.seq),
-                            gather: t.gather,
-                        };
-                        if faults {
-                            self.inject_tx(&mut tx, p, now);
-                        } else {
-                            tx.pending.push_back(p);
-                        }
-                        n += 1;
-                    }
-                    None => {
-                        tx.pool.push(buf);
-                        break;
-                    }
-                }
-            }
-            // What was just pulled may have completed requests whose
-            // payload is queued here: they wait for its release.
-            self.publish_release_wanted(&core);
-            let more = n == TX_BATCH && core.wants_transmit();
-            // Keep the order: send this batch before releasing `tx`, but let
-            // other threads use the core meanwhile.
-            drop(core);
-            let (full, released) = self.send_locked(&mut tx);
-            drop(tx);
-            self.release(released);
-            if !more || full {
-                return;
-            }
-            core = lock(&self.core);
-        }
-    }
-
-    fn send_pending(&self) {
-        let mut tx = lock(&self.tx);
-        let (_, released) = self.send_locked(&mut tx);
-        drop(tx);
-        self.release(released);
-    }
-
-    /// Sends queued datagrams. Returns whether the socket is full, and the
-    /// highest gather sequence number of the datagrams sent or dropped.
-    fn send_locked(&self, tx: &mut TxQueue) -> (bool, u64) {
-        let mut released = 0;
-        if tx.faults.is_some() {
-            self.release_held_tx(tx, self.now(), false);
-        }
-        if tx.pending.is_empty() {
-            return (false, released);
-        }
-        if !self.spin.is_zero() {
-            // Only the busy-poll window reads it: no clock read otherwise.
-            self.last_activity.store(self.now().0, Ordering::Relaxed);
-        }
-        while !tx.pending.is_empty() {
-            let sent = self.send_some(tx);
-            match sent {
-                Ok(0) | Err(_) => {
-                    if tx.pending.len() >= TX_QUEUE_MAX {
-                        // The socket stays full: drop the oldest; reliable
-                        // QPs retransmit, unreliable ones lose them as a
-                        // network would.
-                        let drop_n = tx.pending.len() / 2;
-                        for d in tx.pending.drain(..drop_n) {
-                            released = released.max(d.seq);
-                            if d.buf.len() >= MIN_TX_BUF {
-                                tx.pool.push(d.buf);
-                            }
-                        }
-                        self.tx_dropped.fetch_add(drop_n as u64, Ordering::Relaxed);
-                    }
-                    return (true, released);
-                }
-                Ok(n) => {
-                    // Captured once each, as they leave (a datagram that
-                    // waited for a full socket is not recorded twice).
-                    self.capture_sent(tx.pending.range(..n));
-                    for d in tx.pending.drain(..n) {
-                        released = released.max(d.seq);
-                        // (Datagrams the fault injector held or made are
-                        // only as long as they are: never a buffer the
-                        // core writes a packet of any size into.)
-                        if tx.pool.len() < 1024 && d.buf.len() >= MIN_TX_BUF {
-                            tx.pool.push(d.buf);
-                        }
-                    }
-                }
-            }
-        }
-        (false, released)
-    }
-
-    fn capture_sent<'a>(&self, sent: impl Iterator<Item = &'a Pending>) {
-        let Some(p) = &self.pcap else { return };
-        let mut w = lock(p);
-        for d in sent {
-            let _ = w.write(&Record {
-                src: self.local,
-                dst: d.dst,
-                traffic_class: d.tos,
-                hop_limit: d.ttl,
-                payload: &d.contiguous(),
-                received: false,
-            });
-        }
-        let _ = w.flush();
-    }
-
-    /// One sendmmsg worth of the queue, GSO-coalescing runs of equal-sized
-    /// datagrams to the same destination. Returns datagrams sent.
-    fn send_some(&self, tx: &TxQueue) -> std::io::Result<usize> {
-        if self.refuser.as_ref().is_some_and(Refuser::refuse) {
-            return Ok(0);
-        }
-        let max_seg = if self.gso {
-            self.socket.max_gso_segments()
-        } else {
-            1
-        };
-        let mut slices: Vec<IoPiece<'_>> = Vec::with_capacity(tx.pending.len().min(1024));
-        // (first datagram, first slice, end of its slices, datagrams)
-        let mut groups: Vec<(usize, usize, usize, usize)> = Vec::new();
-        let mut i = 0;
-        let items = &tx.pending;
-        let n_items = items.len().min(softrdma_io::BATCH_SIZE * max_seg);
-        while i < n_items && groups.len() < softrdma_io::BATCH_SIZE {
-            let first = &items[i];
-            let mut j = i + 1;
-            // Segments must be equal; only the last may be shorter.
-            // A GSO super-datagram stays under the 64 KiB UDP limit. Only
-            // loopback peers get them: where a run is split in software
-            // (a NIC without segmentation offload, or the receiving host
-            // splitting it for rxe), segment i leaves with IPv4
-            // identification i, which the ICRC covers and we computed as 0.
-            let seg_limit = if first.dst.ip().is_loopback() {
-                max_seg.min(softrdma_io::max_gso_segments_for(&first.dst, first.len))
-            } else {
-                1
-            };
-            while j < n_items
-                && j - i < seg_limit
-                && items[j].dst == first.dst
-                && items[j].tos == first.tos
-                && items[j].ttl == first.ttl
-                && items[j - 1].len == first.len
-                && items[j].len <= first.len
-            {
-                j += 1;
-            }
-            let first_slice = slices.len();
-            for d in items.range(i..j) {
-                d.pieces(&mut slices);
-            }
-            groups.push((i, first_slice, slices.len(), j - i));
-            i = j;
-        }
-        let mut transmits = Vec::with_capacity(groups.len());
-        for &(item, start, end, count) in &groups {
-            let d = &items[item];
-            let mut t = GatherTransmit::new(d.dst, &slices[start..end]);
-            t.tos = d.tos;
-            t.ttl = Some(d.ttl);
-            if count > 1 {
-                t.segment_size = Some(d.len);
-            }
-            transmits.push(t);
-        }
-        let groups_sent = self.socket.send_gather(&transmits)?;
-        Ok(groups[..groups_sent].iter().map(|g| g.3).sum())
-    }
-
-    /// Receives and processes what has arrived, if no other thread is doing
-    /// it. Returns the number of datagrams processed.
-    pub fn poll_rx(&self) -> usize {
-        // Multicast groups' sockets, when some group is joined (a load
-        // otherwise).
-        let m = self.mcast.poll(self, true);
-        m + self.poll_rx_with(RX_BATCH, true)
-    }
-
-    /// Receives and processes what has already arrived, waiting for a
-    /// thread that is receiving now to finish its batch first. A QP moved
-    /// to ERR or RESET flushes its outstanding work requests; an ACK or a
-    /// response that reached the device before the program's modify must
-    /// complete its request instead, as a NIC has processed it long
-    /// before the driver hands it the modify (uDAPL's dapltest: the peer
-    /// receives a SEND, ACKs it, says so over TCP and disconnects; told
-    /// over TCP, the sender moves its QP to ERR while the ACK waits in the
-    /// socket). Bounded: a peer that keeps sending does not hold the
-    /// caller for more than [`ARRIVED_BATCHES`] batches.
-    /// MADs for QP 1 that this brings go to rdma_cm through the progress
-    /// thread (the caller may hold rdma_cm's lock: `rdma_disconnect`),
-    /// which it wakes.
-    pub fn receive_arrived(&self) {
-        // A shared device's datagrams wait in the device process's socket
-        // until it hands them to our ring: it does so first, however
-        // late a loaded machine schedules it (without this, 10-35% of
-        // tests/c/ack_before_err.c's SENDs were flushed under load).
-        if let Some(h) = &self.host {
-            h.receive_arrived();
-        }
-        for _ in 0..ARRIVED_BATCHES {
-            if self.rx_batch(lock(&self.rx), &self.socket, None, RX_BATCH, true, false) == 0 {
-                break;
-            }
-        }
-    }
-
-    /// Receives up to `batch` buffers and processes them; with `send`, also
-    /// sends what that produced (ACKs, responses) before returning.
-    fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
-        self.rx_from(&self.socket, None, batch, send)
-    }
-
-    /// Receives up to `batch` buffers from `socket` and processes them;
-    /// `group`: the multicast group a group socket receives (the
-    /// destination of each of its datagrams).
-    pub(crate) fn rx_from(
-        &self,
-        socket: &UdpSocket,
-        group: Option<IpAddr>,
-        batch: usize,
-        send: bool,
-    ) -> usize {
-        let Some(rx_guard) = self.rx.try_lock() else {
-            return 0;
-        };
-        self.rx_batch(rx_guard, socket, group, batch, send, true)
-    }
-
-    /// [`Self::rx_from`] with the receive buffers taken. With
-    /// `gsi_here`, MADs received for QP 1 go to rdma_cm from this thread;
-    /// otherwise the progress thread takes them (`cm_timers`).
-    fn rx_batch(
-        &self,
-        mut rx_guard: MutexGuard<'_, RxBufs>,
-        socket: &UdpSocket,
-        group: Option<IpAddr>,
-        batch: usize,
-        send: bool,
-        gsi_here: bool,
-    ) -> usize {
-        let rx = &mut *rx_guard;
-        // On the stack: this runs on every poll of a spinning program.
-        let mut bufs = rx.bufs.iter_mut();
-        let mut slices: [IoSliceMut<'_>; RX_BATCH] =
-            std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = match (&self.host, group) {
-            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
-            _ => socket
-                .recv(&mut slices[..batch], &mut rx.meta)
-                .unwrap_or_default(),
-        };
-        // (With faults, datagrams the receive injector held may be due.)
-        if n == 0
-            && !(rx.faults.is_some() && self.rx_fault_due.load(Ordering::SeqCst) <= self.now().0)
-        {
-            return 0;
-        }
-        let now = self.now();
-        self.last_activity.store(now.0, Ordering::Relaxed);
-        let mut count = 0;
-        let mut core = lock(&self.core);
-        let RxBufs {
-            bufs,
-            meta: metas,
-            faults,
-            scratch,
-        } = rx;
-        if let Some(inj) = faults.as_deref_mut() {
-            while let Some((meta, data)) = inj.poll_due(now.0) {
-                self.deliver(&mut core, now, &meta, &data);
-                count += 1;
-            }
-        }
-        for (m, buf) in metas[..n].iter().zip(bufs.iter()) {
-            for dgram in m.datagrams(&buf[..m.len]) {
-                let meta = RecvMeta {
-                    src: m.addr,
-                    dst: group.or(m.dst_ip).unwrap_or(self.local.ip()),
-                    len: dgram.len(),
-                    traffic_class: m.tos,
-                    hop_limit: m.ttl.unwrap_or(64),
-                };
-                let Some(inj) = faults.as_deref_mut() else {
-                    self.deliver(&mut core, now, &meta, dgram);
-                    count += 1;
-                    continue;
-                };
-                let step = inj.process(now.0, m.addr.ip(), &meta, dgram, &mut |q| {
-                    responder(&core, q)
-                });
-                match step {
-                    Step::Pass { flip } if flip.is_empty() => {
-                        self.deliver(&mut core, now, &meta, dgram);
-                        count += 1;
-                    }
-                    Step::Pass { flip } => {
-                        scratch.clear();
-                        scratch.extend_from_slice(dgram);
-                        for b in flip {
-                            flip_bit(scratch, b);
-                        }
-                        self.deliver(&mut core, now, &meta, scratch);
-                        count += 1;
-                    }
-                    Step::Held | Step::Gone => {}
-                }
-            }
-        }
-        if let Some(inj) = faults.as_deref_mut() {
-            self.after_rx_injection(inj);
-        }
-        let refused = core.refusals();
-        if self.refusals.due(refused, Some(now.0)) {
-            let c = core.counters();
-            self.refusals.report(self.local.ip(), refused, now.0, &c);
-        }
-        // MADs for QP 1 (rdma_cm): rare, checked once per batch.
-        let gsi = core.gsi_pending();
-        self.flush_pcap();
-        if send {
-            self.after(core, now);
-        } else {
-            self.leave_for_next_call(core, now);
-        }
-        drop(rx_guard);
-        if gsi && gsi_here {
-            // The CM may write to event channels and read files: inside a
-            // program's CQ poll, no cancellation point (see
-            // `softrdma_io::NoCancel`).
-            let _nc = softrdma_io::NoCancel::new();
-            crate::rdma_cm::driver::on_gsi(self);
-        } else if gsi {
-            self.gsi_waiting.store(true, Ordering::SeqCst);
-            self.waker.wake();
-        }
-        count
-    }
-
-    /// Hands a received datagram to the core, recording it first.
-    #[inline]
-    fn deliver(&self, core: &mut Core, now: Instant, meta: &RecvMeta, dgram: &[u8]) {
-        if let Some(p) = &self.pcap {
-            let _ = lock(p).write(&Record {
-                src: meta.src,
-                dst: SocketAddr::new(meta.dst, self.local.port()),
-                traffic_class: meta.traffic_class,
-                hop_limit: meta.hop_limit,
-                payload: dgram,
-                received: true,
-            });
-        }
-        core.handle_datagram(now, meta, dgram);
-    }
-
-    /// After a received batch went through the receive injector: its
-    /// answers leave now (the core lock is held: `tx` comes after it), its
-    /// next deadline is published, its events logged.
-    #[cold]
-    #[inline(never)]
-    fn after_rx_injection(&self, inj: &mut Injector<RecvMeta>) {
-        let mut answers = std::iter::from_fn(|| inj.poll_answer()).peekable();
-        if answers.peek().is_some() {
-            let mut tx = lock(&self.tx);
-            for a in answers {
-                tx.pending.push_back(Pending {
-                    len: a.data.len(),
-                    buf: a.data,
-                    dst: a.dst,
-                    tos: a.traffic_class,
-                    ttl: a.hop_limit,
-                    gather: None,
-                    seq: 0,
-                });
-            }
-            let (_, released) = self.send_locked(&mut tx);
-            drop(tx);
-            self.released.fetch_max(released, Ordering::SeqCst);
-        }
-        let due = inj.next_due().unwrap_or(u64::MAX);
-        self.rx_fault_due.store(due, Ordering::SeqCst);
-        let s = self.sleep_until.load(Ordering::SeqCst);
-        if s != u64::MAX && due < s {
-            self.waker.wake();
-        }
-        if self.fault_log {
-            while let Some(e) = inj.poll_event() {
-                crate::log::fault(self.local.ip(), &e);
-            }
-        }
-    }
-
     /// The MADs waiting in QP 1's queue.
     pub fn take_gsi(&self) -> Vec<GsiMad> {
         let mut core = lock(&self.core);
@@ -1308,14 +628,14 @@ impl Shared {
     /// and the CM's deadline. One atomic load when no CM is in use.
     fn cm_timers(&self, next: Option<Instant>) -> Option<Instant> {
         if self.gsi_waiting.swap(false, Ordering::SeqCst) {
-            crate::rdma_cm::driver::on_gsi(self);
+            crate::cm_hook::on_gsi(self);
         }
         let d = self.cm_deadline.load(Ordering::SeqCst);
         if d == u64::MAX {
             return next;
         }
         if d <= self.now().0 {
-            crate::rdma_cm::driver::on_timer(self);
+            crate::cm_hook::on_timer(self);
         }
         let d = self.cm_deadline.load(Ordering::SeqCst);
         match (next, d) {

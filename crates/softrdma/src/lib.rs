@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 
 pub mod cm;
+mod cm_hook;
 pub mod config;
 mod device;
 mod engine;

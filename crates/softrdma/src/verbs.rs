@@ -9,7 +9,7 @@ use crate::memory::{self, OdpRegion, RawRegion};
 pub use crate::qp::{ConnectOptions, QpBuilder, QpEndpoint, QueuePair};
 use softrdma_proto::*;
 use softrdma_wire::grh::addr_of_gid;
-use softrdma_wire::{Qpn, RKey};
+use softrdma_wire::RKey;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,11 +21,8 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        if self.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self.dev.shared().with_core(|c, _| c.dealloc_pd(id));
+        let _ = self.dev.release(|c| c.dealloc_pd(id));
     }
 }
 
@@ -482,16 +479,8 @@ impl std::fmt::Debug for MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        if self.pd.inner.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.dealloc_mw(id));
+        let _ = self.pd.inner.dev.release(|c| c.dealloc_mw(id));
     }
 }
 
@@ -552,18 +541,7 @@ impl std::fmt::Debug for CompletionQueue {
 }
 
 /// An empty completion, for filling arrays before polling.
-pub const EMPTY_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_or_inv: 0,
-    qp_num: Qpn::new(0),
-    src_qp: Qpn::new(0),
-    wc_flags: WcFlags(0),
-    pkey_index: 0,
-    solicited: false,
-};
+pub const EMPTY_WC: Wc = Wc::EMPTY;
 
 impl CompletionQueue {
     pub(crate) fn new(dev: Device, id: CqId, channel: Option<CompletionChannel>) -> Self {
@@ -681,16 +659,8 @@ pub(crate) struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        if self.pd.inner.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.destroy_srq(id));
+        let _ = self.pd.inner.dev.release(|c| c.destroy_srq(id));
     }
 }
 
@@ -759,16 +729,8 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
-        if self.pd.inner.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.destroy_ah(id));
+        let _ = self.pd.inner.dev.release(|c| c.destroy_ah(id));
     }
 }
 

@@ -26,11 +26,8 @@ struct XrcdInner {
 
 impl Drop for XrcdInner {
     fn drop(&mut self) {
-        if self.dev.forked_away() {
-            return; // the parent's (see `Device::forked_away`)
-        }
         let id = self.id;
-        let _ = self.dev.shared().with_core(|c, _| c.dealloc_xrcd(id));
+        let _ = self.dev.release(|c| c.dealloc_xrcd(id));
     }
 }
 

@@ -10,6 +10,9 @@
 //! `rnr_retry` 7 and fails at once with 0; ACKs lost are recovered by
 //! retransmission. Every fault is counted, and captures show them.
 
+mod common;
+
+use common::access;
 use softrdma::config::FaultSpec;
 use softrdma::*;
 use softrdma_pcap::CaptureReader;
@@ -19,13 +22,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
-
-fn access() -> Access {
-    Access::LOCAL_WRITE
-        .with(Access::REMOTE_WRITE)
-        .with(Access::REMOTE_READ)
-        .with(Access::REMOTE_ATOMIC)
-}
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

@@ -9,11 +9,14 @@
 //! them they fail with a message, unless `SOFTRDMA_SKIP_NETNS=1` says to
 //! skip.
 
+mod common;
+
+use common::{need_root, role, sh, wait_line, Namespaces};
 use softrdma::grh::{gid_of, GRH_LEN};
 use softrdma::*;
 use std::io::{BufRead, BufReader};
 use std::net::IpAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const QKEY: u32 = 0x1111_1111;
@@ -255,49 +258,6 @@ fn mcast_role() {
     }
 }
 
-fn sh(args: &[&str]) -> std::result::Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = sh(&["ip", "netns", "del", n]);
-        }
-    }
-}
-
-fn need_root() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        .unwrap_or(false);
-    if !root || Command::new("ip").arg("-V").output().is_err() {
-        if std::env::var_os("SOFTRDMA_SKIP_NETNS").is_some() {
-            eprintln!("SKIPPED: needs root and iproute2 (SOFTRDMA_SKIP_NETNS set)");
-            return false;
-        }
-        panic!("this test needs root and iproute2; set SOFTRDMA_SKIP_NETNS=1 to skip it");
-    }
-    true
-}
-
 /// Waits until IPv6 multicast can leave `dev` in namespace `ns`: the
 /// kernel adds the `ff00::/8` route of an interface when its carrier comes
 /// up, which the link watcher reports up to a second late (a readiness
@@ -315,41 +275,6 @@ fn wait_v6_multicast_route(ns: &str, dev: &str) {
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("no IPv6 multicast route on {dev} in {ns}");
-}
-
-fn role(ns: &str, envs: &[(&str, String)]) -> std::process::Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns])
-        .arg(exe)
-        .args([
-            "mcast_role",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    c.spawn().unwrap()
-}
-
-fn wait_line(r: &mut impl BufRead, marker: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "role exited before {marker}"
-        );
-        if let Some(i) = line.find(marker) {
-            return line[i..].trim().to_string();
-        }
-    }
 }
 
 /// IPv6 has no multicast on Linux's `lo`: three IPv6 devices on one
@@ -394,6 +319,7 @@ fn ipv6_members_on_one_host_each_get_a_copy() {
     wait_v6_multicast_route(n, &dev);
     let mut r = role(
         n,
+        "mcast_role",
         &[
             ("MCAST_ROLE", "one-host".into()),
             ("MCAST_GROUP", "ff0e::67:1".into()),
@@ -448,6 +374,7 @@ fn across_namespaces(v6: bool) {
     }
     let mut rx = role(
         b,
+        "mcast_role",
         &[
             ("MCAST_ROLE", "receiver".into()),
             ("MCAST_GROUP", group.into()),
@@ -458,6 +385,7 @@ fn across_namespaces(v6: bool) {
     wait_line(&mut rx_out, "JOINED");
     let mut tx = role(
         a,
+        "mcast_role",
         &[
             ("MCAST_ROLE", "sender".into()),
             ("MCAST_GROUP", group.into()),

@@ -6,22 +6,18 @@
 //! Needs root and iproute2 (CI runs as root). Without them the test fails
 //! with a message, unless `SOFTRDMA_SKIP_NETNS=1` says to skip.
 
+mod common;
+
+use common::{access, need_root, role, sh, wait_line, Namespaces};
 use softrdma::cm::{self, connect_rc, Listener};
 use softrdma::*;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 const LEN: usize = 16 << 20;
 const ADDS: u64 = 300;
-
-fn access() -> Access {
-    Access::LOCAL_WRITE
-        .with(Access::REMOTE_WRITE)
-        .with(Access::REMOTE_READ)
-        .with(Access::REMOTE_ATOMIC)
-}
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed | 1;
@@ -198,32 +194,11 @@ fn netns_client_role() {
     cm::barrier(&mut c.stream).unwrap();
 }
 
-fn sh(args: &[&str]) -> std::result::Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
+/// The two namespaces of the test (deleted with `_del`).
 struct Netns {
     a: String,
     b: String,
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.a]);
-        let _ = sh(&["ip", "netns", "del", &self.b]);
-    }
+    _del: Namespaces,
 }
 
 /// Loss 5 %, duplication 1 %, reordering and delay on `dev`'s egress.
@@ -315,9 +290,11 @@ fn impair(ns: &str, dev: &str, peer: &str) -> std::result::Result<(), String> {
 
 fn setup() -> std::result::Result<Netns, String> {
     let id = std::process::id() % 100_000;
+    let (a, b) = (format!("srdma-a{id}"), format!("srdma-b{id}"));
     let n = Netns {
-        a: format!("srdma-a{id}"),
-        b: format!("srdma-b{id}"),
+        _del: Namespaces(vec![a.clone(), b.clone()]),
+        a,
+        b,
     };
     let (va, vb) = (format!("sra{id}"), format!("srb{id}"));
     sh(&["ip", "netns", "add", &n.a])?;
@@ -337,55 +314,16 @@ fn setup() -> std::result::Result<Netns, String> {
     Ok(n)
 }
 
-fn role(ns: &str, name: &str, envs: &[(&str, &str)]) -> std::process::Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns])
-        .arg(exe)
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .stdout(Stdio::piped());
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    c.spawn().unwrap()
-}
-
-fn wait_line(r: &mut impl BufRead, marker: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "role exited before {marker}"
-        );
-        if let Some(i) = line.find(marker) {
-            return line[i..].trim().to_string();
-        }
-    }
-}
-
 #[test]
 fn rdma_over_a_lossy_reordering_duplicating_link() {
-    let root = unsafe_free_uid_is_root();
-    if !root || Command::new("ip").arg("-V").output().is_err() {
-        if std::env::var_os("SOFTRDMA_SKIP_NETNS").is_some() {
-            eprintln!("SKIPPED: needs root and iproute2 (SOFTRDMA_SKIP_NETNS set)");
-            return;
-        }
-        panic!("this test needs root and iproute2 (ip, tc); set SOFTRDMA_SKIP_NETNS=1 to skip it");
+    if !need_root() {
+        return;
     }
     let ns = setup().unwrap_or_else(|e| panic!("namespace setup failed: {e}"));
     let mut server = role(
         &ns.b,
         "netns_server_role",
-        &[("SOFTRDMA_NETNS_SERVER", "10.77.0.2")],
+        &[("SOFTRDMA_NETNS_SERVER", "10.77.0.2".into())],
     );
     let mut sout = BufReader::new(server.stdout.take().unwrap());
     wait_line(&mut sout, "LISTENING");
@@ -393,8 +331,8 @@ fn rdma_over_a_lossy_reordering_duplicating_link() {
         &ns.a,
         "netns_client_role",
         &[
-            ("SOFTRDMA_NETNS_CLIENT", "10.77.0.1"),
-            ("SOFTRDMA_NETNS_PEER", "10.77.0.2"),
+            ("SOFTRDMA_NETNS_CLIENT", "10.77.0.1".into()),
+            ("SOFTRDMA_NETNS_PEER", "10.77.0.2".into()),
         ],
     );
     let mut cout = BufReader::new(client.stdout.take().unwrap());
@@ -413,14 +351,4 @@ fn rdma_over_a_lossy_reordering_duplicating_link() {
         c.contains("retransmits") && s.contains("duplicate_requests"),
         "no recovery seen:\n{s}\n{c}"
     );
-}
-
-/// True when running as root (reads /proc, no libc call needed).
-fn unsafe_free_uid_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        .unwrap_or(false)
 }

@@ -8,6 +8,9 @@
 //! it changes. Needs root and iproute2 (CI has them); fails without them
 //! unless `SOFTRDMA_SKIP_NETNS=1`.
 
+mod common;
+
+use common::{need_root, Namespaces};
 use softrdma::config::Source;
 use softrdma::{Device, DeviceOptions};
 use std::process::Command;
@@ -58,48 +61,28 @@ fn port_mtu_role() {
     println!("ROLE OK");
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
-
-struct Ns(String);
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
 #[test]
 fn port_mtu_follows_the_interface() {
-    if !is_root() || Command::new("ip").arg("-V").output().is_err() {
-        if std::env::var_os("SOFTRDMA_SKIP_NETNS").is_some() {
-            eprintln!("SKIPPED: needs root and iproute2 (SOFTRDMA_SKIP_NETNS set)");
-            return;
-        }
-        panic!("this test needs root and iproute2; set SOFTRDMA_SKIP_NETNS=1 to skip it");
+    if !need_root() {
+        return;
     }
     let id = std::process::id() % 100_000;
-    let ns = Ns(format!("srmtu{id}"));
+    let ns = Namespaces(vec![format!("srmtu{id}")]);
+    let name = &ns.0[0];
     let (va, vb) = (format!("srmtu{id}a"), format!("srmtu{id}b"));
-    let _ = Command::new("ip").args(["netns", "del", &ns.0]).status();
-    ip(&["netns", "add", &ns.0]);
+    let _ = Command::new("ip").args(["netns", "del", name]).status();
+    ip(&["netns", "add", name]);
     ip(&[
-        "link", "add", &va, "netns", &ns.0, "type", "veth", "peer", "name", &vb, "netns", &ns.0,
+        "link", "add", &va, "netns", name, "type", "veth", "peer", "name", &vb, "netns", name,
     ]);
     for a in ["10.66.3.1/24", "10.66.3.2/24"] {
-        ip(&["-n", &ns.0, "addr", "add", a, "dev", &va]);
+        ip(&["-n", name, "addr", "add", a, "dev", &va]);
     }
-    ip(&["-n", &ns.0, "link", "set", &va, "up"]);
-    ip(&["-n", &ns.0, "link", "set", &vb, "up"]);
-    ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+    ip(&["-n", name, "link", "set", &va, "up"]);
+    ip(&["-n", name, "link", "set", &vb, "up"]);
+    ip(&["-n", name, "link", "set", "lo", "up"]);
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns.0])
+        .args(["netns", "exec", name])
         .arg(std::env::current_exe().unwrap())
         .args(["port_mtu_role", "--exact", "--ignored", "--nocapture"])
         .env("SOFTRDMA_MTU_IF", &va)

@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 pub use crate::libs::{profile_dir, serial};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -156,15 +155,8 @@ pub fn kill_group(pid: u32, sig: &str) {
         .status();
 }
 
-pub fn spawn(mut cmd: Command, tag: &str) -> Proc {
-    let dir = profile_dir().join("softrdma-apps-out");
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup"))
-        .stderr(f)
-        .process_group(0);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+pub fn spawn(cmd: Command, tag: &str) -> Proc {
+    let (child, out) = crate::libs::spawn_logged(cmd, "softrdma-apps-out", tag, true);
     Proc {
         child,
         out,
@@ -222,6 +214,27 @@ impl Proc {
                 return self.text().contains(what);
             }
             std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+impl Proc {
+    /// Waits until this process (the program itself: `ip netns exec` and
+    /// `softrdma exec` both exec) has a listening TCP socket in namespace
+    /// `ns` (true), or it ends or `limit` passes (false). For programs that
+    /// say they wait for a client before they listen (uDAPL's scm provider
+    /// opens its TCP port in a thread of its own).
+    pub fn wait_listening(&mut self, ns: Option<&str>, limit: Duration) -> bool {
+        let pid = format!("pid={},", self.child.id());
+        let argv: Vec<String> = ["ss", "-Hltnp"].iter().map(|s| s.to_string()).collect();
+        let t = Instant::now();
+        while t.elapsed() < limit && self.running() {
+            let o = plain(ns, &argv).output().expect("ss (iproute2)");
+            if String::from_utf8_lossy(&o.stdout).contains(&pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         false
     }

@@ -42,6 +42,15 @@ pub(crate) fn udapl_pair(provider: &str, server: &DaplSide, client: &DaplSide, t
         "{}",
         server.text()
     );
+    // The scm provider exchanges QP data over TCP; dtest says it waits
+    // before that port listens ("Couldn't connect to …" once on CI).
+    if provider.contains("scm") {
+        assert!(
+            server.wait_listening(sns, Duration::from_secs(30)),
+            "dtest {provider} server never listened on TCP:\n{}",
+            server.text()
+        );
+    }
     let c = run(
         with(
             sx(
@@ -99,6 +108,13 @@ pub(crate) fn udapl_pair(provider: &str, server: &DaplSide, client: &DaplSide, t
         "{}",
         server.text()
     );
+    if provider.contains("scm") {
+        assert!(
+            server.wait_listening(sns, Duration::from_secs(30)),
+            "dapltest {provider} server never listened on TCP:\n{}",
+            server.text()
+        );
+    }
     let t = run(
         with(
             sx(

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
 /// `target/<profile>`: two levels up from the test (`…/deps/<test>-…`).
 pub fn profile_dir() -> PathBuf {
@@ -57,6 +57,24 @@ pub fn lib_dir(dir: &str, rdmacm: bool) -> PathBuf {
         }
     }
     dir
+}
+
+/// Starts `cmd` with its stdout and stderr in
+/// `target/<profile>/DIR/<pid>-TAG.txt` (the directory made if missing),
+/// in a process group of its own when `group` (to kill it whole); returns
+/// the child and the file.
+pub fn spawn_logged(mut cmd: Command, dir: &str, tag: &str, group: bool) -> (Child, PathBuf) {
+    use std::os::unix::process::CommandExt;
+    let dir = profile_dir().join(dir);
+    let _ = std::fs::create_dir_all(&dir);
+    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
+    let f = std::fs::File::create(&out).expect("output file");
+    cmd.stdout(f.try_clone().expect("dup")).stderr(f);
+    if group {
+        cmd.process_group(0);
+    }
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
+    (child, out)
 }
 
 /// Held while a test runs: one at a time with the other interop tests.

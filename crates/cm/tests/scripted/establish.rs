@@ -235,11 +235,7 @@ fn req_without_listener_gets_rej_8_like_linux() {
 
 #[test]
 fn consumer_reject_carries_reason_28_and_private_data() {
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     p.b.reject(p.now, s, RejReason::CONSUMER_DEFINED, &[], b"go away")
         .unwrap();
     assert_eq!(p.b.state(s), Some(State::Idle));

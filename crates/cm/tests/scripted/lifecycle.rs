@@ -98,11 +98,7 @@ fn stale_connections_get_rej_10() {
 fn destroy_tells_the_peer_what_linux_tells_it() {
     // REQ_SENT: REJ "timeout" with our GUID as ARI; the server finds its id
     // by (GUID, comm ID) and reports the rejection.
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     p.a.destroy(p.now, a).unwrap();
     let t = p.a_to_b();
     let m = parse(&t[0]);
@@ -137,11 +133,7 @@ fn destroy_tells_the_peer_what_linux_tells_it() {
 
     // MRA_REQ_SENT: REJ 28 for the REQ; REP_SENT: REJ 28 "other", and the
     // timewait record outlives the id.
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     p.b.accept(p.now, s, &rping_rep(2)).unwrap();
     p.b_to_a();
     assert!(matches!(one_event(&mut p.a), Event::RepReceived(_)));
@@ -189,11 +181,7 @@ fn destroy_tells_the_peer_what_linux_tells_it() {
 
 #[test]
 fn traffic_before_the_rtu_establishes_the_passive_side_once() {
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     assert_eq!(
         p.b.notify_established(s),
         Err(CmError::InvalidState(State::MraReqSent))

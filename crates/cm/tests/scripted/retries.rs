@@ -41,11 +41,7 @@ fn req_is_retransmitted_every_6144_ms_fifteen_times_then_unreachable() {
 
 #[test]
 fn a_duplicate_req_gets_an_mra_that_extends_the_requester_timer() {
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     // The server sits on the request; the REQ comes again at 6144 ms.
     p.at_ms(6144);
     p.tick();
@@ -82,11 +78,7 @@ fn a_duplicate_req_gets_an_mra_that_extends_the_requester_timer() {
 
 #[test]
 fn a_lost_rtu_is_recovered_by_the_rep_retry_and_a_duplicate_rep() {
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     p.b.accept(p.now, s, &rping_rep(2)).unwrap();
     p.b_to_a();
     let _ = events(&mut p.a);
@@ -123,11 +115,7 @@ fn a_lost_rtu_is_recovered_by_the_rep_retry_and_a_duplicate_rep() {
 
 #[test]
 fn a_duplicate_rep_before_the_user_answered_gets_an_mra() {
-    let mut p = Pair::new();
-    p.b.listen(sid()).unwrap();
-    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
-    p.a_to_b();
-    let s = one_event(&mut p.b).id();
+    let (mut p, a, s) = requested();
     p.b.accept(p.now, s, &rping_rep(2)).unwrap();
     p.b_to_a();
     let _ = events(&mut p.a);

@@ -146,6 +146,17 @@ pub fn rping_rep_qpn(psn: u32, qpn: u32) -> softrdma_cm::RepParams {
     negotiate::rep_params(Psn::new(psn), &conn).unwrap()
 }
 
+/// b listens on `sid()` and has taken a's REQ: returns the pair, the
+/// client's id and the server's (its ConnectRequest event consumed).
+pub fn requested() -> (Pair, CmId, CmId) {
+    let mut p = Pair::new();
+    p.b.listen(sid()).unwrap();
+    let a = p.a.connect(p.now, &rping_req(1)).unwrap();
+    p.a_to_b();
+    let s = one_event(&mut p.b).id();
+    (p, a, s)
+}
+
 /// Connects a to b up to both established; returns (client id, server
 /// id). The server listens on `sid()` first if not yet.
 pub fn connect(p: &mut Pair) -> (CmId, CmId) {

@@ -257,7 +257,7 @@ static void *cm_thread(void *arg)
 }
 
 /* The next event of a channel within 10 s (NULL on timeout). */
-static struct rdma_cm_event *next_event(struct rdma_event_channel *ch)
+static struct rdma_cm_event *next_event_10s(struct rdma_event_channel *ch)
 {
 	double end = now_s() + 10;
 	while (now_s() < end) {
@@ -306,7 +306,7 @@ static void case_cm_event(int rounds)
 		check(!rdma_resolve_addr(in.id, (struct sockaddr *)&src, (struct sockaddr *)&la, 1000),
 		      "rdma_resolve_addr");
 		/* The target accepts. */
-		struct rdma_cm_event *ev = next_event(sch);
+		struct rdma_cm_event *ev = next_event_10s(sch);
 		check(ev && ev->event == RDMA_CM_EVENT_CONNECT_REQUEST, "connect request");
 		struct rdma_cm_id *conn = ev ? ev->id : NULL;
 		if (ev)
@@ -323,7 +323,7 @@ static void case_cm_event(int rounds)
 		};
 		struct rdma_conn_param cp = { .initiator_depth = 1, .responder_resources = 1 };
 		check(!rdma_create_qp(conn, spd, &qa) && !rdma_accept(conn, &cp), "accept");
-		ev = next_event(sch);
+		ev = next_event_10s(sch);
 		check(ev && ev->event == RDMA_CM_EVENT_ESTABLISHED, "established (target)");
 		if (ev)
 			rdma_ack_cm_event(ev);
@@ -348,7 +348,7 @@ static void case_cm_event(int rounds)
 		sem_destroy(&in.established);
 		sem_destroy(&in.disconnected);
 		/* The target sees the disconnection and cleans up. */
-		ev = next_event(sch);
+		ev = next_event_10s(sch);
 		check(ev && ev->event == RDMA_CM_EVENT_DISCONNECTED, "disconnected (target): %s",
 		      ev ? rdma_event_str(ev->event) : "none");
 		if (ev)
@@ -437,7 +437,7 @@ static void case_sync(int rounds)
 		pthread_t t;
 		pthread_create(&t, NULL, connector, &b);
 		/* The request arrives; nobody answers it. */
-		struct rdma_cm_event *ev = next_event(sch);
+		struct rdma_cm_event *ev = next_event_10s(sch);
 		check(ev && ev->event == RDMA_CM_EVENT_CONNECT_REQUEST, "connect request (sync)");
 		jitter(2000);
 		pthread_cancel(t);

@@ -2,13 +2,15 @@
  * What the good-citizen programs (signals.c, cancel.c, fork.c, sleeper.c)
  * share: errors, a clock, and a pair of RC QPs on one device connected to
  * each other, with a ping-pong of SENDs that keeps the device's progress
- * thread busy.
+ * thread busy; for the programs that use rdma_cm, waiting for an event.
  */
 #ifndef CITIZEN_H
 #define CITIZEN_H
 
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +168,32 @@ static inline void pair_close(struct pair *p)
 	if (ibv_dereg_mr(p->mr) || ibv_dealloc_pd(p->pd) || ibv_close_device(p->ctx))
 		die("close");
 	free(p->buf);
+}
+
+/* The next event of `ch` within `ms` milliseconds, or NULL. */
+static inline struct rdma_cm_event *next_event(struct rdma_event_channel *ch, int ms)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	if (poll(&p, 1, ms) != 1)
+		return NULL;
+	struct rdma_cm_event *ev;
+	return rdma_get_cm_event(ch, &ev) ? NULL : ev;
+}
+
+/* Takes the next event of `ch` (10 s at most), which must be `t`, and
+ * acknowledges it; `*id` (if given) gets its id. Exits otherwise. */
+static inline void expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t,
+			  struct rdma_cm_id **id)
+{
+	struct rdma_cm_event *ev = next_event(ch, 10000);
+	if (!ev || ev->event != t) {
+		fprintf(stderr, "want %s, got %s\n", rdma_event_str(t),
+			ev ? rdma_event_str(ev->event) : "nothing");
+		exit(1);
+	}
+	if (id)
+		*id = ev->id;
+	rdma_ack_cm_event(ev);
 }
 
 #endif

@@ -22,29 +22,6 @@
 
 #define PORT 20630
 
-static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, int ms)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	if (poll(&p, 1, ms) != 1)
-		return NULL;
-	struct rdma_cm_event *ev;
-	return rdma_get_cm_event(ch, &ev) ? NULL : ev;
-}
-
-static void expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t,
-		   struct rdma_cm_id **id)
-{
-	struct rdma_cm_event *ev = next_event(ch, 10000);
-	if (!ev || ev->event != t) {
-		fprintf(stderr, "want %s, got %s\n", rdma_event_str(t),
-			ev ? rdma_event_str(ev->event) : "nothing");
-		exit(1);
-	}
-	if (id)
-		*id = ev->id;
-	rdma_ack_cm_event(ev);
-}
-
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 100;

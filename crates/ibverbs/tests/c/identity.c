@@ -22,21 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		checks++;                                                     \
-		if (cond) {                                                   \
-			printf("ok   ");                                      \
-		} else {                                                      \
-			printf("FAIL ");                                      \
-			failures++;                                           \
-		}                                                             \
-		printf(__VA_ARGS__);                                          \
-		printf("  [%s:%d]\n", __FILE__, __LINE__);                    \
-	} while (0)
+#include "checks.h"
 
 static uint64_t now_ns(clockid_t c)
 {
@@ -45,18 +31,6 @@ static uint64_t now_ns(clockid_t c)
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* Polls one completion (5 s at most). */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n != 0)
-			return n;
-		if (now_ns(CLOCK_MONOTONIC) - t0 > 5000000000ull)
-			return 0;
-	}
-}
 
 static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq)
 {
@@ -71,42 +45,14 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_s
 	return ibv_create_qp(pd, &a);
 }
 
-/* RESET -> INIT -> RTR -> RTS towards `dest` on the same device. */
+/* INIT -> RTR -> RTS towards `dest` on the same device. */
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-	};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				      IBV_QP_MIN_RNR_TIMER))
-		return -2;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				      IBV_QP_MAX_QP_RD_ATOMIC))
-		return -3;
-	return 0;
+	struct rc_opts o = { .access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+			     .rd_atomic = 1,
+			     .rnr_retry = 7,
+			     .min_rnr_timer = 1 };
+	return rc_connect(qp, dest, gid, &o);
 }
 
 /* RDMA WRITE of `len` bytes from (lkey, src) to (rkey, dst) on `qp`. */
@@ -512,17 +458,11 @@ static void timestamps(struct ibv_context *ctx, union ibv_gid *gid)
 int main(int argc, char **argv)
 {
 	const char *want_vendor = argc > 1 ? argv[1] : "0xffffff";
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n >= 1, "ibv_get_device_list: %d device(s)", n);
-	if (!list || n < 1)
-		return 1;
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	CHECK(ctx != NULL, "ibv_open_device(%s)", ibv_get_device_name(list[0]));
+	struct ibv_device **list;
+	union ibv_gid gid;
+	struct ibv_context *ctx = open_first(&list, &gid);
 	if (!ctx)
 		return 1;
-	union ibv_gid gid;
-	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0, "ibv_query_gid");
 
 	identity(ctx, want_vendor);
 	imports(ctx, &gid);

@@ -20,21 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		checks++;                                                     \
-		if (cond) {                                                   \
-			printf("ok   ");                                      \
-		} else {                                                      \
-			printf("FAIL ");                                      \
-			failures++;                                           \
-		}                                                             \
-		printf(__VA_ARGS__);                                          \
-		printf("  [%s:%d]\n", __FILE__, __LINE__);                    \
-	} while (0)
+#include "checks.h"
 
 /* rdma-core 47+ (verbs.h): FLUSH and the FLUSH access rights. */
 #define MF_IBV_ACCESS_FLUSH_GLOBAL (1 << 8)
@@ -68,20 +54,6 @@ static inline void mf_wr_flush(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t add
 	((struct mf_qp_ex *)qp)->wr_flush(qp, rkey, addr, len, type, level);
 }
 
-/* Polls until one completion arrives or 5 s pass. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n != 0)
-			return n;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 5)
-			return 0;
-	}
-}
 
 /* Two QPs of one device, connected to each other: a requests, b serves. */
 struct pair {
@@ -118,37 +90,8 @@ static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid, int 
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
 		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = access;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS))
-		return -2;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				      IBV_QP_MIN_RNR_TIMER))
-		return -3;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		return -4;
-	return 0;
+	struct rc_opts o = { .access = access, .rd_atomic = 4, .rnr_retry = 7, .min_rnr_timer = 1 };
+	return rc_connect(qp, dest, gid, &o) ? -2 : 0;
 }
 
 /* (Re)connects a and b (after an error took them to the error state). */

@@ -500,7 +500,7 @@ impl Target {
     fn collect(&mut self) -> (Vec<Wc>, Vec<Event>) {
         let mut completions = Vec::new();
         for &cq in &self.cqs {
-            let mut wcs = [empty_wc(); 16];
+            let mut wcs = [Wc::EMPTY; 16];
             loop {
                 let n = self.dev.poll_cq(cq, &mut wcs).unwrap();
                 completions.extend_from_slice(&wcs[..n]);
@@ -584,21 +584,6 @@ impl Target {
             self.snapshots[i] = now;
         }
         changed
-    }
-}
-
-pub fn empty_wc() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_or_inv: 0,
-        qp_num: Qpn::new(0),
-        src_qp: Qpn::new(0),
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        solicited: false,
     }
 }
 

@@ -95,6 +95,26 @@ impl Default for Setup {
     }
 }
 
+/// The creation parameters of a small RC QP: 4 WRs and 1 SGE each way, no
+/// inline data, completions only when asked for.
+pub fn small_rc(pd: PdId, send_cq: CqId, recv_cq: CqId) -> QpInit {
+    QpInit {
+        qp_type: QpType::Rc,
+        pd,
+        send_cq,
+        recv_cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    }
+}
+
 pub fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -368,18 +388,7 @@ pub fn encode_from(p: &PacketRepr<'_>, src: SocketAddr, dst: SocketAddr) -> Vec<
 
 pub fn poll(dev: &mut Device, cq: CqId) -> Vec<Wc> {
     let mut v = Vec::new();
-    let mut b = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_or_inv: 0,
-        qp_num: Qpn::new(0),
-        src_qp: Qpn::new(0),
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        solicited: false,
-    }; 16];
+    let mut b = [Wc::EMPTY; 16];
     loop {
         let n = dev.poll_cq(cq, &mut b).unwrap();
         v.extend_from_slice(&b[..n]);

@@ -51,6 +51,12 @@ const RX_BUF: usize = 64 * 1024;
 pub(crate) const REC_HDR: usize = 24;
 /// Ring record tag of a datagram.
 pub(crate) const TAG_DATAGRAM: u32 = 1;
+/// Ring record tag (no body) telling a member that senders of the
+/// same-host path gave it rings: it takes them (`TakeRings`).
+pub(crate) const TAG_OFFER: u32 = 2;
+/// How long the device process waits for a path connection's second
+/// message (`GiveRing`), which its sender sends at once.
+const PATH_WAIT: Duration = Duration::from_millis(500);
 
 /// Poller token of the listening socket.
 const TOKEN_LISTEN: u32 = 2;
@@ -82,6 +88,10 @@ struct Member {
     dirty: bool,
     /// Datagrams handed to it.
     pushed: u64,
+    /// It takes part in the same-host path (not `SOFTRDMA_SAME_HOST=udp`).
+    same_host: bool,
+    /// Rings senders of the same-host path gave it, not yet taken.
+    offers: Vec<OwnedFd>,
 }
 
 /// Writes the ring header of a datagram from `src`.
@@ -117,7 +127,7 @@ pub(crate) fn parse_rec_header(h: &[u8]) -> Option<(SocketAddr, u8, u8)> {
 
 /// Appends a line to `SOFTRDMA_HOST_TRACE`'s file, if set (debugging the
 /// device process, whose standard error is /dev/null).
-fn trace(line: &str) {
+pub(crate) fn trace(line: &str) {
     if let Some(p) = std::env::var_os("SOFTRDMA_HOST_TRACE") {
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -182,6 +192,8 @@ struct Host {
     meta: Vec<IoMeta>,
     /// Datagrams no member wanted.
     unrouted: u64,
+    /// Same-host path: (sender, member) pairs whose ring was given.
+    path_rings: std::collections::HashSet<(u64, MemberId)>,
 }
 
 impl Host {
@@ -204,6 +216,7 @@ impl Host {
             bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
             meta: vec![IoMeta::default(); RX_BATCH],
             unrouted: 0,
+            path_rings: Default::default(),
         })
     }
 
@@ -323,14 +336,21 @@ impl Host {
             // every process of the namespace; the device is this user's.
             return Ok(());
         }
-        let Some(slot) = self.members.iter().position(Option::is_none) else {
-            let _ = conn.send(&Reply::Err(libc::EUSERS).encode(), &[]);
-            return Ok(());
-        };
         let mut buf = vec![0u8; msg::MAX_MSG];
         let mut fds = Vec::new();
         let n = conn.recv_wait(&mut buf, &mut fds, Duration::from_secs(5))?;
-        let Ok(Request::Hello { version, comm, .. }) = Request::decode(&buf[..n]) else {
+        let (version, comm, same_host) = match Request::decode(&buf[..n]) {
+            Ok(Request::Hello {
+                version,
+                comm,
+                same_host,
+                ..
+            }) => (version, comm, same_host),
+            Ok(Request::OpenPath { sender, qpn }) => return self.open_path(&conn, sender, qpn),
+            _ => return Ok(()),
+        };
+        let Some(slot) = self.members.iter().position(Option::is_none) else {
+            let _ = conn.send(&Reply::Err(libc::EUSERS).encode(), &[]);
             return Ok(());
         };
         if version != msg::VERSION {
@@ -368,8 +388,60 @@ impl Host {
             comm,
             dirty: false,
             pushed: 0,
+            same_host,
+            offers: Vec::new(),
         });
         Ok(())
+    }
+
+    /// A sender of the same-host path (a member of this or another device
+    /// of this user in this namespace: the name and `SO_PEERCRED` said so)
+    /// asks who owns `qpn`; gives it the owner's wake-up eventfd and, on
+    /// its first path to that owner, takes the ring it writes into and
+    /// offers it to the owner.
+    fn open_path(&mut self, conn: &SeqPacket, sender: u64, qpn: u32) -> io::Result<()> {
+        let owner = self.routes.owner_of(qpn).and_then(|id| {
+            self.members
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|m| m.id == id && m.same_host))
+        });
+        let Some(slot) = owner else {
+            return conn.send(&Reply::Err(libc::ENOENT).encode(), &[]);
+        };
+        let m = self.members[slot].as_ref().expect("owner");
+        let id = m.id;
+        let need_ring = !self.path_rings.contains(&(sender, id));
+        conn.send(
+            &Reply::Path {
+                member: u64::from(id),
+                need_ring,
+            }
+            .encode(),
+            &[m.wake.as_fd()],
+        )?;
+        if !need_ring {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        let n = conn.recv_wait(&mut buf, &mut fds, PATH_WAIT)?;
+        match (Request::decode(&buf[..n]), fds.pop()) {
+            (Ok(Request::GiveRing { sender: s, member }), Some(fd))
+                if s == sender && member == u64::from(id) =>
+            {
+                self.path_rings.insert((sender, id));
+                let m = self.members[slot].as_mut().expect("owner");
+                m.offers.push(fd);
+                // Told through its ring, in order with its datagrams; woken
+                // if it sleeps. (A full ring: it finds the offer with its
+                // next `TakeRings`, asked for by the next offer.)
+                if m.ring.push_unpublished(TAG_OFFER, &[]) && m.ring.publish() {
+                    m.wake.signal();
+                }
+                conn.send(&Reply::Ok.encode(), &[])
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Reads a member's requests; its end closing is its death.
@@ -427,6 +499,23 @@ impl Host {
                     self.receive();
                     Some(Reply::Ok)
                 }
+                Request::TakeRings => {
+                    let m = self.members[slot].as_mut().expect("member");
+                    // At most MAX_FDS at a time: the member asks again
+                    // while it gets that many.
+                    let k = m.offers.len().min(softrdma_io::MAX_FDS);
+                    let rings: Vec<OwnedFd> = m.offers.drain(..k).collect();
+                    let fds: Vec<_> = rings.iter().map(|f| f.as_fd()).collect();
+                    let r = Reply::Rings(fds.len() as u32).encode();
+                    if m.ctl.send(&r, &fds).is_err() {
+                        self.leave(slot);
+                        return;
+                    }
+                    None
+                }
+                Request::OpenPath { .. } | Request::GiveRing { .. } => {
+                    Some(Reply::Err(libc::EINVAL))
+                }
                 Request::Bye => {
                     self.leave(slot);
                     return;
@@ -451,7 +540,7 @@ impl Host {
                 comm: m.comm.clone(),
                 qps: self.routes.qpns_of(m.id) as u32,
                 leased: false,
-                same_host: false,
+                same_host: m.same_host,
             })
             .collect()
     }
@@ -472,6 +561,7 @@ impl Host {
             self.unrouted
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
+        self.path_rings.retain(|&(_, id)| id != m.id);
         let port = self.socket.local_addr().port();
         let mut buf = vec![0u8; 512];
         for f in self.routes.leave(m.id) {

@@ -2,7 +2,9 @@
 //! it if there is none), claims QP numbers and listeners, sends QP 1
 //! traffic through it, and reads its datagrams from the ring.
 
-use super::daemon::{parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM};
+use super::daemon::{
+    parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM, TAG_OFFER,
+};
 use super::msg::{self, MemberInfo, Reply, Request};
 use crate::sync::Mutex;
 use softrdma_io::{EventFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
@@ -10,6 +12,7 @@ use std::ffi::OsString;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a request waits for the device process's answer.
@@ -26,6 +29,20 @@ pub(crate) struct Member {
     wake: EventFd,
     /// The device process's pid (as this process sees it).
     pub host_pid: i32,
+    /// Rings of the same-host path: other processes' devices (or this
+    /// one's) write our datagrams there, one ring per sender.
+    inbound: Mutex<Vec<Ring>>,
+    /// The device process said senders gave us rings.
+    offered: AtomicBool,
+    /// Datagrams received through the same-host path.
+    pub path_received: AtomicU64,
+    /// We take part in the same-host path.
+    pub same_host: bool,
+    /// The counters were traced.
+    traced: AtomicBool,
+    /// Our ways to other members (the sending side of the path; taken
+    /// under the engine's `tx` lock only). `None`: the path is off.
+    pub(crate) paths: Option<Mutex<super::path::Paths>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -60,7 +77,7 @@ impl Member {
         let mut started = false;
         loop {
             match SeqPacket::connect(&name) {
-                Ok(conn) => match Self::hello(conn) {
+                Ok(conn) => match Self::hello(conn, crate::engine::same_host_enabled()) {
                     Ok(j) => return Ok(j),
                     // The device process left as we came: start again.
                     Err(_) if Instant::now() < deadline => {}
@@ -96,7 +113,7 @@ impl Member {
         }
     }
 
-    fn hello(conn: SeqPacket) -> io::Result<(UdpSocket, Member)> {
+    fn hello(conn: SeqPacket, same_host: bool) -> io::Result<(UdpSocket, Member)> {
         let cred = conn.peer_cred()?;
         if cred.uid != softrdma_io::euid() {
             return Err(io::Error::new(
@@ -111,7 +128,7 @@ impl Member {
         conn.send(
             &Request::Hello {
                 version: msg::VERSION,
-                same_host: false,
+                same_host,
                 mtu: 0,
                 comm,
             }
@@ -127,6 +144,7 @@ impl Member {
                 let ring_fd = fds.pop().expect("2");
                 let sock_fd = fds.pop().expect("2");
                 let socket = UdpSocket::from_fd(sock_fd)?;
+                let local = socket.local_addr();
                 let ring = Ring::attach(ring_fd)?;
                 Ok((
                     socket,
@@ -135,6 +153,12 @@ impl Member {
                         ring: Mutex::new(ring),
                         wake,
                         host_pid,
+                        inbound: Mutex::new(Vec::new()),
+                        offered: AtomicBool::new(false),
+                        path_received: AtomicU64::new(0),
+                        same_host,
+                        traced: AtomicBool::new(false),
+                        paths: same_host.then(|| Mutex::new(super::path::Paths::new(local))),
                     },
                 ))
             }
@@ -209,6 +233,17 @@ impl Member {
         }
     }
 
+    /// The same-host path's counters (`None`: the path is off).
+    pub fn same_host_counters(&self) -> Option<super::path::SameHostCounters> {
+        let p = self.paths.as_ref()?.lock();
+        Some(super::path::SameHostCounters {
+            sent: p.sent,
+            refused: p.refused,
+            received: self.path_received.load(Ordering::Relaxed),
+            paths: p.paths(),
+        })
+    }
+
     /// The descriptor the device process writes to wake us.
     pub fn wake_fd(&self) -> RawFd {
         self.wake.as_fd().as_raw_fd()
@@ -219,26 +254,95 @@ impl Member {
         self.wake.drain();
     }
 
-    /// About to sleep: `false` when datagrams wait (do not sleep).
+    /// About to sleep: `false` when datagrams wait (do not sleep). Every
+    /// ring gets its flag first, then each is looked at: a sender that
+    /// publishes after our look sees the flag and writes the eventfd.
     pub fn prepare_sleep(&self) -> bool {
-        self.ring.lock().prepare_sleep()
+        let mut empty = self.ring.lock().prepare_sleep();
+        for r in self.inbound.lock().iter() {
+            empty &= r.prepare_sleep();
+        }
+        empty && !self.offered.load(Ordering::SeqCst)
     }
 
     /// Back from sleeping.
     pub fn awake(&self) {
         self.ring.lock().awake();
+        for r in self.inbound.lock().iter() {
+            r.awake();
+        }
+    }
+
+    /// Takes the rings senders gave us (the device process said so).
+    fn take_rings(&self) {
+        self.offered.store(false, Ordering::SeqCst);
+        loop {
+            let ctl = self.ctl.lock();
+            if ctl.send(&Request::TakeRings.encode(), &[]).is_err() {
+                return;
+            }
+            let mut buf = vec![0u8; msg::MAX_MSG];
+            let mut fds = Vec::new();
+            let Ok(n) = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT) else {
+                return;
+            };
+            drop(ctl);
+            let Ok(Reply::Rings(k)) = Reply::decode(&buf[..n]) else {
+                return;
+            };
+            let mut inbound = self.inbound.lock();
+            for fd in fds {
+                // A ring that is not one is ignored (the sender's loss).
+                if let Ok(r) = Ring::attach(fd) {
+                    inbound.push(r);
+                }
+            }
+            if (k as usize) < softrdma_io::MAX_FDS {
+                return;
+            }
+        }
     }
 
     /// Takes up to `bufs.len()` datagrams from the ring, as a socket's
     /// receive would.
     pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
-        let mut ring = self.ring.lock();
-        let mut n = 0;
+        if self.offered.load(Ordering::Relaxed) {
+            self.take_rings();
+        }
+        let mut n = self.recv_from(&mut self.ring.lock(), bufs, meta, 0);
+        let inbound = &mut *self.inbound.lock();
+        if !inbound.is_empty() {
+            let before = n;
+            for r in inbound.iter_mut() {
+                if n == bufs.len() {
+                    break;
+                }
+                n = self.recv_from(r, bufs, meta, n);
+            }
+            self.path_received
+                .fetch_add((n - before) as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// [`Self::recv`] from one ring, into `bufs[n..]`.
+    fn recv_from(
+        &self,
+        ring: &mut Ring,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [IoMeta],
+        mut n: usize,
+    ) -> usize {
         while n < bufs.len() {
             let buf = &mut bufs[n];
             let Some((tag, len)) = ring.pop_unreleased(buf) else {
                 break;
             };
+            if tag == TAG_OFFER {
+                // Taken at the next receive (not under this ring's lock).
+                self.offered.store(true, Ordering::SeqCst);
+                continue;
+            }
             if tag != TAG_DATAGRAM || len < REC_HDR {
                 continue;
             }
@@ -259,6 +363,34 @@ impl Member {
         }
         ring.release();
         n
+    }
+}
+
+impl Member {
+    /// `SOFTRDMA_HOST_TRACE=FILE`: says once what the same-host path
+    /// carried (at device close, or at exit for a device still open), for
+    /// tests of programs that cannot ask.
+    pub fn trace_counters(&self) {
+        if std::env::var_os("SOFTRDMA_HOST_TRACE").is_some()
+            && !self.traced.swap(true, Ordering::SeqCst)
+        {
+            let c = self.same_host_counters().unwrap_or_default();
+            super::daemon::trace(&format!(
+                "member pid {} same-host {}: sent {} refused {} received {} paths {}",
+                std::process::id(),
+                if self.same_host { "shm" } else { "udp" },
+                c.sent,
+                c.refused,
+                c.received,
+                c.paths
+            ));
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.trace_counters();
     }
 }
 

@@ -32,6 +32,7 @@
 pub(crate) mod daemon;
 pub(crate) mod member;
 pub mod msg;
+pub(crate) mod path;
 pub mod route;
 
 use std::net::SocketAddr;
@@ -39,6 +40,7 @@ use std::path::PathBuf;
 
 pub use daemon::{serve, HostOptions};
 pub use msg::MemberInfo;
+pub use path::SameHostCounters;
 
 /// The environment variable naming the `softrdma` binary that runs the
 /// device process (`softrdma exec` sets it to itself).

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Version of this protocol: a device process and a member of different
 /// versions do not talk (the member says so and the program gets an
 /// error naming both).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Longest message.
 pub const MAX_MSG: usize = 4096;
@@ -64,6 +64,28 @@ pub enum Request {
     Receive,
     /// The member leaves (its device closes normally).
     Bye,
+    /// First and only request of a *path* connection (the same-host path,
+    /// not a member): which member owns QP `qpn`? Answer: `Path` with the
+    /// owner's wake-up eventfd, or `Err(ENOENT)` (no member holds it, or
+    /// its owner does not take part in the same-host path).
+    OpenPath {
+        /// The sending device's token (random, per device and process).
+        sender: u64,
+        /// The destination QP.
+        qpn: u32,
+    },
+    /// Second request of a path connection, after `Path { need_ring:
+    /// true }`. Descriptor: the ring the sender will write the member's
+    /// datagrams into. Answer: `Ok`.
+    GiveRing {
+        /// As in `OpenPath`.
+        sender: u64,
+        /// The member (`Path`'s).
+        member: u64,
+    },
+    /// A member takes the rings senders gave it (it found a
+    /// `TAG_OFFER` record in its ring). Answer: `Rings`.
+    TakeRings,
 }
 
 /// A member as `Members` lists it.
@@ -107,6 +129,16 @@ pub enum Reply {
     Err(i32),
     /// The members.
     Members(Vec<MemberInfo>),
+    /// To `OpenPath`. Descriptor: the owner's wake-up eventfd.
+    Path {
+        /// The owner (a member number of this device process).
+        member: u64,
+        /// The sender gave this member no ring yet: send one
+        /// (`GiveRing`).
+        need_ring: bool,
+    },
+    /// To `TakeRings`: that many ring descriptors follow.
+    Rings(u32),
 }
 
 /// What travels on `evt`.
@@ -243,7 +275,10 @@ impl Request {
             Request::SendGsi { dst, packet } => W::new(6).ip(*dst).bytes(packet),
             Request::Members => W::new(8),
             Request::Bye => W::new(9),
-            Request::Receive => W::new(10),
+            Request::OpenPath { sender, qpn } => W::new(10).u64(*sender).u32(*qpn),
+            Request::GiveRing { sender, member } => W::new(11).u64(*sender).u64(*member),
+            Request::TakeRings => W::new(12),
+            Request::Receive => W::new(13),
         }
         .0
     }
@@ -268,7 +303,16 @@ impl Request {
             },
             8 => Request::Members,
             9 => Request::Bye,
-            10 => Request::Receive,
+            10 => Request::OpenPath {
+                sender: r.u64()?,
+                qpn: r.u32()?,
+            },
+            11 => Request::GiveRing {
+                sender: r.u64()?,
+                member: r.u64()?,
+            },
+            12 => Request::TakeRings,
+            13 => Request::Receive,
             _ => return Err(BadMsg),
         };
         r.end()?;
@@ -306,6 +350,8 @@ impl Reply {
                 }
                 w
             }
+            Reply::Path { member, need_ring } => W::new(7).u64(*member).u8(u8::from(*need_ring)),
+            Reply::Rings(n) => W::new(8).u32(*n),
         }
         .0
     }
@@ -338,6 +384,11 @@ impl Reply {
                 }
                 Reply::Members(v)
             }
+            7 => Reply::Path {
+                member: r.u64()?,
+                need_ring: r.bool()?,
+            },
+            8 => Reply::Rings(r.u32()?),
             _ => return Err(BadMsg),
         };
         r.end()?;
@@ -393,6 +444,15 @@ mod tests {
             },
             Request::Members,
             Request::Bye,
+            Request::OpenPath {
+                sender: 0x1234_5678_9abc_def0,
+                qpn: 0xab_cdef,
+            },
+            Request::GiveRing {
+                sender: 7,
+                member: 3,
+            },
+            Request::TakeRings,
             Request::Receive,
         ];
         for m in &reqs {
@@ -424,6 +484,11 @@ mod tests {
                 leased: false,
                 same_host: true,
             }]),
+            Reply::Path {
+                member: 9,
+                need_ring: true,
+            },
+            Reply::Rings(3),
         ];
         for m in &reps {
             let b = m.encode();

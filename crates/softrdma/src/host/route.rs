@@ -133,6 +133,15 @@ impl Routes {
         }
     }
 
+    /// The member holding QP number `qpn` (never QP 0 or 1: their traffic
+    /// is routed by message, not by number).
+    pub fn owner_of(&self, qpn: u32) -> Option<MemberId> {
+        if softrdma_proto::qpn::is_reserved(qpn) {
+            return None;
+        }
+        self.qpns.get(&qpn).copied()
+    }
+
     /// A member gives a QP number back.
     pub fn free_qpn(&mut self, m: MemberId, qpn: u32) {
         if self.qpns.get(&qpn) == Some(&m) {

@@ -16,13 +16,14 @@
 
 use super::{CmEvent, ConnParam, EventType, UdParam};
 use crate::error::{Error, Result};
+use softrdma_io::EventFd;
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An event as queued, before it is delivered (`id::deliver`).
+/// An event as queued, before it is delivered (`deliver::deliver`).
 #[derive(Debug)]
 pub(crate) struct Queued {
     /// The id it counts against (the listener, for a request).
@@ -54,7 +55,7 @@ impl Queued {
 #[derive(Debug)]
 pub(crate) struct ChanInner {
     pub q: Mutex<VecDeque<Queued>>,
-    fd: OwnedFd,
+    fd: EventFd,
     /// Held while a count is taken: whoever holds it and sees the
     /// descriptor readable takes a count without blocking, so counts of
     /// events that left the queue can be taken back ([`ChanInner::uncount`]).
@@ -63,16 +64,10 @@ pub(crate) struct ChanInner {
 
 impl ChanInner {
     pub fn new() -> io::Result<Arc<ChanInner>> {
-        // Blocking by default, like the kernel's descriptor.
-        // SAFETY: eventfd takes no pointers; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Arc::new(ChanInner {
             q: Mutex::new(VecDeque::new()),
-            // SAFETY: a fresh descriptor we own.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            // Blocking by default, like the kernel's descriptor.
+            fd: EventFd::semaphore()?,
             reads: Mutex::new(()),
         }))
     }
@@ -222,7 +217,7 @@ impl EventChannel {
     /// the next one). Never blocks.
     pub fn take_counted(&self) -> Option<CmEvent> {
         let q = self.0.pop()?;
-        super::id::deliver(&self.0, q)
+        super::deliver::deliver(&self.0, q)
     }
 
     /// The next event, waiting at most `timeout` (`Ok(None)` when none
@@ -249,7 +244,7 @@ impl EventChannel {
                 continue;
             }
             if let Some(q) = self.0.pop() {
-                if let Some(ev) = super::id::deliver(&self.0, q) {
+                if let Some(ev) = super::deliver::deliver(&self.0, q) {
                     return Ok(Some(ev));
                 }
             }

@@ -166,6 +166,15 @@ pub(crate) fn dev_state<'a>(g: &'a mut Guard, shared: &Shared) -> &'a mut DevSta
 }
 
 /// MADs arrived on QP 1 (called by the engine, no engine lock held).
+/// Installs this driver as the engine's CM hook ([`crate::cm_hook`]).
+pub(crate) fn install_hook() {
+    crate::cm_hook::install(crate::cm_hook::CmHook {
+        on_gsi,
+        on_timer,
+        forget_device,
+    });
+}
+
 pub(crate) fn on_gsi(shared: &Shared) {
     let mads = shared.take_gsi();
     if mads.is_empty() {

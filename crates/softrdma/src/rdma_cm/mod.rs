@@ -26,9 +26,11 @@
 //!   maps from CM ids to rdma_cm ids (`driver`). One mutex guards it; it is
 //!   taken before any lock of the engine and never while the engine holds
 //!   one.
-//! - The engine feeds the CM (`driver::on_gsi` for MADs to QP 1, received
-//!   by the progress thread or by a program thread polling a CQ;
-//!   `driver::on_timer` when the CM's deadline passes) and sends what it
+//! - The engine feeds the CM through its one hook (`crate::cm_hook`, which
+//!   `driver::install_hook` fills at `Device::open`; the engine names no
+//!   rdma_cm item): `driver::on_gsi` for MADs to QP 1, received by the
+//!   progress thread or by a program thread polling a CQ;
+//!   `driver::on_timer` when the CM's deadline passes. It sends what it
 //!   produces as UD SENDs from QP 1. Events reach the channels without the
 //!   program calling in.
 //! - A channel is an eventfd in semaphore mode counting queued events: it
@@ -47,17 +49,27 @@
 //! Devices come from a [`DeviceProvider`]: by default the devices this
 //! process opened, and, for a local address no device has, a new device
 //! bound to it (the C library installs one that shares libibverbs' devices).
+//!
+//! No `unsafe` here: the OS calls (the channel's eventfd, a route's path
+//! MTU, the exit handler) are softrdma-io's.
 
+#![forbid(unsafe_code)]
+
+mod addr;
 mod channel;
+mod conn;
+mod deliver;
 pub(crate) mod driver;
 mod id;
 mod mcast;
+mod qp;
 mod resolve;
 mod simple;
 pub(crate) mod state;
 
 pub use channel::EventChannel;
-pub use id::{set_read_back, AddrInfo, CmId};
+pub use deliver::set_read_back;
+pub use id::{AddrInfo, CmId};
 pub use resolve::{
     iboe_mtu, is_local, route_source, set_device_provider, DefaultProvider, DeviceProvider,
 };

@@ -5,7 +5,6 @@
 use crate::error::{Error, Result};
 use crate::{Device, DeviceOptions};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, RwLock};
 
 /// Where rdma_cm finds its devices.
@@ -135,24 +134,7 @@ pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
 pub(crate) fn route_mtu(src: IpAddr, dst: IpAddr) -> Option<u32> {
     let s = UdpSocket::bind(SocketAddr::new(src, 0)).ok()?;
     s.connect(SocketAddr::new(dst, crate::ROCE_PORT)).ok()?;
-    let (level, name) = if dst.is_ipv4() {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    } else {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    };
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` and `len` are valid for the call; the descriptor is ours.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && v > 0).then_some(v as u32)
+    softrdma_io::path_mtu(&s).ok().filter(|&m| m > 0)
 }
 
 /// The RoCE path MTU (libibverbs code, 1 = 256 … 5 = 4096) an interface

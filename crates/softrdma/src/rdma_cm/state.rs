@@ -215,9 +215,9 @@ pub(crate) fn cleanup_at_exit() {
         let _ = std::panic::catch_unwind(super::id::destroy_all_at_exit);
     }
     ONCE.call_once(|| {
-        // SAFETY: registers a function with no arguments that never
-        // unwinds (the panic is caught).
-        unsafe { libc::atexit(at_exit) };
+        // `at_exit` never unwinds (the panic is caught). Without room
+        // for another handler the ids are left as a killed process's are.
+        let _ = softrdma_io::at_exit(at_exit);
     });
 }
 

@@ -1,0 +1,470 @@
+//! The driver model of a CM run: how a node answers its CM's events
+//! (accept, reject, answer late, RTU, disconnect, destroy) and carries out
+//! the scenario's actions (connect, SIDR, teardown, kill a node).
+
+use super::world::{Action, IdLog, Owner, World};
+use super::{ClientPlan, ServerPlan, Teardown, RC_SERVICE, UD_SERVICE, UNHEARD_SERVICE};
+use softrdma_cm::negotiate::{self, ConnParam};
+use softrdma_cm::{
+    CmId, Event, QpType, RejReason, ServiceId, SidrRepParams, SidrReqParams, SidrStatus, State,
+    Unanswered,
+};
+use softrdma_wire::cm::{CmaHdrRepr, PortSpace};
+use softrdma_wire::{PKey, QKey, Qpn};
+
+impl World<'_> {
+    pub(super) fn on_event(&mut self, node: usize, e: Event) {
+        let now = self.now;
+        let id = e.id();
+        let owner = match &e {
+            Event::ConnectRequest(_) | Event::SidrRequest(_) => None,
+            _ => match self.owners.get(&(node, id)) {
+                Some(o) => Some(*o),
+                None => {
+                    self.violation(format!("event for an id the driver does not hold: {e:?}"));
+                    return;
+                }
+            },
+        };
+        match e {
+            Event::ConnectRequest(cr) => {
+                let qpn = cr.req().local_qpn.value();
+                let Some(&c) = self.conn_of_qpn.get(&qpn) else {
+                    self.violation(format!("REQ of no plan: QPN {qpn:#x}"));
+                    return;
+                };
+                self.owners.insert((node, cr.id), Owner::ConnServer(c));
+                self.ids.insert((node, cr.id), IdLog::default());
+                let cma_ok = cr
+                    .cma
+                    .is_some_and(|h| h.src == self.nodes[self.sc.conns[c].client].ip);
+                if !cma_ok {
+                    self.violation(format!("conn {c}: REQ without the client's cma header"));
+                }
+                let first = self.report.conns[c].server_ids.is_empty();
+                self.report.conns[c].server_ids.push(cr.id);
+                let delay = match self.sc.conns[c].server_plan {
+                    ServerPlan::Accept { delay_ms }
+                    | ServerPlan::Reject { delay_ms }
+                    | ServerPlan::Destroy { delay_ms } => delay_ms,
+                    ServerPlan::NoListener => 0,
+                };
+                // A REQ that comes back after its first id is gone is
+                // declined at once.
+                let delay = if first { delay } else { 0 };
+                self.schedule(now.add_ms(delay), Action::ServerAnswer(c, cr.id));
+            }
+            Event::SidrRequest(sr) => {
+                // The user data after the cma header names the plan.
+                let s = sr
+                    .private_data
+                    .get(36..40)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                    .filter(|&s| s < self.sc.sidrs.len());
+                if let Some(s) = s {
+                    self.report.sidrs[s].requests += 1;
+                }
+                self.owners
+                    .insert((node, sr.id), Owner::SidrServer(s.unwrap_or(usize::MAX)));
+                let r = self.nodes[node].cm.sidr_reply(
+                    now,
+                    sr.id,
+                    &SidrRepParams {
+                        status: SidrStatus::SUCCESS,
+                        qpn: Qpn::new(0x100 + node as u32),
+                        qkey: QKey(softrdma_cm::limits::RDMA_UDP_QKEY),
+                        info: Vec::new(),
+                        private_data: Vec::new(),
+                        ece: Default::default(),
+                    },
+                );
+                if r.is_err() {
+                    self.violation(format!("SIDR reply failed: {r:?}"));
+                }
+                self.destroy(node, sr.id);
+            }
+            Event::RepReceived(_) => {
+                let Some(Owner::ConnClient(c)) = owner else {
+                    self.violation(format!("REP for a non-client id {id}"));
+                    return;
+                };
+                self.report.conns[c].reps += 1;
+                let delay = match self.sc.conns[c].client_plan {
+                    ClientPlan::Establish { delay_ms } | ClientPlan::Reject { delay_ms } => {
+                        delay_ms
+                    }
+                    ClientPlan::DestroyEarly { .. } => 0,
+                };
+                self.schedule(now.add_ms(delay), Action::ClientAnswer(c));
+            }
+            Event::Established { .. } => {
+                self.outcome(node, id, "ESTABLISHED");
+                if let Some(Owner::ConnServer(c)) = owner {
+                    self.report.conns[c].server_established += 1;
+                } else {
+                    self.violation(format!("ESTABLISHED on a non-server id {id}"));
+                }
+            }
+            Event::Rejected(r) => {
+                self.outcome(node, id, "REJECTED");
+                match owner {
+                    Some(Owner::ConnClient(c)) => {
+                        if self.report.conns[c].client_rejected.is_empty() {
+                            self.report.conns[c].rej_private = r.private_data.clone();
+                        }
+                        self.report.conns[c].client_rejected.push(r.reason);
+                    }
+                    Some(Owner::ConnServer(c)) => {
+                        self.report.conns[c].server_rejected.push(r.reason)
+                    }
+                    _ => self.violation(format!("REJ for {id}")),
+                }
+                self.after_outcome(node, id);
+            }
+            Event::Unreachable { what, .. } => {
+                self.outcome(node, id, "UNREACHABLE");
+                match (owner, what) {
+                    (Some(Owner::ConnClient(c)), Unanswered::Req) => {
+                        self.report.conns[c].client_unreachable += 1
+                    }
+                    (Some(Owner::ConnServer(c)), Unanswered::Rep) => {
+                        self.report.conns[c].server_unreachable += 1
+                    }
+                    (Some(Owner::SidrClient(s)), Unanswered::SidrReq) => {
+                        self.report.sidrs[s].unreachable += 1
+                    }
+                    _ => self.violation(format!("UNREACHABLE {what:?} for {owner:?}")),
+                }
+                self.destroy(node, id);
+            }
+            Event::DisconnectRequest { .. } | Event::Disconnected { .. } => {
+                let first_disconnect = {
+                    let e = self.ids.entry((node, id)).or_default();
+                    e.disconnects += 1;
+                    e.disconnects == 1
+                };
+                if !first_disconnect {
+                    self.violation(format!("two disconnect events for {id} on node {node}"));
+                }
+                if let (
+                    Event::Disconnected {
+                        timed_out: true, ..
+                    },
+                    Some(Owner::ConnClient(c) | Owner::ConnServer(c)),
+                ) = (&e, owner)
+                {
+                    self.report.conns[c].dreq_timeouts += 1;
+                }
+                if let Event::DisconnectRequest { .. } = e {
+                    // rdma_disconnect: the DREP.
+                    if let Err(err) = self.nodes[node].cm.disconnect(now, id, &[]) {
+                        self.violation(format!("DREP for {id} failed: {err}"));
+                    }
+                }
+                // Timewait follows; the id is destroyed on its exit.
+            }
+            Event::TimewaitExit { .. } => {
+                let e = self.ids.entry((node, id)).or_default();
+                e.timewait_exits += 1;
+                if e.timewait_exits > 1 {
+                    self.violation(format!("two timewait exits for {id}"));
+                }
+                self.destroy(node, id);
+            }
+            Event::SidrReply(r) => {
+                self.outcome(node, id, "SIDR_REP");
+                if let Some(Owner::SidrClient(s)) = owner {
+                    self.report.sidrs[s].replies.push(r.status);
+                } else {
+                    self.violation(format!("SIDR_REP for {owner:?}"));
+                }
+                self.destroy(node, id);
+            }
+        }
+    }
+
+    /// After REJ: an idle id is destroyed; one in timewait waits for its
+    /// exit.
+    fn after_outcome(&mut self, node: usize, id: CmId) {
+        if self.nodes[node].cm.state(id) != Some(State::Timewait) {
+            self.destroy(node, id);
+        }
+    }
+
+    pub(super) fn act(&mut self, a: Action) {
+        let now = self.now;
+        match a {
+            Action::Connect(c) => {
+                let p = &self.sc.conns[c];
+                if !self.nodes[p.client].up {
+                    return;
+                }
+                let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
+                let port = 10_000 + c as u16;
+                let path = negotiate::rdma_cm_path(src, dst, port, 7174, 3, 0, 64);
+                let cma = CmaHdrRepr {
+                    src_port: port,
+                    src,
+                    dst,
+                };
+                let conn = ConnParam {
+                    responder_resources: 1,
+                    initiator_depth: 1,
+                    retry_count: 7,
+                    rnr_retry_count: 7,
+                    qp_num: Qpn::new(Self::client_qpn(c)),
+                    ..Default::default()
+                };
+                let sid = if p.server_plan == ServerPlan::NoListener {
+                    UNHEARD_SERVICE
+                } else {
+                    RC_SERVICE
+                };
+                let psn = self.nodes[p.client].cm.random_psn();
+                let params = match negotiate::req_params(&path, sid, &cma, QpType::Rc, psn, &conn) {
+                    Ok(x) => x,
+                    Err(e) => return self.violation(format!("req params: {e}")),
+                };
+                match self.nodes[p.client].cm.connect(now, &params) {
+                    Ok(id) => {
+                        self.owners.insert((p.client, id), Owner::ConnClient(c));
+                        self.ids.insert((p.client, id), IdLog::default());
+                        self.report.conns[c].client_id = Some(id);
+                        if let ClientPlan::DestroyEarly { after_ms } = p.client_plan {
+                            self.schedule(now.add_ms(after_ms), Action::ClientGiveUp(c));
+                        }
+                    }
+                    Err(e) => self.violation(format!("connect: {e}")),
+                }
+            }
+            Action::Sidr(s) => {
+                let p = &self.sc.sidrs[s];
+                if !self.nodes[p.client].up {
+                    return;
+                }
+                let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
+                let cma = CmaHdrRepr {
+                    src_port: 20_000 + s as u16,
+                    src,
+                    dst,
+                };
+                let sid = if p.listening {
+                    UD_SERVICE
+                } else {
+                    ServiceId::rdma_cm(PortSpace::Udp, 9998)
+                };
+                // The user data names the plan.
+                let user = (s as u32).to_be_bytes();
+                let params = match negotiate::sidr_req_params(dst, sid, &cma, &user) {
+                    Ok(mut x) => {
+                        x.pkey = PKey::DEFAULT;
+                        x
+                    }
+                    Err(e) => return self.violation(format!("sidr params: {e}")),
+                };
+                let params: SidrReqParams = params;
+                match self.nodes[p.client].cm.sidr_request(now, &params) {
+                    Ok(id) => {
+                        self.owners.insert((p.client, id), Owner::SidrClient(s));
+                        self.ids.insert((p.client, id), IdLog::default());
+                    }
+                    Err(e) => self.violation(format!("sidr_request: {e}")),
+                }
+            }
+            Action::ServerAnswer(c, id) => {
+                let p = &self.sc.conns[c];
+                let node = p.server;
+                if !self.nodes[node].up || !self.owners.contains_key(&(node, id)) {
+                    return;
+                }
+                let first = self.report.conns[c].server_ids.first() == Some(&id);
+                let cm = &mut self.nodes[node].cm;
+                let r = match (p.server_plan, first) {
+                    (ServerPlan::Accept { .. }, true) => {
+                        let conn = ConnParam {
+                            responder_resources: 1,
+                            initiator_depth: 1,
+                            rnr_retry_count: 7,
+                            qp_num: Qpn::new(Self::server_qpn(c)),
+                            ..Default::default()
+                        };
+                        let psn = cm.random_psn();
+                        let rep = negotiate::rep_params(psn, &conn).expect("REP params");
+                        let r = cm.accept(now, id, &rep);
+                        if r.is_ok() {
+                            self.report.conns[c].accepted = true;
+                        }
+                        r
+                    }
+                    (ServerPlan::Destroy { .. }, true) => {
+                        self.destroy(node, id);
+                        return;
+                    }
+                    _ => cm.reject(now, id, RejReason::CONSUMER_DEFINED, &[], b"no thanks"),
+                };
+                // An error: the id ended meanwhile (REJ "timeout" from a
+                // client that gave up), and its event destroys it. A reject
+                // leaves it idle: destroy it now.
+                if r.is_ok() && self.nodes[node].cm.state(id) == Some(State::Idle) {
+                    self.destroy(node, id);
+                }
+            }
+            Action::ClientAnswer(c) => {
+                let p = &self.sc.conns[c];
+                let node = p.client;
+                let Some(id) = self.report.conns[c].client_id else {
+                    return;
+                };
+                if !self.nodes[node].up || !self.owners.contains_key(&(node, id)) {
+                    return;
+                }
+                match p.client_plan {
+                    ClientPlan::Establish { .. } => {
+                        if self.nodes[node].cm.establish(now, id, &[]).is_ok() {
+                            self.outcome(node, id, "ESTABLISHED (RTU)");
+                            self.report.conns[c].client_established += 1;
+                            let data = p.data_ms.min(p.hold_ms / 2);
+                            self.schedule(now.add_ms(data), Action::Data(c));
+                            let td = match p.teardown {
+                                Teardown::ClientDisconnect | Teardown::ClientDestroy => 0,
+                                Teardown::ServerDisconnect | Teardown::ServerDestroy => 1,
+                                Teardown::Both => 2,
+                            };
+                            self.schedule(now.add_ms(p.hold_ms), Action::Teardown(c, td));
+                            self.schedule(
+                                now.add_ms(p.hold_ms + 30_000),
+                                Action::Watchdog(c, false),
+                            );
+                            self.schedule(
+                                now.add_ms(p.hold_ms + 30_000),
+                                Action::Watchdog(c, true),
+                            );
+                        }
+                    }
+                    ClientPlan::Reject { .. } => {
+                        if self.nodes[node]
+                            .cm
+                            .reject(now, id, RejReason::CONSUMER_DEFINED, &[], &[])
+                            .is_ok()
+                        {
+                            self.after_outcome(node, id);
+                        }
+                    }
+                    ClientPlan::DestroyEarly { .. } => {}
+                }
+            }
+            Action::ClientGiveUp(c) => {
+                let node = self.sc.conns[c].client;
+                let Some(id) = self.report.conns[c].client_id else {
+                    return;
+                };
+                if !self.nodes[node].up || !self.owners.contains_key(&(node, id)) {
+                    return;
+                }
+                // Whatever was reached by now (REQ pending, or a REP not
+                // answered yet): destroy says goodbye.
+                self.report.conns[c].client_gave_up = true;
+                self.destroy(node, id);
+            }
+            Action::Data(c) => {
+                // The client's first packet reaches the server's QP.
+                let node = self.sc.conns[c].server;
+                if !self.nodes[node].up {
+                    return;
+                }
+                let ids = self.report.conns[c].server_ids.clone();
+                for id in ids {
+                    if matches!(
+                        self.nodes[node].cm.state(id),
+                        Some(State::RepSent | State::MraRepRcvd)
+                    ) {
+                        let _ = self.nodes[node].cm.notify_established(id);
+                        self.drain_events(node);
+                    }
+                }
+            }
+            Action::Teardown(c, who) => {
+                let p = self.sc.conns[c].clone();
+                let client = self.report.conns[c].client_id.map(|i| (p.client, i));
+                let server = self.report.conns[c]
+                    .server_ids
+                    .first()
+                    .map(|&i| (p.server, i));
+                let destroy = matches!(
+                    p.teardown,
+                    Teardown::ClientDestroy | Teardown::ServerDestroy
+                );
+                let sides: Vec<(usize, CmId)> = match who {
+                    0 => client.into_iter().collect(),
+                    1 => server.into_iter().collect(),
+                    _ => client.into_iter().chain(server).collect(),
+                };
+                for (node, id) in sides {
+                    if !self.nodes[node].up || !self.owners.contains_key(&(node, id)) {
+                        continue;
+                    }
+                    let st = self.nodes[node].cm.state(id);
+                    if destroy && st == Some(State::Established) {
+                        self.destroy(node, id);
+                    } else if st == Some(State::Established) {
+                        let _ = self.nodes[node].cm.disconnect(now, id, &[]);
+                    } else if matches!(st, Some(State::RepSent | State::MraRepRcvd)) {
+                        // Not connected yet on this side (RTU on its way):
+                        // try again later.
+                        self.schedule(now.add_ms(5_000), Action::Teardown(c, who));
+                    }
+                }
+            }
+            Action::Watchdog(c, server_side) => {
+                // A peer that died never sends its DREQ: the QP errors out
+                // and the application disconnects by itself.
+                let p = &self.sc.conns[c];
+                let side = if server_side {
+                    self.report.conns[c]
+                        .server_ids
+                        .first()
+                        .map(|&i| (p.server, i))
+                } else {
+                    self.report.conns[c].client_id.map(|i| (p.client, i))
+                };
+                if let Some((node, id)) = side {
+                    if self.nodes[node].up && self.owners.contains_key(&(node, id)) {
+                        match self.nodes[node].cm.state(id) {
+                            Some(State::Established) => {
+                                let _ = self.nodes[node].cm.disconnect(now, id, &[]);
+                            }
+                            Some(State::RepSent | State::MraRepRcvd | State::DreqSent) => {
+                                self.schedule(now.add_ms(30_000), Action::Watchdog(c, server_side));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            Action::Kill(n) => {
+                self.nodes[n].up = false;
+            }
+            Action::CloseListeners => {
+                for n in 0..self.nodes.len() {
+                    if !self.nodes[n].up {
+                        continue;
+                    }
+                    for id in std::mem::take(&mut self.nodes[n].listeners) {
+                        self.destroy(n, id);
+                    }
+                }
+            }
+        }
+        for n in 0..self.nodes.len() {
+            self.drain_events(n);
+        }
+        self.flush();
+    }
+
+    pub(super) fn client_qpn(c: usize) -> u32 {
+        0x1000 + 2 * c as u32
+    }
+    fn server_qpn(c: usize) -> u32 {
+        0x1001 + 2 * c as u32
+    }
+}

@@ -1,0 +1,192 @@
+//! The receive side: batches from the socket, the shared device's ring or
+//! the same-host path's rings, through the receive injector into the
+//! core, and what that produced sent back (`rx_batch`).
+
+use super::*;
+
+impl Shared {
+    /// Receives and processes what has arrived, if no other thread is doing
+    /// it. Returns the number of datagrams processed.
+    pub fn poll_rx(&self) -> usize {
+        // Multicast groups' sockets, when some group is joined (a load
+        // otherwise).
+        let m = self.mcast.poll(self, true);
+        m + self.poll_rx_with(RX_BATCH, true)
+    }
+
+    /// Receives and processes what has already arrived, waiting for a
+    /// thread that is receiving now to finish its batch first. A QP moved
+    /// to ERR or RESET flushes its outstanding work requests; an ACK or a
+    /// response that reached the device before the program's modify must
+    /// complete its request instead, as a NIC has processed it long
+    /// before the driver hands it the modify (uDAPL's dapltest: the peer
+    /// receives a SEND, ACKs it, says so over TCP and disconnects; told
+    /// over TCP, the sender moves its QP to ERR while the ACK waits in the
+    /// socket). Bounded: a peer that keeps sending does not hold the
+    /// caller for more than [`ARRIVED_BATCHES`] batches.
+    /// MADs for QP 1 that this brings go to rdma_cm through the progress
+    /// thread (the caller may hold rdma_cm's lock: `rdma_disconnect`),
+    /// which it wakes.
+    pub fn receive_arrived(&self) {
+        // A shared device's datagrams wait in the device process's socket
+        // until it hands them to our ring: it does so first, however
+        // late a loaded machine schedules it (without this, 10-35% of
+        // tests/c/ack_before_err.c's SENDs were flushed under load).
+        if let Some(h) = &self.host {
+            h.receive_arrived();
+        }
+        for _ in 0..ARRIVED_BATCHES {
+            if self.rx_batch(lock(&self.rx), &self.socket, None, RX_BATCH, true, false) == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Receives up to `batch` buffers and processes them; with `send`, also
+    /// sends what that produced (ACKs, responses) before returning.
+    pub(super) fn poll_rx_with(&self, batch: usize, send: bool) -> usize {
+        self.rx_from(&self.socket, None, batch, send)
+    }
+
+    /// Receives up to `batch` buffers from `socket` and processes them;
+    /// `group`: the multicast group a group socket receives (the
+    /// destination of each of its datagrams).
+    pub(crate) fn rx_from(
+        &self,
+        socket: &UdpSocket,
+        group: Option<IpAddr>,
+        batch: usize,
+        send: bool,
+    ) -> usize {
+        let Some(rx_guard) = self.rx.try_lock() else {
+            return 0;
+        };
+        self.rx_batch(rx_guard, socket, group, batch, send, true)
+    }
+
+    /// [`Self::rx_from`] with the receive buffers taken. With
+    /// `gsi_here`, MADs received for QP 1 go to rdma_cm from this thread;
+    /// otherwise the progress thread takes them (`cm_timers`).
+    pub(super) fn rx_batch(
+        &self,
+        mut rx_guard: MutexGuard<'_, RxBufs>,
+        socket: &UdpSocket,
+        group: Option<IpAddr>,
+        batch: usize,
+        send: bool,
+        gsi_here: bool,
+    ) -> usize {
+        let rx = &mut *rx_guard;
+        // On the stack: this runs on every poll of a spinning program.
+        let mut bufs = rx.bufs.iter_mut();
+        let mut slices: [IoSliceMut<'_>; RX_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
+        let n = match (&self.host, group) {
+            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
+            _ => socket
+                .recv(&mut slices[..batch], &mut rx.meta)
+                .unwrap_or_default(),
+        };
+        // (With faults, datagrams the receive injector held may be due.)
+        if n == 0
+            && !(rx.faults.is_some() && self.rx_fault_due.load(Ordering::SeqCst) <= self.now().0)
+        {
+            return 0;
+        }
+        let now = self.now();
+        self.last_activity.store(now.0, Ordering::Relaxed);
+        let mut count = 0;
+        let mut core = lock(&self.core);
+        let RxBufs {
+            bufs,
+            meta: metas,
+            faults,
+            scratch,
+        } = rx;
+        if let Some(inj) = faults.as_deref_mut() {
+            while let Some((meta, data)) = inj.poll_due(now.0) {
+                self.deliver(&mut core, now, &meta, &data);
+                count += 1;
+            }
+        }
+        for (m, buf) in metas[..n].iter().zip(bufs.iter()) {
+            for dgram in m.datagrams(&buf[..m.len]) {
+                let meta = RecvMeta {
+                    src: m.addr,
+                    dst: group.or(m.dst_ip).unwrap_or(self.local.ip()),
+                    len: dgram.len(),
+                    traffic_class: m.tos,
+                    hop_limit: m.ttl.unwrap_or(64),
+                };
+                let Some(inj) = faults.as_deref_mut() else {
+                    self.deliver(&mut core, now, &meta, dgram);
+                    count += 1;
+                    continue;
+                };
+                let step = inj.process(now.0, m.addr.ip(), &meta, dgram, &mut |q| {
+                    responder(&core, q)
+                });
+                match step {
+                    Step::Pass { flip } if flip.is_empty() => {
+                        self.deliver(&mut core, now, &meta, dgram);
+                        count += 1;
+                    }
+                    Step::Pass { flip } => {
+                        scratch.clear();
+                        scratch.extend_from_slice(dgram);
+                        for b in flip {
+                            flip_bit(scratch, b);
+                        }
+                        self.deliver(&mut core, now, &meta, scratch);
+                        count += 1;
+                    }
+                    Step::Held | Step::Gone => {}
+                }
+            }
+        }
+        if let Some(inj) = faults.as_deref_mut() {
+            self.after_rx_injection(inj);
+        }
+        let refused = core.refusals();
+        if self.refusals.due(refused, Some(now.0)) {
+            let c = core.counters();
+            self.refusals.report(self.local.ip(), refused, now.0, &c);
+        }
+        // MADs for QP 1 (rdma_cm): rare, checked once per batch.
+        let gsi = core.gsi_pending();
+        self.flush_pcap();
+        if send {
+            self.after(core, now);
+        } else {
+            self.leave_for_next_call(core, now);
+        }
+        drop(rx_guard);
+        if gsi && gsi_here {
+            // The CM may write to event channels and read files: inside a
+            // program's CQ poll, no cancellation point (see
+            // `softrdma_io::NoCancel`).
+            let _nc = softrdma_io::NoCancel::new();
+            crate::cm_hook::on_gsi(self);
+        } else if gsi {
+            self.gsi_waiting.store(true, Ordering::SeqCst);
+            self.waker.wake();
+        }
+        count
+    }
+
+    /// Hands a received datagram to the core, recording it first.
+    #[inline]
+    pub(super) fn deliver(&self, core: &mut Core, now: Instant, meta: &RecvMeta, dgram: &[u8]) {
+        if let Some(p) = &self.pcap {
+            let _ = lock(p).write(&Record {
+                src: meta.src,
+                dst: SocketAddr::new(meta.dst, self.local.port()),
+                traffic_class: meta.traffic_class,
+                hop_limit: meta.hop_limit,
+                payload: dgram,
+                received: true,
+            });
+        }
+        core.handle_datagram(now, meta, dgram);
+    }
+}

@@ -1,0 +1,202 @@
+//! An rdma_cm id's QP: the CM's attribute sets as softrdma verbs
+//! attributes, the moves librdmacm makes (`rdma_init_qp_attr`,
+//! `ucma_modify_qp_*`), and attaching, using and detaching the QP.
+
+use super::id::{einval, entry, CmId};
+use super::state::{lock, Guard};
+use crate::error::{Error, Result};
+use crate::{Device, QueuePair};
+use softrdma_cm::negotiate::{self, QpAttrs, QpState, RdmaCmOverrides};
+use softrdma_proto::{AddressVector, Mtu, QpType};
+use softrdma_wire::{Psn, QKey, Qpn};
+
+/// A CM attribute set as softrdma verbs attributes.
+pub(crate) fn to_verbs(a: &QpAttrs, dest_port: u16) -> (crate::QpAttr, crate::AttrMask) {
+    let s = &a.attr;
+    let state = match s.qp_state {
+        QpState::Init => crate::QpState::Init,
+        QpState::Rtr => crate::QpState::Rtr,
+        QpState::Rts => crate::QpState::Rts,
+        QpState::Err => crate::QpState::Err,
+    };
+    let mut av = AddressVector::to(s.ah_attr.dgid.to_ip());
+    av.dest_port = dest_port;
+    av.traffic_class = s.ah_attr.traffic_class;
+    av.hop_limit = s.ah_attr.hop_limit;
+    av.flow_label = s.ah_attr.flow_label;
+    let attr = crate::QpAttr {
+        qp_state: state,
+        path_mtu: Mtu::from_ibv(u32::from(s.path_mtu)).unwrap_or(Mtu::M1024),
+        qkey: QKey(s.qkey),
+        rq_psn: s.rq_psn,
+        sq_psn: s.sq_psn,
+        dest_qp_num: s.dest_qp_num,
+        qp_access_flags: crate::Access(s.qp_access_flags),
+        ah_attr: av,
+        pkey_index: s.pkey_index,
+        max_rd_atomic: s.max_rd_atomic,
+        max_dest_rd_atomic: s.max_dest_rd_atomic,
+        min_rnr_timer: s.min_rnr_timer,
+        port_num: s.port_num.max(1),
+        timeout: s.timeout,
+        retry_cnt: s.retry_cnt,
+        rnr_retry: s.rnr_retry,
+        ..Default::default()
+    };
+    (attr, crate::AttrMask(a.mask.0))
+}
+
+pub(super) fn modify(dev: &Device, qpn: Qpn, a: &QpAttrs) -> Result<()> {
+    let (attr, mask) = to_verbs(a, dev.local_addr().port());
+    dev.shared()
+        .modify_qp(qpn, &attr, mask)
+        .map_err(Error::from)
+}
+
+pub(super) fn modify_err(dev: &Device, qpn: Qpn) {
+    let a = crate::QpAttr {
+        qp_state: crate::QpState::Err,
+        ..Default::default()
+    };
+    // What the QP can send now leaves first (`Shared::modify_qp`): the
+    // peer gets a SEND posted right before `rdma_disconnect`.
+    let _ = dev.shared().modify_qp(qpn, &a, crate::AttrMask::STATE);
+}
+
+/// The device's limit of RDMA READ/atomics in flight (librdmacm's
+/// `max_responder_resources` / `max_initiator_depth`).
+pub(super) fn max_rd_atom(dev: &Device) -> u8 {
+    dev.query_device().max_qp_rd_atom.min(255) as u8
+}
+
+/// `rdma_init_qp_attr` for an id (under the lock).
+pub(super) fn init_attrs(g: &mut Guard, num: u64, state: QpState) -> Result<QpAttrs> {
+    let e = entry(g, num)?;
+    let (qp_type, cm, seq, opts) = (e.qp_type, e.cm, e.seq, e.opts);
+    let serial = e
+        .serial()
+        .ok_or_else(|| einval("the id has no device yet"))?;
+    let mut a = match (cm, qp_type) {
+        // cma_ib_init_qp_attr: no connection yet, or UD.
+        (None, _) | (_, QpType::Ud) => {
+            let mut attr = negotiate::create_qp_attrs(match qp_type {
+                QpType::Ud => negotiate::RdmaQpType::Ud {
+                    qkey: softrdma_cm::limits::RDMA_UDP_QKEY,
+                },
+                _ => negotiate::RdmaQpType::Connected,
+            })[0];
+            attr.attr.qp_state = state;
+            attr
+        }
+        (Some(c), _) => {
+            let ds = g
+                .st()
+                .devs
+                .get(&serial)
+                .ok_or_else(|| einval("no CM on the device"))?;
+            ds.cm
+                .init_qp_attr(c, state)
+                .map_err(|e| einval(&e.to_string()))?
+        }
+    };
+    RdmaCmOverrides {
+        rq_psn: Some(seq),
+        timeout: opts.ack_timeout,
+        min_rnr_timer: opts.min_rnr_timer,
+        ..Default::default()
+    }
+    .apply(&mut a);
+    Ok(a)
+}
+
+impl CmId {
+    /// `rdma_init_qp_attr`: the attributes and mask for moving the
+    /// program's own QP to `state` (INIT, RTR, RTS).
+    pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttrs> {
+        let mut g = lock();
+        init_attrs(&mut g, self.0.num, state)
+    }
+
+    /// Makes `qp` the id's QP (`rdma_create_qp` after creating it): moves
+    /// it to INIT (UD: INIT with Q_Key 0x01234567, RTR, RTS), and from now
+    /// on connect/accept/REP/REJ/disconnect drive it.
+    pub fn attach_qp(&self, qp: &QueuePair) -> Result<()> {
+        let num = self.0.num;
+        let mut g = lock();
+        let e = entry(&mut g, num)?;
+        if e.qp.is_some() {
+            return Err(einval("the id has a QP already"));
+        }
+        let dev = e
+            .dev
+            .clone()
+            .ok_or_else(|| einval("the id has no device yet"))?;
+        g.defer_drop(dev.clone());
+        if !dev.same_device(qp.pd().device()) {
+            return Err(einval("the QP is on another device"));
+        }
+        let e = entry(&mut g, num)?;
+        let ud = e.qp_type == QpType::Ud;
+        if ud != (qp.qp_type() == QpType::Ud) {
+            return Err(einval("the QP's type is not the id's"));
+        }
+        if ud {
+            for (i, a) in negotiate::create_qp_attrs(negotiate::RdmaQpType::Ud {
+                qkey: softrdma_cm::limits::RDMA_UDP_QKEY,
+            })
+            .iter()
+            .enumerate()
+            {
+                let mut a = *a;
+                if i == 2 {
+                    a.attr.sq_psn = Psn::ZERO;
+                }
+                modify(&dev, qp.qpn(), &a)?;
+            }
+        } else {
+            let a = init_attrs(&mut g, num, QpState::Init)?;
+            modify(&dev, qp.qpn(), &a)?;
+        }
+        let e = entry(&mut g, num)?;
+        e.qp = Some(qp.qpn());
+        e.qp_srq = qp.has_srq();
+        Ok(())
+    }
+
+    /// The QP the program put in the id itself (the C library reads
+    /// `id->qp` back before each call and each event, as librdmacm reads
+    /// it whenever it needs it: uDAPL assigns `cm_id->qp` and then calls
+    /// `rdma_accept`). Unlike [`CmId::attach_qp`] the QP is not moved: the
+    /// next connect, accept or REP moves it from whatever state it is in
+    /// (INIT, RTR, RTS), as librdmacm does. `None`: the id has no QP.
+    pub fn use_qp(&self, qp: Option<&QueuePair>) -> Result<()> {
+        let mut g = lock();
+        let e = entry(&mut g, self.0.num)?;
+        let Some(qp) = qp else {
+            e.qp = None;
+            return Ok(());
+        };
+        if e.qp == Some(qp.qpn()) {
+            return Ok(());
+        }
+        if let Some(d) = &e.dev {
+            if !d.same_device(qp.pd().device()) {
+                return Err(einval("the QP is on another device"));
+            }
+        }
+        if (e.qp_type == QpType::Ud) != (qp.qp_type() == QpType::Ud) {
+            return Err(einval("the QP's type is not the id's"));
+        }
+        e.qp = Some(qp.qpn());
+        e.qp_srq = qp.has_srq();
+        Ok(())
+    }
+
+    /// The id no longer drives its QP (`rdma_destroy_qp`).
+    pub fn detach_qp(&self) {
+        let mut g = lock();
+        if let Ok(e) = entry(&mut g, self.0.num) {
+            e.qp = None;
+        }
+    }
+}
