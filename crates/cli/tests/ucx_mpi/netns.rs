@@ -102,7 +102,7 @@ fn ranks_share_the_host_address(mpi: Mpi) {
 /// that QP afterwards: so its core drops the retransmissions silently
 /// (suspects: `handle_request`'s out-of-sequence branch with `nak_sent`
 /// left set, `responder_ready`, or a datagram handed to the wrong core of
-/// the process). Ruled out since (respsilent, 2026-12-04): the responder
+/// the process). Measured since (respsilent, 2026-12-04): the responder
 /// core's silent paths were read one by one; the one that bit the
 /// transport soak (a duplicate READ/atomic whose responder resource a
 /// FLUSH had taken, dozens of seeds at 1-10 % loss ending in retry
@@ -114,10 +114,12 @@ fn ranks_share_the_host_address(mpi: Mpi) {
 /// requesters retransmitted every 1.07 s; then A's progress thread logged
 /// 4 identical "duplicate PSN" notes per QP at one instant (56.777): the
 /// four retransmissions had waited, unprocessed, until the member woke.
-/// So the retransmissions are not dropped by the core but taken late —
-/// the member's wake-up (device process → ring → eventfd → progress
-/// thread), or the device process itself not running — and the one
-/// answer they then drew came after the requester's next timeout.
+/// Every rank of A, the spinning ones too, fell silent at once: the
+/// datagrams most likely waited in A's device process (its socket, not
+/// yet handed to the rings) — a device process not scheduled or not
+/// woken for seconds — rather than in one member's core. (No note is
+/// logged for an ACK sent, so whether the duplicates were answered then
+/// is not in the log; notes carry the time they are logged.)
 /// Until that is found, run it by hand: `cargo nextest run --release --all-features
 /// -p softrdma-cli --test ucx_mpi --run-ignored all -E
 /// 'test(openmpi_four_ranks)'`.
