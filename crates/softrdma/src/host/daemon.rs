@@ -135,8 +135,11 @@ pub(crate) fn trace(line: &str) {
             .create(true)
             .open(p)
         {
-            // Several device processes may share the file.
-            let _ = writeln!(f, "[{}] {line}", std::process::id());
+            // Several processes share the file: one write(2) per line
+            // (O_APPEND), or their lines interleave (`writeln!` on a
+            // File writes each piece of the format on its own).
+            let text = format!("[{}] {line}\n", std::process::id());
+            let _ = f.write_all(text.as_bytes());
         }
     }
 }
