@@ -69,22 +69,37 @@ impl Schema {
     }
 }
 
+/// Compares the paths and their types, in any order: a path is listed
+/// where a run first shows it, and which run first shows, e.g., a note
+/// depends on what went wrong in which run.
 fn assert_schema(what: &str, got: &Schema, want: &str) {
-    let got = got.text();
-    let want: String = want
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let sorted = |t: &str| {
+        let mut v: Vec<String> = t
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect();
+        v.sort();
+        v.concat()
+    };
+    let got = sorted(&got.text());
+    let want = sorted(want);
     assert_eq!(got, want, "{what}: the schema changed:\n{got}");
 }
 
 fn softrdma(args: &[&str]) -> Value {
+    softrdma_with(args, &[])
+}
+
+/// [`softrdma`] with extra environment variables.
+fn softrdma_with(args: &[&str], env: &[(&str, &str)]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_softrdma"))
         .args(args)
         .env_remove("SOFTRDMA_ADDR")
         .env_remove("SOFTRDMA_PCAP")
+        .env_remove("SOFTRDMA_FAULTS")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -288,6 +303,17 @@ fn perf_json_schema() {
     ] {
         schema.add("", &softrdma(args), &maps);
     }
+    // Notes (what the counters show went wrong: drops, retransmissions,
+    // injected faults) appear whenever a run had any, as a loaded machine's
+    // may: one run with faults injected has them every time.
+    schema.add(
+        "",
+        &softrdma_with(
+            &["perf", "write-bw", "--loopback", "-n", "20", "--json"],
+            &[("SOFTRDMA_FAULTS", "seed=7,loss=5%")],
+        ),
+        &maps,
+    );
     assert_schema(
         "softrdma perf --json",
         &schema,
@@ -343,6 +369,7 @@ fn perf_json_schema() {
         results[].t_stdev_us: number
         results[].p99_us: number
         results[].p99_9_us: number
+        notes[]: string
         verification.errors[]: string
         ",
     );
