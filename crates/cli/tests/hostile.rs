@@ -12,9 +12,10 @@
 #[path = "common/libs.rs"]
 mod libs;
 
+use softrdma_wire::ip::DatagramRepr;
 use softrdma_wire::{
-    AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PKey, PacketRepr, Psn, Qpn,
-    RKey, RethRepr, Syndrome,
+    AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PacketRepr, Psn, Qpn, RKey,
+    RethRepr, Syndrome,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -79,37 +80,16 @@ fn wire_gid(addr: IpAddr) -> String {
 
 /// Writes `p` from `src` to `dst` with its ICRC.
 fn forge(p: &PacketRepr<'_>, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-    use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
-    let mut p = *p;
-    p.bth.pad_count = PacketRepr::pad_for(p.payload.len());
-    let mut buf = vec![0u8; p.buffer_len()];
-    let n = p.emit(&mut buf).unwrap();
-    let d = DatagramRepr {
-        ip: IpRepr::between(src.ip(), dst.ip(), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
-            checksum: 0,
-        },
-    };
-    let icrc = d.icrc(&buf[..n - 4]);
-    buf[n - 4..n].copy_from_slice(&icrc.to_le_bytes());
-    buf.truncate(n);
-    buf
+    DatagramRepr::between(src, dst)
+        .unwrap()
+        .udp_payload(p)
+        .unwrap()
 }
 
 fn bth(opcode: u8, qpn: Qpn, psn: Psn) -> BthRepr {
     BthRepr {
-        opcode: Opcode(opcode),
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn,
         ack_req: true,
-        psn,
+        ..BthRepr::new(Opcode(opcode), qpn, psn)
     }
 }
 

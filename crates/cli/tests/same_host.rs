@@ -15,7 +15,8 @@
 
 use softrdma::cm::{connect_rc, Listener};
 use softrdma::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use softrdma_testkit::wait_line;
+use std::io::{BufReader, Read, Write};
 use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -234,20 +235,6 @@ fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
         .unwrap()
 }
 
-fn wait_line(r: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "role exited before {prefix}"
-        );
-        if let Some(i) = line.find(prefix) {
-            return line[i..].trim().to_string();
-        }
-    }
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -417,8 +404,7 @@ fn captures_of_the_path_decode_as_the_wire_would() {
 }
 
 fn signal(c: &Child, sig: i32) {
-    // SAFETY: a signal to our own child.
-    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+    softrdma_testkit::signal(c.id() as i32, sig).expect("a signal to our own child");
 }
 
 #[test]

@@ -23,6 +23,7 @@
 mod common;
 
 use common::*;
+use softrdma_testkit::ip;
 use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -178,19 +179,6 @@ impl Drop for Namespaces {
             let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
     }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new(require_tool("ip"))
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {} (these tests need root and iproute2; CI has them)",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 /// Waits until IPv6 multicast can leave `dev` in `ns` (the kernel adds

@@ -21,6 +21,7 @@
 mod common;
 
 use common::*;
+use softrdma_testkit::ip;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
@@ -576,19 +577,6 @@ impl Drop for Hosts {
                 .status();
         }
     }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new(require_tool("ip"))
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {} (these tests need root and iproute2; CI has them)",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 impl Hosts {

@@ -106,16 +106,9 @@ fn received_mads_reach_the_queue() {
 /// A packet to QP 1 from 10.0.0.2 to 10.0.0.1, as bytes.
 fn packet(opcode: u8, qkey: u32, payload: &[u8]) -> Vec<u8> {
     let bth = BthRepr {
-        opcode: Opcode(opcode),
-        solicited: false,
-        mig_req: false,
         pad_count: PacketRepr::pad_for(payload.len()),
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        dest_qp: Qpn::GSI,
         ack_req: true,
-        psn: Psn::new(1),
+        ..BthRepr::new(Opcode(opcode), Qpn::GSI, Psn::new(1))
     };
     let mut r = PacketRepr::new(bth, payload);
     if Opcode(opcode)

@@ -107,21 +107,7 @@ impl Rig {
 
     /// A UD SEND ONLY from `SENDER`'s QP 0x77 to `dst`, QPN `dest_qp`.
     fn deliver(&mut self, dst: &str, dest_qp: Qpn, qkey: u32, payload: &[u8]) {
-        let mut p = PacketRepr::new(
-            BthRepr {
-                opcode: Opcode(0x64),
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                dest_qp,
-                ack_req: false,
-                psn: Psn::new(1),
-            },
-            payload,
-        );
+        let mut p = PacketRepr::new(BthRepr::new(Opcode(0x64), dest_qp, Psn::new(1)), payload);
         p.deth = Some(DethRepr {
             qkey: QKey(qkey),
             src_qp: Qpn::new(0x77),
@@ -208,18 +194,7 @@ fn packets_no_group_takes_are_dropped_and_counted() {
     // An RC opcode to the group: refused.
     let before = r.dev.counters().malformed;
     let mut p = PacketRepr::new(
-        BthRepr {
-            opcode: Opcode(0x04),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::MULTICAST,
-            ack_req: false,
-            psn: Psn::new(1),
-        },
+        BthRepr::new(Opcode(0x04), Qpn::MULTICAST, Psn::new(1)),
         b"rc",
     );
     p.bth.pad_count = 2;

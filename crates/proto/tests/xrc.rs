@@ -108,16 +108,8 @@ impl Tgt {
 
     fn bth(&self, op: u8, psn: Psn) -> BthRepr {
         BthRepr {
-            opcode: Opcode(op),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: self.qpn,
             ack_req: true,
-            psn,
+            ..BthRepr::new(Opcode(op), self.qpn, psn)
         }
     }
 
@@ -418,21 +410,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     assert_eq!(p.payload, b"xrc payload");
     let psn = p.bth.psn;
     let deliver = |dev: &mut Device, op: u8| {
-        let mut a = PacketRepr::new(
-            BthRepr {
-                opcode: Opcode(op),
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                dest_qp: qpn,
-                ack_req: false,
-                psn,
-            },
-            &[],
-        );
+        let mut a = PacketRepr::new(BthRepr::new(Opcode(op), qpn, psn), &[]);
         a.aeth = Some(AethRepr {
             syndrome: Syndrome::ACK,
             msn: Msn::new(1),

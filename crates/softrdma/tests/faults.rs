@@ -24,15 +24,7 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(60);
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    softrdma_testkit::xorshift_bytes(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), n)
 }
 
 fn spec(s: &str) -> FaultSpec {

@@ -20,15 +20,7 @@ const LEN: usize = 16 << 20;
 const ADDS: u64 = 300;
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    softrdma_testkit::xorshift_bytes(seed, n)
 }
 
 fn opts() -> ConnectOptions {

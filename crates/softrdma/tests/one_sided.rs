@@ -9,7 +9,8 @@
 
 use softrdma::cm::{self, connect_rc, Listener};
 use softrdma::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use softrdma_testkit::wait_line;
+use std::io::{BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -86,22 +87,6 @@ fn spawn_target(mode: &str, port: u16) -> std::process::Child {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-fn wait_line(r: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "target exited before {prefix}"
-        );
-        // The test harness prints "test target_role ... " without a
-        // newline first, so the marker may follow it on the same line.
-        if let Some(i) = line.find(prefix) {
-            return line[i..].to_string();
-        }
-    }
 }
 
 fn free_port() -> u16 {

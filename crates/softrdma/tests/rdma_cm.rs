@@ -202,16 +202,8 @@ mod raw {
     pub fn send(s: &UdpSocket, dst: IpAddr, mad: &[u8]) {
         let src = s.local_addr().unwrap().ip();
         let bth = BthRepr {
-            opcode: Opcode(0x64),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::GSI,
             ack_req: true,
-            psn: Psn::new(0),
+            ..BthRepr::new(Opcode(0x64), Qpn::GSI, Psn::new(0))
         };
         let mut r = PacketRepr::new(bth, mad);
         r.deth = Some(DethRepr {

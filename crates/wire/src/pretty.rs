@@ -368,16 +368,8 @@ mod tests {
     fn qp1_sends_get_the_mad_appended() {
         let mad = unhex(&RPING_REQ);
         let bth = BthRepr {
-            opcode: Opcode(0x64),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::GSI,
             ack_req: true,
-            psn: Psn::new(1),
+            ..BthRepr::new(Opcode(0x64), Qpn::GSI, Psn::new(1))
         };
         let mut p = PacketRepr::new(bth, &mad);
         p.deth = Some(crate::ext::DethRepr {
@@ -414,16 +406,8 @@ mod tests {
             },
         };
         let bth = BthRepr {
-            opcode: Opcode(0x0a),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(0x21),
             ack_req: true,
-            psn: Psn::new(0x8530ff),
+            ..BthRepr::new(Opcode(0x0a), Qpn::new(0x21), Psn::new(0x8530ff))
         };
         let data = [0u8; 64];
         let mut p = PacketRepr::new(bth, &data);

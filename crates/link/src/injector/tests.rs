@@ -6,7 +6,7 @@ use super::*;
 use softrdma_config::faults::FaultSpec;
 use softrdma_wire::ext::{NakCode, RethRepr};
 use softrdma_wire::opcode::Position;
-use softrdma_wire::{PKey, RKey, RoceDatagram};
+use softrdma_wire::{RKey, RoceDatagram};
 
 const LOCAL: &str = "10.0.0.1:4791";
 const PEER: &str = "10.0.0.2";
@@ -24,16 +24,8 @@ fn rc(op: Operation, pos: Position, qpn: u32, psn: u32, len: usize) -> Vec<u8> {
     let payload = vec![0xab; len];
     let mut r = PacketRepr::new(
         BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
             pad_count: PacketRepr::pad_for(len),
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(qpn),
-            ack_req: false,
-            psn: Psn::new(psn),
+            ..BthRepr::new(opcode, Qpn::new(qpn), Psn::new(psn))
         },
         &payload,
     );
@@ -446,16 +438,8 @@ fn atomic(op: Operation, qpn: u32, psn: u32) -> Vec<u8> {
     let opcode = Opcode::find(Transport::Rc, op, Position::Only, false, false).unwrap();
     let mut r = PacketRepr::new(
         BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(qpn),
             ack_req: true,
-            psn: Psn::new(psn),
+            ..BthRepr::new(opcode, Qpn::new(qpn), Psn::new(psn))
         },
         &[],
     );
