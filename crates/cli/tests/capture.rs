@@ -133,17 +133,8 @@ fn every_perf_tool_with_loopback_writes_one_valid_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The directory `softrdma exec` takes the library from: next to the
-/// binary, where building the workspace (`cargo build`, or the tests of
-/// softrdma-ibverbs) puts it.
 fn require_built_library() {
-    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
-    assert!(
-        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
-        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
-         (the workspace test run builds it)",
-        dir.display()
-    );
+    libs::require_built_library(env!("CARGO_BIN_EXE_softrdma"));
 }
 
 /// Whether something listens on TCP `port` (looking at /proc does not use

@@ -31,13 +31,7 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn require_tools() {
-    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
-    assert!(
-        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
-        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
-         (the workspace test run builds it)",
-        dir.display()
-    );
+    libs::require_built_library(env!("CARGO_BIN_EXE_softrdma"));
     assert!(
         Path::new("/usr/bin/ibv_rc_pingpong").exists(),
         "ibv_rc_pingpong not found: apt-get install -y ibverbs-utils (scripts/deps installs it)"

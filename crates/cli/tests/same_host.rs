@@ -18,7 +18,7 @@ use softrdma::*;
 use softrdma_testkit::wait_line;
 use std::io::{BufReader, Read, Write};
 use std::net::IpAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -204,15 +204,7 @@ fn initiator_role() {
 }
 
 fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args([
-        name,
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads",
-        "1",
-    ]);
+    let mut c = softrdma_testkit::role_command(name);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
         if k.starts_with("SOFTRDMA_") || k == "LD_PRELOAD" {
@@ -229,19 +221,10 @@ fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
         // the 24 of them while the target is stopped do not.
         c.env("SOFTRDMA_PATH_RING", "1048576");
     }
-    c.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
+    c.spawn().unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use softrdma_testkit::free_tcp_port as free_port;
 
 /// `COUNTERS sent=… received=… refused=… paths=…` → the four numbers.
 fn parse_counters(line: &str) -> Option<[u64; 4]> {

@@ -23,7 +23,7 @@
 mod common;
 
 use common::*;
-use softrdma_testkit::ip;
+use softrdma_testkit::{ip, wait_deadline as wait};
 use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -85,20 +85,6 @@ fn out_path(tag: &str) -> std::path::PathBuf {
     let dir = profile_dir().join("softrdma-ibverbs-out");
     let _ = std::fs::create_dir_all(&dir);
     dir.join(format!("{}-mckey-{tag}.txt", std::process::id()))
-}
-
-fn wait(c: &mut std::process::Child, deadline: Instant) -> Option<i32> {
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return Some(s.code().unwrap_or(-1));
-        }
-        if Instant::now() >= deadline {
-            let _ = c.kill();
-            let _ = c.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// One run: `rx` receives, `tx` sends, both must end well.

@@ -21,7 +21,7 @@
 mod common;
 
 use common::*;
-use softrdma_testkit::ip;
+use softrdma_testkit::{ip, wait_deadline as wait_until};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
@@ -187,20 +187,6 @@ fn run_command(mut c: Command, limit: Duration) -> Output {
 enum Ready {
     Device,
     Tcp(u16),
-}
-
-fn wait_until(c: &mut std::process::Child, deadline: Instant) -> Option<i32> {
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return Some(s.code().unwrap_or(-1));
-        }
-        if Instant::now() >= deadline {
-            let _ = c.kill();
-            let _ = c.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn out_file(tag: &str) -> (std::fs::File, std::path::PathBuf) {

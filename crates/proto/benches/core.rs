@@ -133,13 +133,7 @@ fn connect(s: &mut Side, qpn: Qpn, peer: IpAddr, dest: Qpn, mtu: Mtu) {
         ah_attr: AddressVector::to(peer),
         ..Default::default()
     };
-    let m = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
+    let m = AttrMask::RC_RTR;
     s.dev.modify_qp(now, qpn, &a, m).unwrap();
     let a = QpAttr {
         qp_state: QpState::Rts,
@@ -150,12 +144,7 @@ fn connect(s: &mut Side, qpn: Qpn, peer: IpAddr, dest: Qpn, mtu: Mtu) {
         max_rd_atomic: 16,
         ..Default::default()
     };
-    let m = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    let m = AttrMask::RC_RTS;
     s.dev.modify_qp(now, qpn, &a, m).unwrap();
 }
 

@@ -741,6 +741,30 @@ impl AttrMask {
     /// rate_limit.
     pub const RATE_LIMIT: AttrMask = AttrMask(1 << 25);
 
+    /// An RC (or XRC INI) QP's INIT → RTR: `STATE` and the attributes IBA
+    /// table 91 requires (address vector, path MTU, destination QPN,
+    /// receive PSN, responder resources, RNR NAK timer) — what
+    /// `required(QpType::Rc, Init, Rtr)` answers, as a constant.
+    pub const RC_RTR: AttrMask = AttrMask(
+        Self::STATE.0
+            | Self::AV.0
+            | Self::PATH_MTU.0
+            | Self::DEST_QPN.0
+            | Self::RQ_PSN.0
+            | Self::MAX_DEST_RD_ATOMIC.0
+            | Self::MIN_RNR_TIMER.0,
+    );
+    /// An RC QP's RTR → RTS: `STATE`, send PSN, timeout, retry and RNR
+    /// retry counts, initiator depth (`required(QpType::Rc, Rtr, Rts)`).
+    pub const RC_RTS: AttrMask = AttrMask(
+        Self::STATE.0
+            | Self::SQ_PSN.0
+            | Self::TIMEOUT.0
+            | Self::RETRY_CNT.0
+            | Self::RNR_RETRY.0
+            | Self::MAX_QP_RD_ATOMIC.0,
+    );
+
     /// Union.
     pub const fn with(self, o: AttrMask) -> AttrMask {
         AttrMask(self.0 | o.0)

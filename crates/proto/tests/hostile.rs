@@ -31,26 +31,6 @@ fn send_only(r: &Rig, psn: Psn, data: &[u8]) -> PacketRepr<'static> {
     PacketRepr::new(r.bth(0x04, psn), leak(data))
 }
 
-fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
-    let mut p = PacketRepr::new(r.bth(0x0a, psn), leak(data));
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: data.len() as u32,
-    });
-    p
-}
-
-fn read_req(r: &Rig, psn: Psn, va: u64, rkey: u32, len: u32) -> PacketRepr<'static> {
-    let mut p = PacketRepr::new(r.bth(0x0c, psn), &[]);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: len,
-    });
-    p
-}
-
 fn fetch_add(r: &Rig, psn: Psn, va: u64, rkey: u32) -> PacketRepr<'static> {
     let mut p = PacketRepr::new(r.bth(0x14, psn), &[]);
     p.atomic_eth = Some(AtomicEthRepr {

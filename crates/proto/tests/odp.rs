@@ -131,27 +131,6 @@ fn rig() -> (Rig, Arc<Sparse>, u32) {
     (r, mem, key)
 }
 
-fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
-    let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
-    let mut p = PacketRepr::new(r.bth(0x0a, psn), data);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: data.len() as u32,
-    });
-    p
-}
-
-fn read_req(r: &Rig, psn: Psn, va: u64, rkey: u32, len: u32) -> PacketRepr<'static> {
-    let mut p = PacketRepr::new(r.bth(0x0c, psn), &[]);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: len,
-    });
-    p
-}
-
 fn nak(code: NakCode, msn: u32) -> Option<(Syndrome, u32)> {
     Some((Syndrome::Nak(code), msn))
 }

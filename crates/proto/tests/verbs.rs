@@ -50,13 +50,7 @@ fn modify_qp_validates_masks_and_values() {
     dev.modify_qp(t, qpn, &a, INIT_MASK).unwrap();
     assert_eq!(dev.qp_state(qpn).unwrap(), QpState::Init);
     // INIT→RTR needs AV, MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER.
-    let rtr_mask = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
+    let rtr_mask = AttrMask::RC_RTR;
     let mut r = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: Mtu::M4096,
@@ -94,12 +88,7 @@ fn modify_qp_validates_masks_and_values() {
         max_rd_atomic: 1,
         ..Default::default()
     };
-    let rts_mask = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    let rts_mask = AttrMask::RC_RTS;
     assert!(
         dev.modify_qp(t, qpn, &s, rts_mask).is_err(),
         "retry_cnt is 3 bits"
@@ -538,6 +527,9 @@ fn required_masks_follow_table_91() {
         .unwrap()
         .contains(AttrMask::RETRY_CNT));
     assert_eq!(r(QpType::Rc, Reset, Rts), None);
+    // The constants tests and programs pass are exactly the table's.
+    assert_eq!(r(QpType::Rc, Init, Rtr), Some(AttrMask::RC_RTR));
+    assert_eq!(r(QpType::Rc, Rtr, Rts), Some(AttrMask::RC_RTS));
 }
 
 /// The port MTU of a link, as rxe derives it from its netdev's MTU

@@ -11,7 +11,6 @@ use softrdma::cm::{self, connect_rc, Listener};
 use softrdma::*;
 use softrdma_testkit::wait_line;
 use std::io::{BufReader, Read, Write};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -72,30 +71,14 @@ fn target_role() {
 }
 
 fn spawn_target(mode: &str, port: u16) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "target_role",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    softrdma_testkit::role_command("target_role")
         .env("SOFTRDMA_TEST_TARGET_PORT", port.to_string())
         .env("SOFTRDMA_TEST_TARGET_MODE", mode)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use softrdma_testkit::free_tcp_port as free_port;
 
 struct Initiator {
     dev: Device,

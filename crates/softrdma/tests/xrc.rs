@@ -40,13 +40,7 @@ fn connect(ini: &QueuePair, ini_dev: &Device, tgt: &XrcTgtQp, tgt_dev: &Device) 
     };
     // Every attribute a program passes: each type ignores what it has no
     // use for, as the kernel does.
-    let all = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
+    let all = AttrMask::RC_RTR;
     ini.modify(&rtr(tgt.qpn(), tgt_dev), all).unwrap();
     tgt.modify(&rtr(ini.qpn(), ini_dev), all).unwrap();
     let rts = QpAttr {
@@ -58,12 +52,7 @@ fn connect(ini: &QueuePair, ini_dev: &Device, tgt: &XrcTgtQp, tgt_dev: &Device) 
         max_rd_atomic: 8,
         ..Default::default()
     };
-    let all = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    let all = AttrMask::RC_RTS;
     ini.modify(&rts, all).unwrap();
     tgt.modify(&rts, all).unwrap();
 }

@@ -87,6 +87,40 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The arguments that run only the ignored test `name` of a test
+/// executable, one thread, its output not captured: a "role" a test
+/// starts as another process of the same executable.
+pub fn role_args(name: &str) -> [&str; 6] {
+    [
+        name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]
+}
+
+/// This test executable running the role `name` ([`role_args`]), its
+/// stdin and stdout piped (the test talks to it by lines).
+pub fn role_command(name: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("test executable path"));
+    c.args(role_args(name))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    c
+}
+
+/// A TCP port free on 127.0.0.1 now (the kernel's pick; another process
+/// may take it before the caller binds it, as with any such helper).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The rest of the first line that contains `marker`, from `marker` on
 /// and trimmed, read from a role process's output; panics if the output
 /// ends first. (The test harness prints "test role ... " without a
@@ -144,6 +178,22 @@ pub fn xorshift_bytes(state: u64, n: usize) -> Vec<u8> {
 /// names a process group (`kill(2)`).
 pub fn signal(pid: i32, sig: i32) -> std::io::Result<()> {
     softrdma_io::signal(pid, sig)
+}
+
+/// Waits for `c` until `deadline`: its exit code (-1 when a signal ended
+/// it), or `None` when it was still running (then it is killed).
+pub fn wait_deadline(c: &mut std::process::Child, deadline: std::time::Instant) -> Option<i32> {
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return Some(s.code().unwrap_or(-1));
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = c.kill();
+            let _ = c.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Whether `/proc/<pid>` exists.

@@ -83,3 +83,16 @@ pub fn require_root(why: &str) {
         .unwrap_or_default();
     assert_eq!(uid, "0", "these tests must run as root (CI does): {why}");
 }
+
+/// Fails unless `softrdma exec` finds this build's library: next to the
+/// `softrdma` binary, where building the workspace (`cargo build`, or
+/// the tests of softrdma-ibverbs) puts it.
+pub fn require_built_library(softrdma_bin: &str) {
+    let dir = std::path::Path::new(softrdma_bin).parent().unwrap();
+    assert!(
+        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
+        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
+         (the workspace test run builds it)",
+        dir.display()
+    );
+}

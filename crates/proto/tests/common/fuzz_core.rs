@@ -252,19 +252,8 @@ impl Target {
                 // are ignored, as by the kernel).
                 QpType::Rc | QpType::XrcSend | QpType::XrcRecv => [
                     base.with(AttrMask::ACCESS_FLAGS),
-                    AttrMask::STATE
-                        .with(AttrMask::AV)
-                        .with(AttrMask::PATH_MTU)
-                        .with(AttrMask::DEST_QPN)
-                        .with(AttrMask::RQ_PSN)
-                        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                        .with(AttrMask::MIN_RNR_TIMER),
-                    AttrMask::STATE
-                        .with(AttrMask::SQ_PSN)
-                        .with(AttrMask::TIMEOUT)
-                        .with(AttrMask::RETRY_CNT)
-                        .with(AttrMask::RNR_RETRY)
-                        .with(AttrMask::MAX_QP_RD_ATOMIC),
+                    AttrMask::RC_RTR,
+                    AttrMask::RC_RTS,
                 ],
                 QpType::Uc => [
                     base.with(AttrMask::ACCESS_FLAGS),

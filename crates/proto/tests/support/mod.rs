@@ -385,3 +385,26 @@ pub fn pattern(seed: u8, n: usize) -> Vec<u8> {
 pub fn ack_syn() -> Syndrome {
     Syndrome::ACK
 }
+
+/// A WRITE ONLY from the rig's peer: `data` to `va` under `rkey`.
+pub fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
+    let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
+    let mut p = PacketRepr::new(r.bth(0x0a, psn), data);
+    p.reth = Some(RethRepr {
+        va,
+        rkey: RKey(rkey),
+        dma_len: data.len() as u32,
+    });
+    p
+}
+
+/// A READ REQUEST from the rig's peer: `len` bytes at `va` under `rkey`.
+pub fn read_req(r: &Rig, psn: Psn, va: u64, rkey: u32, len: u32) -> PacketRepr<'static> {
+    let mut p = PacketRepr::new(r.bth(0x0c, psn), &[]);
+    p.reth = Some(RethRepr {
+        va,
+        rkey: RKey(rkey),
+        dma_len: len,
+    });
+    p
+}

@@ -42,14 +42,7 @@ pub fn role(ns: &str, name: &str, envs: &[(&str, String)]) -> Child {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns])
         .arg(exe)
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(softrdma_testkit::role_args(name))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     for (k, v) in envs {
