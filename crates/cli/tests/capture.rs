@@ -16,6 +16,7 @@
 mod common;
 #[path = "common/libs.rs"]
 mod libs;
+use libs::listening;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -135,18 +136,6 @@ fn every_perf_tool_with_loopback_writes_one_valid_file() {
 
 fn require_built_library() {
     libs::require_built_library(env!("CARGO_BIN_EXE_softrdma"));
-}
-
-/// Whether something listens on TCP `port` (looking at /proc does not use
-/// up the server's single accept).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
-        })
-    })
 }
 
 /// Runs a perftest server and its client under `softrdma exec`, each

@@ -11,6 +11,7 @@
 
 #[path = "common/libs.rs"]
 mod libs;
+use libs::listening;
 
 use softrdma_wire::ip::DatagramRepr;
 use softrdma_wire::{
@@ -50,16 +51,6 @@ fn lib_dir() -> PathBuf {
         .filter(|d| d.join("libibverbs.so").exists())
         .max_by_key(|d| mtime(&d.join("libibverbs.so")))
         .expect("libibverbs.so is built")
-}
-
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
-        })
-    })
 }
 
 /// The wire form of a GID in pingpong's exchange: the 16 bytes in hex.

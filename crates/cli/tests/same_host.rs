@@ -243,6 +243,18 @@ struct Pair {
     iout: BufReader<std::process::ChildStdout>,
 }
 
+impl Pair {
+    /// Tells the target to check its memory (it answers with a CHECK line).
+    fn ask_target_to_check(&mut self) {
+        self.target
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"check\n")
+            .unwrap();
+    }
+}
+
 fn pair(same_host: &str, mode: &str, init_ip: &str, target_ip: &str) -> Pair {
     pair_with(same_host, mode, init_ip, target_ip, &[])
 }
@@ -296,12 +308,7 @@ fn ops_with(
     let mut p = pair_with(same_host, "ops", init_ip, target_ip, extra);
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
+    p.ask_target_to_check();
     let check = wait_line(&mut p.tout, "CHECK");
     assert_eq!(check, "CHECK written=true counter=77 send=true");
     let tc = wait_line(&mut p.tout, "COUNTERS");
@@ -402,12 +409,7 @@ fn a_full_ring_is_loss_and_the_transport_recovers() {
     let ic = wait_line(&mut p.iout, "COUNTERS");
     let i = parse_counters(&ic).unwrap();
     assert!(i[2] > 0, "the ring never filled: {ic}");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
+    p.ask_target_to_check();
     // (No SEND and no atomics in this run: only the WRITEs are checked.)
     let check = wait_line(&mut p.tout, "CHECK");
     assert!(check.starts_with("CHECK written=true"), "{check}");

@@ -15,7 +15,7 @@
 #[path = "common/libs.rs"]
 mod libs;
 
-use libs::{lib_dir, profile_dir, serial};
+use libs::{lib_dir, listening as tcp_listening, profile_dir, serial};
 use softrdma_testkit::Proc;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -57,21 +57,6 @@ fn sx(addr: &str, prog: &str, args: &[&str]) -> Command {
 
 fn spawn(cmd: Command, tag: &str) -> Proc {
     Proc::spawn(cmd, "softrdma-shared-out", tag, false)
-}
-
-/// Whether something listens on TCP `port` (any address).
-fn tcp_listening(port: u16) -> bool {
-    let hex = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|a| format!("{a} ").contains(&hex))
-                    && l.split_whitespace().nth(3) == Some("0A")
-            })
-        })
-    })
 }
 
 fn wait_tcp(port: u16) {

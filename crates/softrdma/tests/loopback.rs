@@ -72,6 +72,17 @@ fn ok(wc: &[Wc], n: usize) {
     }
 }
 
+/// Posts a WRITE or READ of `len` bytes between the client's region at
+/// `local` and the server's at `remote`, and waits for its success.
+fn one_sided(c: &Side, id: u64, op: WrOpcode, local: usize, remote: u64, len: u32) {
+    let mut wr = SendWr::new(id, op);
+    wr.sg_list = vec![c.mr.sge(local, len)];
+    wr.remote_addr = c.conn.remote.va + remote;
+    wr.rkey = c.conn.remote.rkey;
+    c.conn.qp.post_send(wr).unwrap();
+    ok(&c.cq.wait(1, T).unwrap(), 1);
+}
+
 #[test]
 fn rc_send_write_read_atomics() {
     let (c, s) = pair(QpType::Rc, Mtu::M4096);
@@ -102,21 +113,11 @@ fn rc_send_write_read_atomics() {
     // WRITE 1 MiB to the server's region at offset 1 MiB.
     let w = pattern(2, 1 << 20);
     c.mr.write(1 << 20, &w);
-    let mut wr = SendWr::new(2, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![c.mr.sge(1 << 20, 1 << 20)];
-    wr.remote_addr = c.conn.remote.va + (1 << 20);
-    wr.rkey = c.conn.remote.rkey;
-    c.conn.qp.post_send(wr).unwrap();
-    ok(&c.cq.wait(1, T).unwrap(), 1);
+    one_sided(&c, 2, WrOpcode::RdmaWrite, 1 << 20, 1 << 20, 1 << 20);
     assert_eq!(s.mr.to_vec(1 << 20, 1 << 20), w);
 
     // READ it back into the client's region at 2 MiB.
-    let mut wr = SendWr::new(3, WrOpcode::RdmaRead);
-    wr.sg_list = vec![c.mr.sge(2 << 20, 1 << 20)];
-    wr.remote_addr = c.conn.remote.va + (1 << 20);
-    wr.rkey = c.conn.remote.rkey;
-    c.conn.qp.post_send(wr).unwrap();
-    ok(&c.cq.wait(1, T).unwrap(), 1);
+    one_sided(&c, 3, WrOpcode::RdmaRead, 2 << 20, 1 << 20, 1 << 20);
     assert_eq!(c.mr.to_vec(2 << 20, 1 << 20), w);
 
     // FETCH_ADD and COMPARE_SWAP on the server's first 8 bytes.

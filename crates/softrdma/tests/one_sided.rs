@@ -70,6 +70,24 @@ fn target_role() {
     std::io::stdout().flush().unwrap();
 }
 
+/// A target role in `mode` and the initiator connected to it (the target
+/// said READY), with the target's output.
+fn start(
+    mode: &str,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+    Initiator,
+) {
+    let port = free_port();
+    let mut child = spawn_target(mode, port);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    wait_line(&mut out, "LISTENING");
+    let i = initiator(port);
+    wait_line(&mut out, "READY");
+    (child, out, i)
+}
+
 fn spawn_target(mode: &str, port: u16) -> std::process::Child {
     softrdma_testkit::role_command("target_role")
         .env("SOFTRDMA_TEST_TARGET_PORT", port.to_string())
@@ -156,12 +174,7 @@ fn sleeping_in_pipe_read(pid: u32) -> (String, String) {
 
 #[test]
 fn write_read_atomics_land_while_the_target_blocks_in_read() {
-    let port = free_port();
-    let mut child = spawn_target("block", port);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    wait_line(&mut out, "LISTENING");
-    let i = initiator(port);
-    wait_line(&mut out, "READY");
+    let (mut child, mut out, i) = start("block");
     // Give the target time to enter read(), then check it is there.
     let pid = child.id();
     let mut seen = (String::new(), String::new());
@@ -229,12 +242,7 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
 
 #[test]
 fn a_write_lands_while_the_target_spins_on_its_last_byte() {
-    let port = free_port();
-    let mut child = spawn_target("spin", port);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    wait_line(&mut out, "LISTENING");
-    let i = initiator(port);
-    wait_line(&mut out, "READY");
+    let (mut child, mut out, i) = start("spin");
     let remote = i.conn.remote;
     let mut data = pattern(3, LEN / 2);
     data[LEN / 2 - 1] = 0xab;

@@ -96,3 +96,20 @@ pub fn require_built_library(softrdma_bin: &str) {
         dir.display()
     );
 }
+
+/// Whether something listens on TCP `port` (any address; looking at /proc
+/// does not use up a server's single accept).
+pub fn listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            // sl local_address rem_address st: the local port, state 0A.
+            t.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| format!("{a} ").contains(&hex))
+                    && l.split_whitespace().nth(3) == Some("0A")
+            })
+        })
+    })
+}
