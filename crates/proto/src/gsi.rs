@@ -91,17 +91,9 @@ impl Gsi {
         }
         let psn = Psn::new(self.psn);
         let bth = BthRepr {
-            opcode: UD_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: dst_qpn,
             // rxe sets AckReq on every packet it sends from QP 1.
             ack_req: true,
-            psn,
+            ..BthRepr::new(UD_SEND_ONLY, dst_qpn, psn)
         };
         let mut repr = PacketRepr::new(bth, mad);
         repr.deth = Some(DethRepr {

@@ -829,6 +829,17 @@ pub struct QpAttr {
     pub rnr_retry: u8,
 }
 
+impl QpAttr {
+    /// The attributes that move a QP to `state` (with [`AttrMask::STATE`]),
+    /// every other field its default.
+    pub fn to(state: QpState) -> QpAttr {
+        QpAttr {
+            qp_state: state,
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for QpAttr {
     fn default() -> Self {
         QpAttr {
@@ -887,6 +898,24 @@ pub struct QpInit {
     /// When false, every send request generates a completion regardless
     /// of its SIGNALED flag.
     pub sq_sig_all: bool,
+}
+
+impl QpInit {
+    /// A QP of `qp_type` in `pd` whose send and receive completions both go
+    /// to `cq`: no SRQ, the default queue sizes, a completion for signaled
+    /// requests only (`sq_sig_all` false). Set other fields with struct
+    /// update syntax.
+    pub fn new(qp_type: QpType, pd: PdId, cq: CqId) -> QpInit {
+        QpInit {
+            qp_type,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
 }
 
 /// An asynchronous event (`ibv_event_type`).

@@ -79,11 +79,6 @@ fn pinned_rig(s: Setup) -> Rig {
 
 fn rc_qp(dev: &mut Device, pd: PdId, cq: CqId) -> std::result::Result<Qpn, VerbsError> {
     dev.create_qp(&QpInit {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
         cap: QpCap {
             max_send_wr: 1,
             max_recv_wr: 1,
@@ -91,7 +86,7 @@ fn rc_qp(dev: &mut Device, pd: PdId, cq: CqId) -> std::result::Result<Qpn, Verbs
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: false,
+        ..QpInit::new(QpType::Rc, pd, cq)
     })
     .map(|(q, _)| q)
 }
@@ -181,15 +176,7 @@ fn a_full_table_still_allocates() {
         assert!(!gone.contains(&q), "{q:?} reused at once");
     }
     // Creating with a chosen number refuses the reserved ones.
-    let init = QpInit {
-        qp_type: QpType::Ud,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
+    let init = QpInit::new(QpType::Ud, pd, cq);
     dev.destroy_qp(live[0]).unwrap();
     for q in [0, 1, 0xff_ffff] {
         assert!(matches!(
@@ -296,10 +283,7 @@ fn the_peer_port_is_learned_from_the_first_expected_packet() {
     r.deliver_from_port(&send_only(&r, psn.add(1), b"x"), from(PEER_PORT));
     assert_eq!(counters(&r).wrong_peer, 1);
     // Back to RESET: a new connection learns again.
-    let reset = QpAttr {
-        qp_state: QpState::Reset,
-        ..Default::default()
-    };
+    let reset = QpAttr::to(QpState::Reset);
     r.dev
         .modify_qp(r.now, r.qpn, &reset, AttrMask::STATE)
         .unwrap();

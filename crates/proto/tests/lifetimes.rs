@@ -342,15 +342,7 @@ fn flushed_completions_keep_their_order_behind_held_datagrams() {
     // QP to error with the first WR's datagram still held, then a post
     // that is flushed at once: it must not overtake the first.
     r.dev
-        .modify_qp(
-            r.now,
-            r.qpn,
-            &QpAttr {
-                qp_state: QpState::Err,
-                ..Default::default()
-            },
-            AttrMask::STATE,
-        )
+        .modify_qp(r.now, r.qpn, &QpAttr::to(QpState::Err), AttrMask::STATE)
         .unwrap();
     r.post_send(send_from(key, 2, WrOpcode::RdmaWrite, 8));
     assert!(r.send_cq().is_empty());

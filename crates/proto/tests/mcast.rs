@@ -58,11 +58,6 @@ impl Rig {
         let (qpn, _) = self
             .dev
             .create_qp(&QpInit {
-                qp_type: t,
-                pd: self.pd,
-                send_cq: self.cq,
-                recv_cq: self.cq,
-                srq: None,
                 cap: QpCap {
                     max_send_wr: 8,
                     max_recv_wr: 8,
@@ -70,7 +65,7 @@ impl Rig {
                     max_recv_sge: 1,
                     max_inline_data: 64,
                 },
-                sq_sig_all: false,
+                ..QpInit::new(t, self.pd, self.cq)
             })
             .unwrap();
         if t == QpType::Ud {

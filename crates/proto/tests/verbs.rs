@@ -24,10 +24,7 @@ const INIT_MASK: AttrMask = AttrMask(
 fn modify_qp_validates_masks_and_values() {
     let (mut dev, _, _, qpn) = fresh();
     let t = Instant(0);
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        ..Default::default()
-    };
+    let mut a = QpAttr::to(QpState::Init);
     // Missing ACCESS_FLAGS for RC RESET→INIT.
     let e = dev.modify_qp(t, qpn, &a, INIT_MASK.without(AttrMask::ACCESS_FLAGS));
     // (EINVAL at the C boundary: softrdma's error.rs tests the mapping.)
@@ -112,26 +109,10 @@ fn modify_qp_validates_masks_and_values() {
     );
     assert_eq!(cap.max_send_wr, 4);
     // Any state → ERR and ERR → RESET are allowed.
-    dev.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..Default::default()
-        },
-        AttrMask::STATE,
-    )
-    .unwrap();
-    dev.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            qp_state: QpState::Reset,
-            ..Default::default()
-        },
-        AttrMask::STATE,
-    )
-    .unwrap();
+    dev.modify_qp(t, qpn, &QpAttr::to(QpState::Err), AttrMask::STATE)
+        .unwrap();
+    dev.modify_qp(t, qpn, &QpAttr::to(QpState::Reset), AttrMask::STATE)
+        .unwrap();
     assert_eq!(dev.qp_state(qpn).unwrap(), QpState::Reset);
 }
 
@@ -206,15 +187,7 @@ fn error_state_flushes_everything_in_order() {
     r.post_send(SendWr::new(2, WrOpcode::Send));
     let t = r.now;
     r.dev
-        .modify_qp(
-            t,
-            r.qpn,
-            &QpAttr {
-                qp_state: QpState::Err,
-                ..Default::default()
-            },
-            AttrMask::STATE,
-        )
+        .modify_qp(t, r.qpn, &QpAttr::to(QpState::Err), AttrMask::STATE)
         .unwrap();
     let s: Vec<_> = r.send_cq().iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(
@@ -569,17 +542,7 @@ fn first_qpns_spread_over_24_bits() {
         let mut dev = Device::new(DeviceConfig::new(ip(DEV_IP), seed));
         let pd = dev.alloc_pd().unwrap();
         let cq = dev.create_cq(8).unwrap();
-        let (qpn, _) = dev
-            .create_qp(&QpInit {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap::default(),
-                sq_sig_all: false,
-            })
-            .unwrap();
+        let (qpn, _) = dev.create_qp(&QpInit::new(QpType::Rc, pd, cq)).unwrap();
         assert!((2..0xff_ffff).contains(&qpn.value()), "{qpn:?}");
         firsts.push(qpn.value());
     }

@@ -365,11 +365,6 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     let key = dev.reg_mr(pd, VA, mem, Access::LOCAL_WRITE).unwrap();
     let (qpn, cap) = dev
         .create_qp(&QpInit {
-            qp_type: QpType::XrcSend,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
             cap: QpCap {
                 max_send_wr: 8,
                 max_recv_wr: 8,
@@ -377,7 +372,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
+            ..QpInit::new(QpType::XrcSend, pd, cq)
         })
         .unwrap();
     // No receive queue.
@@ -444,10 +439,7 @@ fn modify_masks_follow_iba_table_91_for_xrc() {
     let now = Instant(0);
     let xrcd = dev.alloc_xrcd().unwrap();
     let tgt = dev.create_xrc_tgt_qp(xrcd).unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        ..Default::default()
-    };
+    let init = QpAttr::to(QpState::Init);
     let base = AttrMask::STATE
         .with(AttrMask::PKEY_INDEX)
         .with(AttrMask::PORT);
@@ -477,10 +469,7 @@ fn modify_masks_follow_iba_table_91_for_xrc() {
     dev.modify_qp(now, tgt, &rtr, m).unwrap();
     // RTR→RTS: TIMEOUT and SQ_PSN only (RETRY/RNR/MAX_QP_RD_ATOMIC
     // ignored).
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        ..Default::default()
-    };
+    let rts = QpAttr::to(QpState::Rts);
     let m = AttrMask::STATE.with(AttrMask::SQ_PSN);
     assert!(dev.modify_qp(now, tgt, &rts, m).is_err());
     let m = m
