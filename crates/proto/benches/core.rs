@@ -183,11 +183,7 @@ impl Pair {
         } else {
             SendFlags::default()
         };
-        wr.sg_list = vec![Sge {
-            addr: self.a.va,
-            length: self.msg as u32,
-            lkey: self.a.key,
-        }];
+        wr.sg_list = vec![Sge::new(self.a.va, self.msg as u32, self.a.key)];
         wr.remote_addr = self.b.va + ((self.posted as usize % BATCH) * self.msg) as u64;
         wr.rkey = RKey(self.b.key);
         wr
@@ -269,11 +265,11 @@ impl Pair {
         for i in 0..BATCH {
             let wr = RecvWr {
                 wr_id: i as u64,
-                sg_list: vec![Sge {
-                    addr: self.b.va + (i * self.msg) as u64,
-                    length: self.msg as u32,
-                    lkey: self.b.key,
-                }],
+                sg_list: vec![Sge::new(
+                    self.b.va + (i * self.msg) as u64,
+                    self.msg as u32,
+                    self.b.key,
+                )],
             };
             self.b.dev.post_recv(self.now, self.b.qpn, wr).unwrap();
         }

@@ -263,6 +263,13 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+impl Sge {
+    /// `length` bytes at `addr` in the region of `lkey`.
+    pub const fn new(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { addr, length, lkey }
+    }
+}
+
 /// Send work request opcode (`ibv_wr_opcode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WrOpcode {
@@ -837,6 +844,28 @@ impl QpAttr {
             qp_state: state,
             ..Default::default()
         }
+    }
+
+    /// The three `modify_qp` calls that take a UD QP from RESET to RTS
+    /// with Q_Key `qkey` (P_Key index 0, port 1, send PSN 0): INIT with
+    /// the attributes IBA table 91 requires, RTR, RTS.
+    pub fn ud_to_rts(qkey: QKey) -> [(QpAttr, AttrMask); 3] {
+        let at = |qp_state| QpAttr {
+            qp_state,
+            qkey,
+            ..Default::default()
+        };
+        [
+            (
+                at(QpState::Init),
+                AttrMask::STATE
+                    .with(AttrMask::PKEY_INDEX)
+                    .with(AttrMask::PORT)
+                    .with(AttrMask::QKEY),
+            ),
+            (at(QpState::Rtr), AttrMask::STATE),
+            (at(QpState::Rts), AttrMask::STATE.with(AttrMask::SQ_PSN)),
+        ]
     }
 }
 

@@ -50,11 +50,7 @@ fn bad_key(r: &Rig) -> u32 {
 /// A signaled SEND of 64 bytes from the start of the region.
 fn send_wr(id: u64) -> SendWr {
     let mut wr = SendWr::new(id, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA,
-        length: 64,
-        lkey: 0,
-    }];
+    wr.sg_list = vec![Sge::new(VA, 64, 0)];
     wr.flags = wr.flags.with(SendFlags::SIGNALED);
     wr
 }

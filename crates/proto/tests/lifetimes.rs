@@ -92,11 +92,7 @@ fn rig(s: Setup, lend: bool) -> (Rig, Arc<Tracked>, u32) {
 
 fn send_from(key: u32, id: u64, op: WrOpcode, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, op);
-    wr.sg_list = vec![Sge {
-        addr: TVA,
-        length: len,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(TVA, len, key)];
     wr.remote_addr = 0x5000;
     wr.rkey = RKey(0x4242);
     wr
@@ -223,11 +219,7 @@ fn receive_into_a_deregistered_buffer_fails_locally() {
             r.qpn,
             RecvWr {
                 wr_id: 5,
-                sg_list: vec![Sge {
-                    addr: TVA,
-                    length: 4096,
-                    lkey: key,
-                }],
+                sg_list: vec![Sge::new(TVA, 4096, key)],
             },
         )
         .unwrap();

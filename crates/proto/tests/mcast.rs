@@ -69,19 +69,7 @@ impl Rig {
             })
             .unwrap();
         if t == QpType::Ud {
-            for (state, m) in [
-                (
-                    QpState::Init,
-                    AttrMask::required(t, QpState::Reset, QpState::Init).unwrap(),
-                ),
-                (QpState::Rtr, AttrMask::STATE),
-                (QpState::Rts, AttrMask::STATE.with(AttrMask::SQ_PSN)),
-            ] {
-                let a = QpAttr {
-                    qp_state: state,
-                    qkey: QKey(qkey),
-                    ..Default::default()
-                };
+            for (a, m) in QpAttr::ud_to_rts(QKey(qkey)) {
                 self.dev.modify_qp(self.now, qpn, &a, m).unwrap();
             }
         }
@@ -91,11 +79,7 @@ impl Rig {
     fn recv(&mut self, qpn: Qpn, id: u64, off: u64) {
         let wr = RecvWr {
             wr_id: id,
-            sg_list: vec![Sge {
-                addr: VA + off,
-                length: 256,
-                lkey: self.key,
-            }],
+            sg_list: vec![Sge::new(VA + off, 256, self.key)],
         };
         self.dev.post_recv(self.now, qpn, wr).unwrap();
     }
@@ -282,11 +266,7 @@ fn a_ud_send_to_a_group_goes_to_its_address_with_qpn_0xffffff() {
         r.mem.fill_from(0, b"hello group");
         let mut wr = SendWr::new(5, WrOpcode::SendWithImm);
         wr.imm_data = 0xabcd;
-        wr.sg_list = vec![Sge {
-            addr: VA,
-            length: 11,
-            lkey: r.key,
-        }];
+        wr.sg_list = vec![Sge::new(VA, 11, r.key)];
         wr.ud = Some(UdDest {
             ah,
             remote_qpn: Qpn::MULTICAST,

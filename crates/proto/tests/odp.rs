@@ -191,11 +191,7 @@ fn an_atomic_on_an_unmapped_page_is_a_remote_access_error() {
 fn local_requests_and_receives_on_unmapped_pages_fail_locally() {
     let (mut r, _mem, key) = rig();
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: OVA + 2 * PAGE as u64,
-        length: 100,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(OVA + 2 * PAGE as u64, 100, key)];
     r.post_send(wr);
     assert!(r.sent().is_empty());
     assert_eq!(r.send_cq()[0].status, WcStatus::LocProtErr);
@@ -203,11 +199,7 @@ fn local_requests_and_receives_on_unmapped_pages_fail_locally() {
     let (mut r, _mem, key) = rig();
     let wr = RecvWr {
         wr_id: 2,
-        sg_list: vec![Sge {
-            addr: OVA + 2 * PAGE as u64,
-            length: 100,
-            lkey: key,
-        }],
+        sg_list: vec![Sge::new(OVA + 2 * PAGE as u64, 100, key)],
     };
     r.dev.post_recv(r.now, r.qpn, wr).unwrap();
     let psn = r.take_psn(1);
@@ -241,7 +233,7 @@ fn an_implicit_region_reaches_any_address() {
 #[test]
 fn advise_prefetches_on_demand_ranges_with_the_man_page_errors() {
     let (mut r, mem, key) = rig();
-    let sge = |addr: u64, length: u32, lkey: u32| Sge { addr, length, lkey };
+    let sge = |addr: u64, length: u32, lkey: u32| Sge::new(addr, length, lkey);
     r.dev
         .advise_mr(r.pd, Advice::PrefetchWrite, true, &[sge(OVA, 8192, key)])
         .unwrap();
@@ -383,11 +375,7 @@ fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
     // A SEND is posted from the old memory, not yet sent.
     r.mem.fill_from(0, &[4; 64]);
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA,
-        length: 64,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(VA, 64, key)];
     let new = Arc::new(VecMemory::new(4096));
     new.fill_from(0, &[9; 64]);
     r.post_send(wr);

@@ -121,14 +121,7 @@ fn post_checks() {
     let mut r = Rig::new(Setup::default());
     // Too many SGEs, inline too long, queue full, wrong opcode for the type.
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![
-        Sge {
-            addr: VA,
-            length: 1,
-            lkey: r.key
-        };
-        5
-    ];
+    wr.sg_list = vec![Sge::new(VA, 1, r.key); 5];
     assert!(r.dev.post_send(r.now, r.qpn, wr).is_err());
     let mut wr = SendWr::new(1, WrOpcode::Send);
     wr.flags = SendFlags::INLINE;
@@ -280,11 +273,7 @@ fn srq_shares_receives_and_raises_the_limit_event() {
                 srq,
                 RecvWr {
                     wr_id: i,
-                    sg_list: vec![Sge {
-                        addr: VA + i * 128,
-                        length: 128,
-                        lkey: r.key,
-                    }],
+                    sg_list: vec![Sge::new(VA + i * 128, 128, r.key)],
                 },
             )
             .unwrap();
@@ -383,11 +372,7 @@ fn srq_resizes_with_receives_posted() {
     let (max_wr, ..) = r.dev.query_srq(srq).unwrap();
     let wr = |i: u64| RecvWr {
         wr_id: i,
-        sg_list: vec![Sge {
-            addr: VA + (i % 8) * 128,
-            length: 128,
-            lkey: r.key,
-        }],
+        sg_list: vec![Sge::new(VA + (i % 8) * 128, 128, r.key)],
     };
     for i in 0..u64::from(max_wr) {
         r.dev.post_srq_recv(srq, wr(i)).unwrap();
@@ -503,6 +488,11 @@ fn required_masks_follow_table_91() {
     // The constants tests and programs pass are exactly the table's.
     assert_eq!(r(QpType::Rc, Init, Rtr), Some(AttrMask::RC_RTR));
     assert_eq!(r(QpType::Rc, Rtr, Rts), Some(AttrMask::RC_RTS));
+    let ud = QpAttr::ud_to_rts(QKey(7));
+    assert_eq!(ud[0].1, ud_init);
+    assert_eq!(Some(ud[1].1), r(QpType::Ud, Init, Rtr));
+    assert_eq!(Some(ud[2].1), r(QpType::Ud, Rtr, Rts));
+    assert!(ud.iter().all(|(a, _)| a.qkey == QKey(7)));
 }
 
 /// The port MTU of a link, as rxe derives it from its netdev's MTU

@@ -97,11 +97,7 @@ impl Tgt {
     fn recv(&mut self, which: usize, id: u64, off: u64, len: u32) {
         let wr = RecvWr {
             wr_id: id,
-            sg_list: vec![Sge {
-                addr: VA + off,
-                length: len,
-                lkey: self.key,
-            }],
+            sg_list: vec![Sge::new(VA + off, len, self.key)],
         };
         self.dev.post_srq_recv(self.srq[which].0, wr).unwrap();
     }
@@ -388,11 +384,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     f.flush.placement_type = 1;
     assert!(dev.post_send(now, qpn, f).is_err());
     let mut wr = SendWr::new(9, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA,
-        length: 11,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(VA, 11, key)];
     wr.remote_srqn = 0x00c0_ffee;
     dev.post_send(now, qpn, wr).unwrap();
     let mut buf = vec![0u8; 8192];

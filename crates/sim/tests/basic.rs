@@ -36,11 +36,7 @@ fn one_pair(loss: f64, seed: u64) {
             sb.qpn,
             RecvWr {
                 wr_id: 77,
-                sg_list: vec![Sge {
-                    addr: sb.va,
-                    length: 8192,
-                    lkey: sb.key,
-                }],
+                sg_list: vec![Sge::new(sb.va, 8192, sb.key)],
             },
         )
         .unwrap();
@@ -146,11 +142,7 @@ fn large_reads_survive_systematic_reordering() {
         let now = sim.now;
         for k in 0..4u64 {
             let mut wr = SendWr::new(k, WrOpcode::RdmaRead);
-            wr.sg_list = vec![Sge {
-                addr: ca.va + k * (512 << 10),
-                length: 512 << 10,
-                lkey: ca.key,
-            }];
+            wr.sg_list = vec![Sge::new(ca.va + k * (512 << 10), 512 << 10, ca.key)];
             wr.remote_addr = sb.va + k * (512 << 10);
             wr.rkey = RKey(sb.key);
             sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
@@ -176,10 +168,6 @@ fn large_reads_survive_systematic_reordering() {
 /// region.
 fn client_wr(ca: &Endpoint, id: u64, op: WrOpcode, off: u64, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, op);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + off,
-        length: len,
-        lkey: ca.key,
-    }];
+    wr.sg_list = vec![Sge::new(ca.va + off, len, ca.key)];
     wr
 }

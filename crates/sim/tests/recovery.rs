@@ -18,11 +18,7 @@ const RTO_NS: u64 = 4096 << PERFTEST_TIMEOUT;
 fn write_wr(ca: &Endpoint, sb: &Endpoint, id: u64, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, WrOpcode::RdmaWrite);
     let off = (id * len as u64) % (ca.mem.len() as u64 - len as u64);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + off,
-        length: len,
-        lkey: ca.key,
-    }];
+    wr.sg_list = vec![Sge::new(ca.va + off, len, ca.key)];
     wr.remote_addr = sb.va + off;
     wr.rkey = RKey(sb.key);
     wr
@@ -379,11 +375,7 @@ fn a_flush_waits_for_the_atomic_before_it_so_a_lost_atomic_ack_is_answered_again
     }));
     let start = sim.now;
     let mut fa = SendWr::new(0, WrOpcode::AtomicFetchAndAdd);
-    fa.sg_list = vec![Sge {
-        addr: ca.va,
-        length: 8,
-        lkey: ca.key,
-    }];
+    fa.sg_list = vec![Sge::new(ca.va, 8, ca.key)];
     fa.remote_addr = sb.va;
     fa.rkey = RKey(sb.key);
     fa.compare_add = 5;

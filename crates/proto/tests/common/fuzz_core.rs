@@ -289,11 +289,7 @@ impl Target {
                 let off = (n * RECVS + k) * RECV_LEN;
                 let wr = RecvWr {
                     wr_id: off as u64,
-                    sg_list: vec![Sge {
-                        addr: local.va + off as u64,
-                        length: RECV_LEN as u32,
-                        lkey: local.key,
-                    }],
+                    sg_list: vec![Sge::new(local.va + off as u64, RECV_LEN as u32, local.key)],
                 };
                 dev.post_recv(now, q, wr).unwrap();
                 allowed.push((R_LOCAL, off, off + RECV_LEN));
@@ -304,29 +300,21 @@ impl Target {
         // The device's own requests: WRITE (from the read-only region), READ
         // and FETCH_ADD into the local region.
         let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
-        w.sg_list = vec![Sge {
-            addr: regions[R_READ].va,
-            length: 64,
-            lkey: regions[R_READ].key,
-        }];
+        w.sg_list = vec![Sge::new(regions[R_READ].va, 64, regions[R_READ].key)];
         w.remote_addr = 0x7000;
         w.rkey = RKey(0x1234);
         dev.post_send(now, rc, w).unwrap();
         let mut r = SendWr::new(2, WrOpcode::RdmaRead);
-        r.sg_list = vec![Sge {
-            addr: local.va + READ_AT as u64,
-            length: READ_LEN as u32,
-            lkey: local.key,
-        }];
+        r.sg_list = vec![Sge::new(
+            local.va + READ_AT as u64,
+            READ_LEN as u32,
+            local.key,
+        )];
         r.remote_addr = 0x8000;
         r.rkey = RKey(0x1234);
         dev.post_send(now, rc, r).unwrap();
         let mut f = SendWr::new(3, WrOpcode::AtomicFetchAndAdd);
-        f.sg_list = vec![Sge {
-            addr: local.va + FADD_AT as u64,
-            length: 8,
-            lkey: local.key,
-        }];
+        f.sg_list = vec![Sge::new(local.va + FADD_AT as u64, 8, local.key)];
         f.remote_addr = 0x9000;
         f.rkey = RKey(0x1234);
         f.compare_add = 5;

@@ -280,11 +280,7 @@ impl Rig {
     pub fn post_recv(&mut self, id: u64, off: u64, len: u32) {
         let wr = RecvWr {
             wr_id: id,
-            sg_list: vec![Sge {
-                addr: VA + off,
-                length: len,
-                lkey: self.key,
-            }],
+            sg_list: vec![Sge::new(VA + off, len, self.key)],
         };
         self.dev.post_recv(self.now, self.qpn, wr).unwrap();
     }
