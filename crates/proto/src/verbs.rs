@@ -461,6 +461,16 @@ impl SendWr {
             remote_srqn: 0,
         }
     }
+    /// A signaled one-sided request (`RdmaWrite`, `RdmaRead`, an atomic)
+    /// of one SGE to `remote_addr` under `rkey`; the rest as [`Self::new`].
+    pub fn rdma(wr_id: u64, opcode: WrOpcode, sge: Sge, remote_addr: u64, rkey: RKey) -> Self {
+        SendWr {
+            sg_list: vec![sge],
+            remote_addr,
+            rkey,
+            ..SendWr::new(wr_id, opcode)
+        }
+    }
     /// Total payload length.
     pub fn length(&self) -> u64 {
         if self.flags.contains(SendFlags::INLINE) {

@@ -141,10 +141,13 @@ fn large_reads_survive_systematic_reordering() {
         sb.mem.fill_from(0, &data);
         let now = sim.now;
         for k in 0..4u64 {
-            let mut wr = SendWr::new(k, WrOpcode::RdmaRead);
-            wr.sg_list = vec![Sge::new(ca.va + k * (512 << 10), 512 << 10, ca.key)];
-            wr.remote_addr = sb.va + k * (512 << 10);
-            wr.rkey = RKey(sb.key);
+            let wr = SendWr::rdma(
+                k,
+                WrOpcode::RdmaRead,
+                Sge::new(ca.va + k * (512 << 10), 512 << 10, ca.key),
+                sb.va + k * (512 << 10),
+                RKey(sb.key),
+            );
             sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
         }
         run(&mut sim);

@@ -374,10 +374,13 @@ fn a_flush_waits_for_the_atomic_before_it_so_a_lost_atomic_ack_is_answered_again
         false
     }));
     let start = sim.now;
-    let mut fa = SendWr::new(0, WrOpcode::AtomicFetchAndAdd);
-    fa.sg_list = vec![Sge::new(ca.va, 8, ca.key)];
-    fa.remote_addr = sb.va;
-    fa.rkey = RKey(sb.key);
+    let mut fa = SendWr::rdma(
+        0,
+        WrOpcode::AtomicFetchAndAdd,
+        Sge::new(ca.va, 8, ca.key),
+        sb.va,
+        RKey(sb.key),
+    );
     fa.compare_add = 5;
     let mut fl = SendWr::new(1, WrOpcode::Flush);
     fl.remote_addr = sb.va + 4096;

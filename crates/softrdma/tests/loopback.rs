@@ -123,10 +123,13 @@ fn rc_send_write_read_atomics() {
     // FETCH_ADD and COMPARE_SWAP on the server's first 8 bytes.
     s.mr.atomic_u64(3 << 20)
         .store(40, std::sync::atomic::Ordering::SeqCst);
-    let mut wr = SendWr::new(4, WrOpcode::AtomicFetchAndAdd);
-    wr.sg_list = vec![c.mr.sge(3 << 20, 8)];
-    wr.remote_addr = c.conn.remote.va + (3 << 20);
-    wr.rkey = c.conn.remote.rkey;
+    let mut wr = SendWr::rdma(
+        4,
+        WrOpcode::AtomicFetchAndAdd,
+        c.mr.sge(3 << 20, 8),
+        c.conn.remote.va + (3 << 20),
+        c.conn.remote.rkey,
+    );
     wr.compare_add = 2;
     c.conn.qp.post_send(wr.clone()).unwrap();
     let mut cas = wr.clone();
@@ -154,10 +157,13 @@ fn rc_send_write_read_atomics() {
     );
 
     // Bad rkey: remote access error, QP in error.
-    let mut bad = SendWr::new(6, WrOpcode::RdmaWrite);
-    bad.sg_list = vec![c.mr.sge(0, 8)];
-    bad.remote_addr = c.conn.remote.va;
-    bad.rkey = RKey(c.conn.remote.rkey.0 ^ 0x100);
+    let bad = SendWr::rdma(
+        6,
+        WrOpcode::RdmaWrite,
+        c.mr.sge(0, 8),
+        c.conn.remote.va,
+        RKey(c.conn.remote.rkey.0 ^ 0x100),
+    );
     c.conn.qp.post_send(bad).unwrap();
     let r = c.cq.wait(1, T).unwrap();
     assert_eq!(r[0].status, WcStatus::RemAccessErr);

@@ -114,10 +114,13 @@ fn netns_client_role() {
     let chunk = 256 << 10;
     let n = LEN / 2 / chunk;
     for k in 0..n {
-        let mut wr = SendWr::new(k as u64, WrOpcode::RdmaWrite);
-        wr.sg_list = vec![mr.sge(k * chunk, chunk as u32)];
-        wr.remote_addr = r.va + (k * chunk) as u64;
-        wr.rkey = r.rkey;
+        let wr = SendWr::rdma(
+            k as u64,
+            WrOpcode::RdmaWrite,
+            mr.sge(k * chunk, chunk as u32),
+            r.va + (k * chunk) as u64,
+            r.rkey,
+        );
         c.qp.post_send(wr).unwrap();
         if k >= 8 {
             check(cq.wait(1, t).unwrap(), 1);

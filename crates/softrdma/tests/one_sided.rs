@@ -192,26 +192,35 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
     let remote = i.conn.remote;
     // WRITE 512 KiB.
     i.mr.write(0, &pattern(3, LEN / 2));
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![i.mr.sge(0, (LEN / 2) as u32)];
-    wr.remote_addr = remote.va;
-    wr.rkey = remote.rkey;
+    let wr = SendWr::rdma(
+        1,
+        WrOpcode::RdmaWrite,
+        i.mr.sge(0, (LEN / 2) as u32),
+        remote.va,
+        remote.rkey,
+    );
     i.conn.qp.post_send(wr).unwrap();
     ok(&i, 1);
     // READ the target's pattern.
-    let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
-    rd.sg_list = vec![i.mr.sge(LEN / 2, (LEN / 2 - 64) as u32)];
-    rd.remote_addr = remote.va + (LEN / 2) as u64;
-    rd.rkey = remote.rkey;
+    let rd = SendWr::rdma(
+        2,
+        WrOpcode::RdmaRead,
+        i.mr.sge(LEN / 2, (LEN / 2 - 64) as u32),
+        remote.va + (LEN / 2) as u64,
+        remote.rkey,
+    );
     i.conn.qp.post_send(rd).unwrap();
     ok(&i, 1);
     assert_eq!(i.mr.to_vec(LEN / 2, LEN / 2 - 64), pattern(7, LEN / 2 - 64));
     // 100 FETCH_ADDs of 3, then a COMPARE_SWAP 1300 → 77.
     for k in 0..100u64 {
-        let mut fa = SendWr::new(10 + k, WrOpcode::AtomicFetchAndAdd);
-        fa.sg_list = vec![i.mr.sge(LEN - 64, 8)];
-        fa.remote_addr = remote.va + COUNTER as u64;
-        fa.rkey = remote.rkey;
+        let mut fa = SendWr::rdma(
+            10 + k,
+            WrOpcode::AtomicFetchAndAdd,
+            i.mr.sge(LEN - 64, 8),
+            remote.va + COUNTER as u64,
+            remote.rkey,
+        );
         fa.compare_add = 3;
         i.conn.qp.post_send(fa).unwrap();
         ok(&i, 1);
@@ -220,10 +229,13 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
             1000 + 3 * k
         );
     }
-    let mut cas = SendWr::new(200, WrOpcode::AtomicCmpAndSwp);
-    cas.sg_list = vec![i.mr.sge(LEN - 64, 8)];
-    cas.remote_addr = remote.va + COUNTER as u64;
-    cas.rkey = remote.rkey;
+    let mut cas = SendWr::rdma(
+        200,
+        WrOpcode::AtomicCmpAndSwp,
+        i.mr.sge(LEN - 64, 8),
+        remote.va + COUNTER as u64,
+        remote.rkey,
+    );
     cas.compare_add = 1300;
     cas.swap = 77;
     i.conn.qp.post_send(cas).unwrap();
@@ -247,10 +259,13 @@ fn a_write_lands_while_the_target_spins_on_its_last_byte() {
     let mut data = pattern(3, LEN / 2);
     data[LEN / 2 - 1] = 0xab;
     i.mr.write(0, &data);
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![i.mr.sge(0, (LEN / 2) as u32)];
-    wr.remote_addr = remote.va;
-    wr.rkey = remote.rkey;
+    let wr = SendWr::rdma(
+        1,
+        WrOpcode::RdmaWrite,
+        i.mr.sge(0, (LEN / 2) as u32),
+        remote.va,
+        remote.rkey,
+    );
     i.conn.qp.post_send(wr).unwrap();
     ok(&i, 1);
     let line = wait_line(&mut out, "LANDED");

@@ -313,10 +313,13 @@ impl Target {
         r.remote_addr = 0x8000;
         r.rkey = RKey(0x1234);
         dev.post_send(now, rc, r).unwrap();
-        let mut f = SendWr::new(3, WrOpcode::AtomicFetchAndAdd);
-        f.sg_list = vec![Sge::new(local.va + FADD_AT as u64, 8, local.key)];
-        f.remote_addr = 0x9000;
-        f.rkey = RKey(0x1234);
+        let mut f = SendWr::rdma(
+            3,
+            WrOpcode::AtomicFetchAndAdd,
+            Sge::new(local.va + FADD_AT as u64, 8, local.key),
+            0x9000,
+            RKey(0x1234),
+        );
         f.compare_add = 5;
         dev.post_send(now, rc, f).unwrap();
         let snapshots = regions.iter().map(|r| r.mem.snapshot()).collect();
