@@ -127,14 +127,7 @@ fn packet(opcode: u8, qkey: u32, payload: &[u8]) -> Vec<u8> {
         r.imm = Some(0);
     }
     let ip = IpRepr::between("10.0.0.2".parse().unwrap(), "10.0.0.1".parse().unwrap(), 0).unwrap();
-    let d = DatagramRepr {
-        ip,
-        udp: softrdma_wire::ip::UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(ip, 4791, 4791);
     let mut buf = vec![0u8; 2048];
     let n = d.emit(&r, &mut buf).unwrap();
     let dg = RoceDatagram::new_checked(&buf[..n]).unwrap();

@@ -7,7 +7,6 @@ mod support;
 
 use softrdma_proto::*;
 use softrdma_wire::ext::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT, FLUSH_RANGE};
-use softrdma_wire::ip::UdpRepr;
 use softrdma_wire::*;
 use std::sync::Arc;
 use support::*;
@@ -441,14 +440,7 @@ fn flush_bytes(p: &PacketRepr<'_>, ident: u16, form: &str) -> Vec<u8> {
     if let IpRepr::V4(v) = &mut ip {
         v.ident = ident;
     }
-    let d = DatagramRepr {
-        ip,
-        udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(ip, 4791, 4791);
     let c = if form == "rxe" {
         d.icrc(&buf[..n - 4])
     } else {
@@ -474,14 +466,11 @@ fn flush_icrc_is_rxe_s_form_and_either_form_is_accepted() {
     let mut buf = vec![0u8; 8192];
     let tx = r.dev.poll_transmit(r.now, &mut buf).unwrap();
     let pkt = IbPacket::new_checked(&buf[..tx.len]).unwrap();
-    let d = DatagramRepr {
-        ip: IpRepr::between(ip(DEV_IP), ip(PEER_IP), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(
+        IpRepr::between(ip(DEV_IP), ip(PEER_IP), 0).unwrap(),
+        4791,
+        4791,
+    );
     assert_eq!(pkt.bth().opcode(), Opcode(0x1c));
     assert_eq!(pkt.icrc(), d.icrc(pkt.icrc_covered()));
     assert_ne!(pkt.icrc(), d.icrc_iba(pkt.icrc_covered()));

@@ -210,14 +210,7 @@ mod raw {
             qkey: QKey(GSI_QKEY),
             src_qp: Qpn::GSI,
         });
-        let d = DatagramRepr {
-            ip: IpRepr::between(src, dst, 0).unwrap(),
-            udp: softrdma_wire::ip::UdpRepr {
-                src_port: 4791,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(IpRepr::between(src, dst, 0).unwrap(), 4791, 4791);
         let mut buf = vec![0u8; 2048];
         let n = d.emit(&r, &mut buf).unwrap();
         let dg = RoceDatagram::new_checked(&buf[..n]).unwrap();

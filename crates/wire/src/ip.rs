@@ -297,18 +297,29 @@ impl DatagramRepr {
         Ok(total)
     }
 
+    /// IP header `ip` and a UDP header from `src_port` to `dst_port`
+    /// with checksum 0 (RoCE v2 senders may leave it 0; the ICRC covers
+    /// the payload).
+    pub const fn new(ip: IpRepr, src_port: u16, dst_port: u16) -> DatagramRepr {
+        DatagramRepr {
+            ip,
+            udp: UdpRepr {
+                src_port,
+                dst_port,
+                checksum: 0,
+            },
+        }
+    }
+
     /// The datagram a RoCE v2 peer at UDP endpoint `src` sends to `dst`
     /// (traffic class 0, the UDP checksum left 0 as RoCE v2 allows).
     /// Fails when the two addresses are of different families.
     pub fn between(src: core::net::SocketAddr, dst: core::net::SocketAddr) -> Result<DatagramRepr> {
-        Ok(DatagramRepr {
-            ip: IpRepr::between(src.ip(), dst.ip(), 0)?,
-            udp: UdpRepr {
-                src_port: src.port(),
-                dst_port: dst.port(),
-                checksum: 0,
-            },
-        })
+        Ok(DatagramRepr::new(
+            IpRepr::between(src.ip(), dst.ip(), 0)?,
+            src.port(),
+            dst.port(),
+        ))
     }
 
     /// The UDP payload that carries `pkt` in this datagram: `pkt` with its

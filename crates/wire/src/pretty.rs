@@ -297,7 +297,6 @@ mod tests {
     use super::*;
     use crate::bth::BthRepr;
     use crate::ext::{AethRepr, RethRepr, Syndrome};
-    use crate::ip::UdpRepr;
     use crate::opcode::Opcode;
     use crate::packet::PacketRepr;
     use crate::types::{Msn, Psn, Qpn, RKey};
@@ -392,19 +391,16 @@ mod tests {
 
     #[test]
     fn prints_a_write_and_an_ack() {
-        let d = DatagramRepr {
-            ip: IpRepr::between(
+        let d = DatagramRepr::new(
+            IpRepr::between(
                 "198.18.0.2".parse().unwrap(),
                 "198.18.0.1".parse().unwrap(),
                 0,
             )
             .unwrap(),
-            udp: UdpRepr {
-                src_port: 49476,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+            49476,
+            4791,
+        );
         let bth = BthRepr {
             ack_req: true,
             ..BthRepr::new(Opcode(0x0a), Qpn::new(0x21), Psn::new(0x8530ff))

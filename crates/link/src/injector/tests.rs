@@ -264,14 +264,11 @@ fn responder() -> impl FnMut(Qpn) -> Option<Responder> {
 /// The answer parsed, its ICRC checked in the datagram it goes in.
 fn check_answer(a: &AnswerPacket, psn: u32, want: Syndrome) {
     assert_eq!(a.dst, SocketAddr::new(peer(), 4791));
-    let d = DatagramRepr {
-        ip: IpRepr::between(local().ip(), peer(), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(
+        IpRepr::between(local().ip(), peer(), 0).unwrap(),
+        4791,
+        4791,
+    );
     let mut whole = vec![0u8; d.header_len() + a.data.len()];
     d.emit_headers(&mut whole, a.data.len()).unwrap();
     whole[d.header_len()..].copy_from_slice(&a.data);

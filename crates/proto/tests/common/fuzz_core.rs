@@ -22,7 +22,7 @@
 //   three requests.
 
 use softrdma_proto::*;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::{IbPacket, Operation, PacketRepr, Psn, Qpn, RKey, Transport};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -354,14 +354,7 @@ impl Target {
         let Ok(ip_repr) = IpRepr::between(src, ip(DEV_IP), 0) else {
             return;
         };
-        let d = DatagramRepr {
-            ip: ip_repr,
-            udp: UdpRepr {
-                src_port: 4791,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(ip_repr, 4791, 4791);
         let n = ib.len();
         let icrc = d.icrc(&ib[..n - 4]);
         ib[n - 4..].copy_from_slice(&icrc.to_le_bytes());
@@ -415,14 +408,11 @@ impl Target {
             let b = &self.buf[..tx.len];
             assert_eq!(tx.dst, SocketAddr::new(ip(PEER_IP), 4791), "destination");
             let pkt = IbPacket::new_checked(b).expect("the device sends valid packets");
-            let d = DatagramRepr {
-                ip: IpRepr::between(ip(DEV_IP), ip(PEER_IP), tx.traffic_class).unwrap(),
-                udp: UdpRepr {
-                    src_port: self.dev.config().udp_src_port,
-                    dst_port: 4791,
-                    checksum: 0,
-                },
-            };
+            let d = DatagramRepr::new(
+                IpRepr::between(ip(DEV_IP), ip(PEER_IP), tx.traffic_class).unwrap(),
+                self.dev.config().udp_src_port,
+                4791,
+            );
             assert_eq!(
                 d.icrc(pkt.icrc_covered()),
                 pkt.icrc(),
