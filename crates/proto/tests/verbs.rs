@@ -258,6 +258,13 @@ fn completion_notification_fires_once_per_arm() {
     assert_eq!(r.events(), vec![Event::Completion(r.rcq)]);
 }
 
+/// Posts receive `id` with `sg_list` to `srq`.
+fn srq_recv(r: &mut Rig, srq: SrqId, id: u64, sg_list: Vec<Sge>) {
+    r.dev
+        .post_srq_recv(srq, RecvWr { wr_id: id, sg_list })
+        .unwrap();
+}
+
 #[test]
 fn srq_shares_receives_and_raises_the_limit_event() {
     let mut r = Rig::new(Setup {
@@ -268,15 +275,8 @@ fn srq_shares_receives_and_raises_the_limit_event() {
     assert_eq!(qp_srq.1.max_recv_wr, 0);
     let srq = SrqId(0);
     for i in 0..4 {
-        r.dev
-            .post_srq_recv(
-                srq,
-                RecvWr {
-                    wr_id: i,
-                    sg_list: vec![Sge::new(VA + i * 128, 128, r.key)],
-                },
-            )
-            .unwrap();
+        let sge = Sge::new(VA + i * 128, 128, r.key);
+        srq_recv(&mut r, srq, i, vec![sge]);
     }
     assert!(
         r.dev
@@ -319,15 +319,7 @@ fn srq_resizes_but_never_below_its_receives_or_its_limit() {
     });
     let srq = SrqId(0);
     for i in 0..4 {
-        r.dev
-            .post_srq_recv(
-                srq,
-                RecvWr {
-                    wr_id: i,
-                    sg_list: vec![],
-                },
-            )
-            .unwrap();
+        srq_recv(&mut r, srq, i, vec![]);
     }
     r.dev.modify_srq(srq, Some(32), None).unwrap();
     assert_eq!(r.dev.query_srq(srq).unwrap(), (32, 4, 0, 4), "grown");

@@ -37,11 +37,10 @@ fn is_write_only(d: &[u8]) -> bool {
     IbPacket::new_checked(d).is_ok_and(|p| p.bth().opcode() == Opcode(0x0a))
 }
 
-/// Eight one-packet WRITEs on one QP; `lose(n)` says whether the n-th
-/// WRITE packet handed to the link (0-based, first copies and
-/// retransmissions counted alike) is lost. Returns (client counters,
-/// virtual ns from posting to the last completion).
-fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
+/// A client (node `a`, returned) connected to a server over a link that
+/// loses the n-th WRITE ONLY packet (0-based, first copies and
+/// retransmissions counted alike) when `lose(n)`.
+fn lossy_pair(lose: impl Fn(u32) -> bool + 'static) -> (Sim, usize, Endpoint, Endpoint) {
     let mut sim = Sim::new(7, LinkConfig::default());
     let a = sim.add_node(11, None);
     let b = sim.add_node(12, None);
@@ -56,6 +55,15 @@ fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
         s2.set(n + 1);
         lose(n)
     }));
+    (sim, a, ca, sb)
+}
+
+/// Eight one-packet WRITEs on one QP; `lose(n)` says whether the n-th
+/// WRITE packet handed to the link (0-based, first copies and
+/// retransmissions counted alike) is lost. Returns (client counters,
+/// virtual ns from posting to the last completion).
+fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
+    let (mut sim, a, ca, sb) = lossy_pair(lose);
     let start = sim.now;
     for id in 0..8 {
         let wr = write_wr(&ca, &sb, id, 4096);
@@ -202,20 +210,7 @@ fn a_nak_for_the_probed_packet_sends_it_again_at_once() {
     // and must not make the NAK look like one already under way (it did:
     // the NAK was ignored, and only the transport timer recovered, with
     // the window down to its minimum and a retry spent).
-    let mut sim = Sim::new(7, LinkConfig::default());
-    let a = sim.add_node(11, None);
-    let b = sim.add_node(12, None);
-    let (ca, sb) = connect(&mut sim, a, b, &opts());
-    let seen = Rc::new(Cell::new(0u32));
-    let s2 = seen.clone();
-    sim.drop_filter = Some(Box::new(move |d| {
-        if !is_write_only(d) {
-            return false;
-        }
-        let n = s2.get();
-        s2.set(n + 1);
-        n == 7 || n == 8
-    }));
+    let (mut sim, a, ca, sb) = lossy_pair(|n| n == 7 || n == 8);
     let start = sim.now;
     for id in 0..8 {
         let wr = write_wr(&ca, &sb, id, 4096);

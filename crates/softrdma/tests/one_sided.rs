@@ -137,6 +137,16 @@ fn ok(i: &Initiator, n: usize) {
     assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
 }
 
+/// WRITEs the first half of the initiator's region to the start of the
+/// target's, and waits for its completion.
+fn write_half(i: &Initiator) {
+    let remote = i.conn.remote;
+    let sge = i.mr.sge(0, (LEN / 2) as u32);
+    let wr = SendWr::rdma(1, WrOpcode::RdmaWrite, sge, remote.va, remote.rkey);
+    i.conn.qp.post_send(wr).unwrap();
+    ok(i, 1);
+}
+
 /// State and wait channel of the target's test thread (the harness runs
 /// each test in a thread named after it).
 fn sleeping_in_pipe_read(pid: u32) -> (String, String) {
@@ -192,15 +202,7 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
     let remote = i.conn.remote;
     // WRITE 512 KiB.
     i.mr.write(0, &pattern(3, LEN / 2));
-    let wr = SendWr::rdma(
-        1,
-        WrOpcode::RdmaWrite,
-        i.mr.sge(0, (LEN / 2) as u32),
-        remote.va,
-        remote.rkey,
-    );
-    i.conn.qp.post_send(wr).unwrap();
-    ok(&i, 1);
+    write_half(&i);
     // READ the target's pattern.
     let rd = SendWr::rdma(
         2,
@@ -255,19 +257,10 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
 #[test]
 fn a_write_lands_while_the_target_spins_on_its_last_byte() {
     let (mut child, mut out, i) = start("spin");
-    let remote = i.conn.remote;
     let mut data = pattern(3, LEN / 2);
     data[LEN / 2 - 1] = 0xab;
     i.mr.write(0, &data);
-    let wr = SendWr::rdma(
-        1,
-        WrOpcode::RdmaWrite,
-        i.mr.sge(0, (LEN / 2) as u32),
-        remote.va,
-        remote.rkey,
-    );
-    i.conn.qp.post_send(wr).unwrap();
-    ok(&i, 1);
+    write_half(&i);
     let line = wait_line(&mut out, "LANDED");
     assert_eq!(line.trim(), "LANDED ok");
     let mut rest = String::new();
