@@ -368,6 +368,19 @@ fn rereg_access_and_pd_take_effect_at_once_and_keep_the_key() {
     assert_eq!(r.dev.mr(key).unwrap().pd, pd2);
 }
 
+/// Re-registers region `key` over `new` at 0x50_0000: its new key.
+fn move_to(r: &mut Rig, key: u32, new: &Arc<VecMemory>) -> u32 {
+    r.dev
+        .rereg_mr(
+            key,
+            Rereg {
+                translation: Some((0x50_0000, new.clone())),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+}
+
 #[test]
 fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
     let mut r = Rig::new(Setup::default());
@@ -379,16 +392,7 @@ fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
     let new = Arc::new(VecMemory::new(4096));
     new.fill_from(0, &[9; 64]);
     r.post_send(wr);
-    let k = r
-        .dev
-        .rereg_mr(
-            key,
-            Rereg {
-                translation: Some((0x50_0000, new.clone())),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let k = move_to(&mut r, key, &new);
     assert_ne!(k, key);
     assert!(r.dev.mr(key).is_none());
     // The request that named the old memory fails locally; the old key is
@@ -398,31 +402,13 @@ fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
 
     let mut r = Rig::new(Setup::default());
     let key = r.key;
-    let k = r
-        .dev
-        .rereg_mr(
-            key,
-            Rereg {
-                translation: Some((0x50_0000, new.clone())),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let k = move_to(&mut r, key, &new);
     let psn = r.take_psn(1);
     r.deliver(&write_only(&r, psn, VA, key, &[1; 8]));
     assert_eq!(r.sent()[0].aeth, nak(NakCode::RemoteAccessError, 0));
     let mut r = Rig::new(Setup::default());
     let key = r.key;
-    let k2 = r
-        .dev
-        .rereg_mr(
-            key,
-            Rereg {
-                translation: Some((0x50_0000, new.clone())),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let k2 = move_to(&mut r, key, &new);
     let psn = r.take_psn(1);
     r.deliver(&write_only(&r, psn, 0x50_0010, k2, &[8; 8]));
     assert_eq!(r.sent()[0].aeth, Some((Syndrome::ACK, 1)));

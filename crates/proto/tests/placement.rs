@@ -365,13 +365,12 @@ fn flush_responder_checks_rights_then_acknowledges() {
     );
 }
 
-#[test]
-fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
-    // pyverbs' test_qp_ex_rc_flush_type_violate.
-    let (mut r, key) = flush_rig(rw().with(Access::FLUSH_GLOBAL));
+/// The answer (AETH) to a persistent FLUSH of 64 bytes at the flush rig's
+/// region.
+fn persistent_flush(r: &mut Rig, key: u32) -> Option<(Syndrome, u32)> {
     let psn = r.take_psn(1);
     r.deliver(&flush_packet(
-        &r,
+        r,
         psn,
         0x90_0000,
         key,
@@ -379,8 +378,15 @@ fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
         FLUSH_PERSISTENT,
         FLUSH_RANGE,
     ));
+    r.sent()[0].aeth
+}
+
+#[test]
+fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
+    // pyverbs' test_qp_ex_rc_flush_type_violate.
+    let (mut r, key) = flush_rig(rw().with(Access::FLUSH_GLOBAL));
     assert_eq!(
-        r.sent()[0].aeth,
+        persistent_flush(&mut r, key),
         Some((Syndrome::Nak(NakCode::RemoteAccessError), 0))
     );
     assert_eq!(r.state(), QpState::Err);
@@ -390,18 +396,8 @@ fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
 fn flush_on_a_qp_without_the_right_is_an_invalid_request() {
     let (mut r, key) = flush_rig(rw().with(Access::FLUSH));
     qp_access(&mut r, rw().remote().with(Access::FLUSH_GLOBAL));
-    let psn = r.take_psn(1);
-    r.deliver(&flush_packet(
-        &r,
-        psn,
-        0x90_0000,
-        key,
-        64,
-        FLUSH_PERSISTENT,
-        FLUSH_RANGE,
-    ));
     assert_eq!(
-        r.sent()[0].aeth,
+        persistent_flush(&mut r, key),
         Some((Syndrome::Nak(NakCode::InvalidRequest), 0))
     );
 }
