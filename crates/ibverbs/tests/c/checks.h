@@ -12,6 +12,7 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -31,6 +32,13 @@ static int checks;
 		printf("  [%s:%d]\n", __FILE__, __LINE__);                    \
 	} while (0)
 
+/* The summary line the tests read; the exit status: the failures. */
+static inline int checks_summary(void)
+{
+	printf("%d checks, %d failures\n", checks, failures);
+	return failures;
+}
+
 /* Polls until one completion arrives (1) or 5 s pass (0); < 0 on error. */
 static inline int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 {
@@ -44,6 +52,19 @@ static inline int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 		if (t.tv_sec - t0.tv_sec > 5)
 			return 0;
 	}
+}
+
+/* Opens the first device, the list freed; exits with status 100 (no
+ * device to test) when there is none. NULL when it does not open. */
+static inline struct ibv_context *open_device_or_exit(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		exit(100);
+	struct ibv_context *c = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	return c;
 }
 
 /* Opens the first device of `*list` (the device list, for the caller to

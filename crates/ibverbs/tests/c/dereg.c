@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pattern.h"
+
 #define HALF (64 * 1024)
 #define OPS 4 /* WRITEs and READs per round, each */
 
@@ -55,17 +57,6 @@ static void xfer(int fd, void *buf, size_t n, int send_it)
 			die(send_it ? "write" : "read");
 		p += r;
 		n -= (size_t)r;
-	}
-}
-
-static void fill(uint64_t seed, uint8_t *out, size_t n)
-{
-	uint64_t x = (seed * 0x9e3779b97f4a7c15ULL) | 1;
-	for (size_t k = 0; k < n; k++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		out[k] = (uint8_t)x;
 	}
 }
 
@@ -142,7 +133,7 @@ static int owner(int fd, int rounds)
 				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (buf == MAP_FAILED)
 			die("mmap");
-		fill(1000 + r, buf, 2 * HALF);
+		pattern_fill(1000 + r, buf, 2 * HALF);
 		struct ibv_mr *mr = ibv_reg_mr(pd, buf, 2 * HALF,
 					       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 						       IBV_ACCESS_REMOTE_READ);
@@ -189,7 +180,7 @@ static int peer(int fd, int rounds)
 		xfer(fd, &own, sizeof own, 0);
 		xfer(fd, &me, sizeof me, 1);
 		connect_qp(qp, me.psn, &own);
-		fill(r, wbuf, HALF);
+		pattern_fill(r, wbuf, HALF);
 		memset(rbuf, 0, OPS * HALF);
 		for (int k = 0; k < OPS; k++) {
 			struct ibv_sge ws = { (uintptr_t)wbuf, HALF, wmr->lkey };
@@ -215,7 +206,7 @@ static int peer(int fd, int rounds)
 		char go = 1;
 		xfer(fd, &go, 1, 1);
 		/* The READs target the second half of the owner's pattern. */
-		fill(1000 + r, whole, 2 * HALF);
+		pattern_fill(1000 + r, whole, 2 * HALF);
 		memcpy(expect, whole + HALF, HALF);
 		int done = 0;
 		struct ibv_wc wc[16];

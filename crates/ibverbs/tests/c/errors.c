@@ -893,6 +893,5 @@ int main(void)
 	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0,
 	      "the CQ and the PD are destroyed after the close");
 	ibv_free_device_list(list);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }

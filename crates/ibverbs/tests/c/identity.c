@@ -473,6 +473,5 @@ int main(int argc, char **argv)
 	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device");
 	CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "the command descriptor is closed");
 	ibv_free_device_list(list);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }

@@ -75,12 +75,7 @@ static int take(struct ibv_cq *cq, int n, uint32_t from, const uint8_t group[4])
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		return 100;
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
+	ctx = open_device_or_exit();
 	struct ibv_device_attr da;
 	CHECK(ctx && !ibv_query_device(ctx, &da) && da.max_mcast_grp == 8192 &&
 		      da.max_mcast_qp_attach == 56 && da.max_total_mcast_qp_attach == 8192 * 56,
@@ -178,6 +173,5 @@ int main(void)
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	free(buf);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }

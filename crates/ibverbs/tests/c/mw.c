@@ -269,6 +269,5 @@ int main(void)
 	ibv_dereg_mr(mr_src);
 	munmap(win, WLEN);
 	pair_close(&p);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }

@@ -244,6 +244,5 @@ int main(void)
 	rereg();
 	ibv_dereg_mr(ms);
 	pair_close(&p);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }

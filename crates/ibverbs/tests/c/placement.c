@@ -188,6 +188,5 @@ int main(void)
 	flush();
 	ibv_dereg_mr(mt);
 	pair_close(&p);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }

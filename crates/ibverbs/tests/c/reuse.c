@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "pattern.h"
+
 #define SLOTS 128
 #define RSLOTS 256
 #define WINDOW 200
@@ -53,13 +55,7 @@ static double now(void)
 /* The bytes of message i: every message differs everywhere. */
 static void fill(uint64_t i, uint8_t *out)
 {
-	uint64_t x = (i * 0x9e3779b97f4a7c15ULL) | 1;
-	for (size_t k = 0; k < size; k++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		out[k] = (uint8_t)x;
-	}
+	pattern_fill(i, out, size);
 }
 
 static void die(const char *what)

@@ -353,12 +353,7 @@ static void traffic(void)
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		return 100;
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
+	ctx = open_device_or_exit();
 	struct ibv_device_attr da;
 	CHECK(ctx && !ibv_query_gid(ctx, 1, 0, &gid) && !ibv_query_device(ctx, &da) &&
 		      (da.device_cap_flags & IBV_DEVICE_XRC),
@@ -374,6 +369,5 @@ int main(void)
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	free(buf);
-	printf("%d checks, %d failures\n", checks, failures);
-	return failures;
+	return checks_summary();
 }
