@@ -76,19 +76,25 @@ static void expect_event(struct rpma_conn *conn, enum rpma_conn_event want)
 		    rpma_utils_conn_event_2str(want));
 }
 
+/* One completion of `cq` into `*wc` if it has one: 1, or 0 when it has
+ * none yet (RPMA_E_NO_COMPLETION); any other answer dies. */
+static int try_wc(struct rpma_cq *cq, struct ibv_wc *wc)
+{
+	int n = 0;
+	int r = rpma_cq_get_wc(cq, 1, wc, &n);
+	if (r == 0 && n == 1)
+		return 1;
+	if (r != RPMA_E_NO_COMPLETION)
+		DIE("rpma_cq_get_wc: %s", rpma_err_2str(r));
+	return 0;
+}
+
 /* The next completion of `cq` (waiting for it), checked. */
 static struct ibv_wc next_wc(struct rpma_cq *cq, enum ibv_wc_opcode op)
 {
 	struct ibv_wc wc;
-	int n = 0;
-	for (;;) {
-		int r = rpma_cq_get_wc(cq, 1, &wc, &n);
-		if (r == 0 && n == 1)
-			break;
-		if (r != RPMA_E_NO_COMPLETION)
-			DIE("rpma_cq_get_wc: %s", rpma_err_2str(r));
+	while (!try_wc(cq, &wc))
 		CHECK(rpma_cq_wait(cq));
-	}
 	if (wc.status != IBV_WC_SUCCESS)
 		DIE("completion: %s", ibv_wc_status_str(wc.status));
 	if (wc.opcode != op)

@@ -442,11 +442,8 @@ static int s06(int clients, int shared)
 			CHECK(rpma_cq_wait(cq));
 		}
 		struct ibv_wc wc;
-		int got = 0;
-		int r = rpma_cq_get_wc(cq, 1, &wc, &got);
-		if (r == RPMA_E_NO_COMPLETION)
+		if (!try_wc(cq, &wc))
 			continue;
-		CHECK(r);
 		if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RDMA_READ)
 			DIE("client %" PRIu64 ": completion %s opcode %d", s->seed,
 			    ibv_wc_status_str(wc.status), wc.opcode);
@@ -511,13 +508,7 @@ static struct ibv_wc pong_wc(struct pong *p, enum ibv_wc_opcode op)
 	if (!p->shared)
 		return next_wc(cq, op);
 	struct ibv_wc wc;
-	int n = 0;
-	for (;;) {
-		int r = rpma_cq_get_wc(cq, 1, &wc, &n);
-		if (r == 0 && n == 1)
-			break;
-		if (r != RPMA_E_NO_COMPLETION)
-			DIE("rpma_cq_get_wc: %s", rpma_err_2str(r));
+	while (!try_wc(cq, &wc)) {
 		struct rpma_cq *which;
 		bool is_rcq;
 		CHECK(rpma_conn_wait(p->conn, 0, &which, &is_rcq));
@@ -608,13 +599,10 @@ static int c_pong(uint64_t seed, int separate_rcq, int shared)
 			int send = 0, recv = 0;
 			while (!send || !recv) {
 				struct ibv_wc wc;
-				int n = 0;
-				int r = rpma_cq_get_wc(p.scq, 1, &wc, &n);
-				if (r == RPMA_E_NO_COMPLETION) {
+				if (!try_wc(p.scq, &wc)) {
 					CHECK(rpma_cq_wait(p.scq));
 					continue;
 				}
-				CHECK(r);
 				if (wc.status != IBV_WC_SUCCESS)
 					DIE("completion: %s", ibv_wc_status_str(wc.status));
 				if (wc.opcode == IBV_WC_SEND)
@@ -704,11 +692,8 @@ static int s_srq(int clients)
 			CHECK(rpma_cq_wait(rcq));
 			for (;;) {
 				struct ibv_wc wc;
-				int n = 0;
-				int r = rpma_cq_get_wc(rcq, 1, &wc, &n);
-				if (r == RPMA_E_NO_COMPLETION)
+				if (!try_wc(rcq, &wc))
 					break;
-				CHECK(r);
 				if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV)
 					DIE("receive: %s opcode %d", ibv_wc_status_str(wc.status),
 					    wc.opcode);
@@ -747,11 +732,8 @@ static int s_srq(int clients)
 		if (!c->done) {
 			for (;;) {
 				struct ibv_wc wc;
-				int n = 0;
-				int r = rpma_cq_get_wc(rcq, 1, &wc, &n);
-				if (r == RPMA_E_NO_COMPLETION)
+				if (!try_wc(rcq, &wc))
 					break;
-				CHECK(r);
 				uintptr_t slot = (uintptr_t)wc.wr_id;
 				CHECK(rpma_srq_recv(srq, rmr, slot * 8, 8, (void *)slot));
 				for (int i = 0; i < accepted; i++)
