@@ -8,6 +8,7 @@
 use std::ffi::{CStr, OsString};
 use std::io;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -63,14 +64,13 @@ pub struct HostAddr {
     pub up: bool,
 }
 
-/// The IPv4 and IPv6 addresses of this host's interfaces (empty when
-/// `getifaddrs` fails).
-pub fn addresses() -> Vec<HostAddr> {
-    let mut out = Vec::new();
+/// Calls `f` with each node of this host's `getifaddrs` list that has an
+/// address and a name, until `f` breaks; false when `getifaddrs` fails.
+pub(crate) fn each_ifaddr(mut f: impl FnMut(&libc::ifaddrs) -> ControlFlow<()>) -> bool {
     let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills a list that is freed below.
     if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-        return out;
+        return false;
     }
     let mut p = ifa;
     while !p.is_null() {
@@ -80,19 +80,48 @@ pub fn addresses() -> Vec<HostAddr> {
         if i.ifa_addr.is_null() || i.ifa_name.is_null() {
             continue;
         }
-        // SAFETY: ifa_addr points to a sockaddr of the family it names.
-        let ip = unsafe {
-            match (*i.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let s = &*(i.ifa_addr as *const libc::sockaddr_in);
-                    IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes())
-                }
-                libc::AF_INET6 => {
-                    let s = &*(i.ifa_addr as *const libc::sockaddr_in6);
-                    IpAddr::from(s.sin6_addr.s6_addr)
-                }
-                _ => continue,
+        if f(i).is_break() {
+            break;
+        }
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(ifa) };
+    true
+}
+
+/// The IPv4 or IPv6 address in `sa` (None: another family or null).
+///
+/// # Safety
+/// `sa` is null or points to a live sockaddr of the family it names (as
+/// getifaddrs' `ifa_addr` and `ifa_netmask` do).
+pub(crate) unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise: a sockaddr of the family it names.
+    unsafe {
+        match (*sa).sa_family as i32 {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
             }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                Some(IpAddr::from(s.sin6_addr.s6_addr))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The IPv4 and IPv6 addresses of this host's interfaces (empty when
+/// `getifaddrs` fails).
+pub fn addresses() -> Vec<HostAddr> {
+    let mut out = Vec::new();
+    each_ifaddr(|i| {
+        // SAFETY: ifa_addr points to a sockaddr of the family it names.
+        let Some(ip) = (unsafe { sockaddr_ip(i.ifa_addr) }) else {
+            return ControlFlow::Continue(());
         };
         // SAFETY: ifa_name is a NUL-terminated interface name.
         let name = unsafe { CStr::from_ptr(i.ifa_name) }
@@ -105,9 +134,8 @@ pub fn addresses() -> Vec<HostAddr> {
             loopback: flags & libc::IFF_LOOPBACK != 0,
             up: flags & libc::IFF_UP != 0,
         });
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(ifa) };
+        ControlFlow::Continue(())
+    });
     out
 }
 

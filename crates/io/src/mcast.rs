@@ -19,11 +19,13 @@
 //! multicast route, no MLD on `lo`): an IPv6 device needs an interface
 //! with multicast (a veth, a dummy, a NIC).
 
+use crate::host::{each_ifaddr, sockaddr_ip};
 use crate::socket::{SocketConfig, UdpSocket};
 use crate::sys::{setsockopt_int, setsockopt_struct};
 use std::ffi::CStr;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::ControlFlow;
 use std::os::fd::AsFd;
 
 /// `IP_MULTICAST_ALL` (linux/in.h; not in every libc).
@@ -35,78 +37,43 @@ const IPV6_MULTICAST_ALL: libc::c_int = 29;
 /// one with that very address, else the one whose subnet contains it
 /// (Linux binds any 127/8 address on `lo`, which lists 127.0.0.1/8).
 pub fn interface_of(ip: IpAddr) -> Option<u32> {
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list that is freed below.
-    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-        return None;
-    }
     let (mut exact, mut subnet) = (None, None);
-    let mut p = ifa;
-    while !p.is_null() {
-        // SAFETY: a node of the list getifaddrs returned.
-        let i = unsafe { &*p };
-        p = i.ifa_next;
-        if i.ifa_addr.is_null() || i.ifa_name.is_null() {
-            continue;
-        }
+    let bits = |x: IpAddr| match x {
+        IpAddr::V4(v) => u32::from(v) as u128,
+        IpAddr::V6(v) => u128::from(v),
+    };
+    let listed = each_ifaddr(|i| {
         // SAFETY: ifa_addr (and ifa_netmask, when not null) point to
         // sockaddrs of the family ifa_addr names.
-        let (a, mask) = unsafe {
-            let mask_of = |m: *const libc::sockaddr| -> Option<u128> {
-                if m.is_null() {
-                    return None;
-                }
-                match (*m).sa_family as i32 {
-                    libc::AF_INET => {
-                        let s = &*(m as *const libc::sockaddr_in);
-                        Some(u32::from_be(s.sin_addr.s_addr) as u128)
-                    }
-                    libc::AF_INET6 => {
-                        let s = &*(m as *const libc::sockaddr_in6);
-                        Some(u128::from_be_bytes(s.sin6_addr.s6_addr))
-                    }
-                    _ => None,
-                }
-            };
-            match (*i.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let s = &*(i.ifa_addr as *const libc::sockaddr_in);
-                    let a = IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes());
-                    (a, mask_of(i.ifa_netmask))
-                }
-                libc::AF_INET6 => {
-                    let s = &*(i.ifa_addr as *const libc::sockaddr_in6);
-                    (IpAddr::from(s.sin6_addr.s6_addr), mask_of(i.ifa_netmask))
-                }
-                _ => continue,
-            }
+        let (a, mask) = unsafe { (sockaddr_ip(i.ifa_addr), sockaddr_ip(i.ifa_netmask)) };
+        let Some(a) = a else {
+            return ControlFlow::Continue(());
         };
-        let bits = |x: IpAddr| match x {
-            IpAddr::V4(v) => u32::from(v) as u128,
-            IpAddr::V6(v) => u128::from(v),
-        };
+        let mask = mask.map(bits);
         let same_family = a.is_ipv4() == ip.is_ipv4();
         let is_exact = a == ip;
         let in_subnet = same_family && mask.is_some_and(|m| m != 0 && bits(a) & m == bits(ip) & m);
         let wanted = is_exact || (in_subnet && subnet.is_none());
         if !wanted {
-            continue;
+            return ControlFlow::Continue(());
         }
         // SAFETY: a NUL-terminated interface name from getifaddrs.
         let name = unsafe { CStr::from_ptr(i.ifa_name) };
         // SAFETY: a NUL-terminated name; 0 means no such interface.
         let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };
         if idx == 0 {
-            continue;
+            return ControlFlow::Continue(());
         }
         if is_exact {
             exact = Some(idx);
-            break;
+            return ControlFlow::Break(());
         }
         subnet = Some(idx);
+        ControlFlow::Continue(())
+    });
+    if !listed {
+        return None;
     }
-    // SAFETY: the list getifaddrs returned, freed once.
-    unsafe { libc::freeifaddrs(ifa) };
     exact.or(subnet)
 }
 

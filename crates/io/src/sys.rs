@@ -25,18 +25,7 @@ pub(crate) fn setsockopt_int(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: `value` is a live c_int and the length passed is its size; the
-    // kernel only reads that many bytes. An invalid fd or option is an errno.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    cvt(ret).map(drop)
+    setsockopt_struct(fd, level, name, &value)
 }
 
 /// Sets a socket option whose value is a plain C structure (`ip_mreqn`,
@@ -48,7 +37,8 @@ pub(crate) fn setsockopt_struct<T: Copy>(
     value: &T,
 ) -> io::Result<()> {
     // SAFETY: `value` is a live `T` of plain data and the length passed is
-    // its size; the kernel only reads that many bytes.
+    // its size; the kernel only reads that many bytes. An invalid fd or
+    // option is an errno.
     let ret = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
