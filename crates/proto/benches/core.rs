@@ -84,13 +84,7 @@ fn side(ip: &str, mem: usize, idle: usize) -> Side {
         send_cq: scq,
         recv_cq: rcq,
         srq: None,
-        cap: QpCap {
-            max_send_wr: 1024,
-            max_recv_wr: 1024,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
+        cap: QpCap::new(1024, 1, 0),
         sq_sig_all: false,
     };
     let mut qpns = Vec::new();

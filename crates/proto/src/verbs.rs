@@ -919,6 +919,20 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
+impl QpCap {
+    /// Queues of `wr` requests with `sge` SGEs each, the send and the
+    /// receive queue alike, and `inline` inline bytes per send request.
+    pub const fn new(wr: u32, sge: u32, inline: u32) -> QpCap {
+        QpCap {
+            max_send_wr: wr,
+            max_recv_wr: wr,
+            max_send_sge: sge,
+            max_recv_sge: sge,
+            max_inline_data: inline,
+        }
+    }
+}
+
 /// Arguments of `create_qp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInit {

@@ -75,13 +75,7 @@ fn pinned_rig(s: Setup) -> Rig {
 
 fn rc_qp(dev: &mut Device, pd: PdId, cq: CqId) -> std::result::Result<Qpn, VerbsError> {
     dev.create_qp(&QpInit {
-        cap: QpCap {
-            max_send_wr: 1,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
+        cap: QpCap::new(1, 1, 0),
         ..QpInit::new(QpType::Rc, pd, cq)
     })
     .map(|(q, _)| q)

@@ -58,13 +58,7 @@ impl Rig {
         let (qpn, _) = self
             .dev
             .create_qp(&QpInit {
-                cap: QpCap {
-                    max_send_wr: 8,
-                    max_recv_wr: 8,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 64,
-                },
+                cap: QpCap::new(8, 1, 64),
                 ..QpInit::new(t, self.pd, self.cq)
             })
             .unwrap();

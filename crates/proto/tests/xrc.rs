@@ -361,13 +361,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     let key = dev.reg_mr(pd, VA, mem, Access::LOCAL_WRITE).unwrap();
     let (qpn, cap) = dev
         .create_qp(&QpInit {
-            cap: QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
+            cap: QpCap::new(8, 1, 0),
             ..QpInit::new(QpType::XrcSend, pd, cq)
         })
         .unwrap();

@@ -95,20 +95,8 @@ pub(crate) fn note(dev: std::net::IpAddr, n: softrdma_proto::note::Note) {
             qpn = %qpn,
             "QP state {from:?} -> {to:?}"
         ),
-        Note::NakSent { qpn, psn: p, nak } => tracing::debug!(
-            target: ENGINE,
-            dev = %dev,
-            qpn = %qpn,
-            psn = %psn(p),
-            "NAK sent: {nak}"
-        ),
-        Note::NakReceived { qpn, psn: p, nak } => tracing::debug!(
-            target: ENGINE,
-            dev = %dev,
-            qpn = %qpn,
-            psn = %psn(p),
-            "NAK received: {nak}"
-        ),
+        Note::NakSent { qpn, psn: p, nak } => nak_note(dev, qpn, psn(p), nak, "sent"),
+        Note::NakReceived { qpn, psn: p, nak } => nak_note(dev, qpn, psn(p), nak, "received"),
         Note::Retransmitted { qpn, packets } => tracing::debug!(
             target: ENGINE,
             dev = %dev,
@@ -123,6 +111,24 @@ pub(crate) fn note(dev: std::net::IpAddr, n: softrdma_proto::note::Note) {
             "retransmission timer expired"
         ),
     }
+}
+
+/// A NAK the device `dev` sent or received (`way`) on QP `qpn` for the
+/// request at `psn`.
+fn nak_note(
+    dev: std::net::IpAddr,
+    qpn: softrdma_wire::Qpn,
+    psn: String,
+    nak: softrdma_proto::note::Nak,
+    way: &str,
+) {
+    tracing::debug!(
+        target: ENGINE,
+        dev = %dev,
+        qpn = %qpn,
+        psn = %psn,
+        "NAK {way}: {nak}"
+    );
 }
 
 /// How often at most a device reports refused packets.

@@ -210,13 +210,7 @@ impl ProtectionDomain {
                 send_cq: send_cq.id,
                 recv_cq: recv_cq.id,
                 srq: None,
-                cap: QpCap {
-                    max_send_wr: 256,
-                    max_recv_wr: 256,
-                    max_send_sge: 4,
-                    max_recv_sge: 4,
-                    max_inline_data: 256,
-                },
+                cap: QpCap::new(256, 4, 256),
                 sq_sig_all: false,
             },
         }

@@ -201,13 +201,7 @@ impl Target {
                 send_cq: cq,
                 recv_cq: cq,
                 srq: None,
-                cap: QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 2,
-                    max_recv_sge: 2,
-                    max_inline_data: 0,
-                },
+                cap: QpCap::new(16, 2, 0),
                 sq_sig_all: true,
             })
             .unwrap()

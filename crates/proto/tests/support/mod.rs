@@ -104,13 +104,7 @@ pub fn small_rc(pd: PdId, send_cq: CqId, recv_cq: CqId) -> QpInit {
         send_cq,
         recv_cq,
         srq: None,
-        cap: QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
+        cap: QpCap::new(4, 1, 0),
         sq_sig_all: false,
     }
 }
@@ -139,13 +133,7 @@ impl Rig {
                 send_cq: scq,
                 recv_cq: rcq,
                 srq,
-                cap: QpCap {
-                    max_send_wr: 32,
-                    max_recv_wr: 32,
-                    max_send_sge: 4,
-                    max_recv_sge: 4,
-                    max_inline_data: 64,
-                },
+                cap: QpCap::new(32, 4, 64),
                 sq_sig_all: false,
             })
             .unwrap();

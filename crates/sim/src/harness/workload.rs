@@ -273,13 +273,7 @@ fn end(
             send_cq,
             recv_cq,
             srq: None,
-            cap: QpCap {
-                max_send_wr: depth as u32 + 1,
-                max_recv_wr: depth as u32 + 1,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 64,
-            },
+            cap: QpCap::new(depth as u32 + 1, 4, 64),
             sq_sig_all: false,
         })
         .expect("qp");
