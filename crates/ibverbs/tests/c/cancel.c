@@ -34,16 +34,6 @@ static struct pair work;
 static atomic_long pings;
 static atomic_int stop;
 
-#define check(cond, ...)                                                          \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			failures++;                                               \
-			printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
-			printf(__VA_ARGS__);                                      \
-			printf(" (errno %d)\n", errno);                           \
-		}                                                                 \
-	} while (0)
-
 /* Random sleep up to `us` microseconds: cancel at different moments. */
 static void jitter(int us)
 {
@@ -77,14 +67,9 @@ static void join_cancelled(pthread_t t, struct blocked *b, const char *what)
 static void *worker(void *arg)
 {
 	(void)arg;
-	uint32_t seq = 1;
-	while (!atomic_load(&stop)) {
-		if (pair_ping(&work, seq++)) {
-			printf("FAIL: the worker's ping %u failed\n", seq - 1);
-			failures++;
-			return NULL;
-		}
-		atomic_fetch_add(&pings, 1);
+	if (ping_until(&work, &stop, &pings)) {
+		failures++;
+		return NULL;
 	}
 	/* The first cancellation point of this thread: the cancellation sent
 	 * long ago acts here, not inside a verb. */

@@ -93,11 +93,17 @@ struct rc_opts {
 	uint8_t min_rnr_timer; /* the RNR NAK's timer code */
 };
 
-/* INIT -> RTR -> RTS towards QP `dest` at `gid` (port 1, MTU 1024, PSNs 0,
- * hop limit 1, timeout 14, retry count 7). 0, or -1/-2/-3: the move to
- * INIT/RTR/RTS failed. */
-static inline int rc_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid,
-			     const struct rc_opts *o)
+/* RTR's attributes beyond the ones every type takes, and RTS's: the ones
+ * an RC QP takes. */
+#define RC_RTR_MORE (IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+#define RC_RTS_MORE (IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
+
+/* INIT -> RTR -> RTS towards QP `dest` at `gid` (port 1, MTU 1024, PSNs
+ * `psn`, hop limit 1, timeout 14, retry count 7), RTR's and RTS's masks
+ * with `rtr_more` and `rts_more` (of RC_RTR_MORE and RC_RTS_MORE) added.
+ * 0, or -1/-2/-3: the move to INIT/RTR/RTS failed. */
+static inline int qp_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid,
+			     const struct rc_opts *o, uint32_t psn, int rtr_more, int rts_more)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
@@ -112,7 +118,7 @@ static inline int rc_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gi
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
 	a.dest_qp_num = dest;
-	a.rq_psn = 0;
+	a.rq_psn = psn;
 	a.max_dest_rd_atomic = o->rd_atomic;
 	a.min_rnr_timer = o->min_rnr_timer;
 	a.ah_attr.is_global = 1;
@@ -121,21 +127,25 @@ static inline int rc_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gi
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				      IBV_QP_MIN_RNR_TIMER))
+				      IBV_QP_RQ_PSN | rtr_more))
 		return -2;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
+	a.sq_psn = psn;
 	a.timeout = 14;
 	a.retry_cnt = 7;
 	a.rnr_retry = o->rnr_retry;
 	a.max_rd_atomic = o->rd_atomic;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				      IBV_QP_MAX_QP_RD_ATOMIC))
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | rts_more))
 		return -3;
 	return 0;
+}
+
+/* An RC QP's qp_connect: PSNs 0, every RC attribute. */
+static inline int rc_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid,
+			     const struct rc_opts *o)
+{
+	return qp_connect(qp, dest, gid, o, 0, RC_RTR_MORE, RC_RTS_MORE);
 }
 
 #endif

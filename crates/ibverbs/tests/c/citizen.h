@@ -11,6 +11,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,18 @@
 		fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, what,      \
 			strerror(errno));                                         \
 		exit(1);                                                          \
+	} while (0)
+
+/* A check of a program that counts its failures in `failures` (its exit
+ * status): a failed one is said with where it stands and errno. */
+#define check(cond, ...)                                                          \
+	do {                                                                      \
+		if (!(cond)) {                                                    \
+			failures++;                                               \
+			printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
+			printf(__VA_ARGS__);                                      \
+			printf(" (errno %d)\n", errno);                           \
+		}                                                                 \
 	} while (0)
 
 static inline double now_s(void)
@@ -157,6 +170,21 @@ static inline int pair_ping(struct pair *p, uint32_t seq)
 	uint32_t got;
 	memcpy(&got, p->buf + 4096, 4);
 	return got == seq ? 0 : -1;
+}
+
+/* The worker thread's loop: pings over `p` until `*stop`, counting each
+ * ping in `*pings`. 0, or -1 (said on stdout) when a ping failed. */
+static inline int ping_until(struct pair *p, atomic_int *stop, atomic_long *pings)
+{
+	uint32_t seq = 1;
+	while (!atomic_load(stop)) {
+		if (pair_ping(p, seq++)) {
+			printf("FAIL: the worker's ping %u failed\n", seq - 1);
+			return -1;
+		}
+		atomic_fetch_add(pings, 1);
+	}
+	return 0;
 }
 
 static inline void pair_close(struct pair *p)

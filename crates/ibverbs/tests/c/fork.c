@@ -39,27 +39,12 @@ static struct ibv_context *churn_ctx, *idle_ctx;
 static atomic_long pings, churns;
 static atomic_int stop;
 
-#define check(cond, ...)                                                          \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			failures++;                                               \
-			printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
-			printf(__VA_ARGS__);                                      \
-			printf("\n");                                             \
-		}                                                                 \
-	} while (0)
-
 static void *worker(void *arg)
 {
 	(void)arg;
-	uint32_t seq = 1;
-	while (!atomic_load(&stop)) {
-		if (pair_ping(&work, seq++)) {
-			printf("FAIL: the worker's ping %u failed\n", seq - 1);
-			failures++;
-			return NULL;
-		}
-		atomic_fetch_add(&pings, 1);
+	if (ping_until(&work, &stop, &pings)) {
+		failures++;
+		return NULL;
 	}
 	return NULL;
 }

@@ -24,46 +24,18 @@ enum { BUF = 1 << 20 };
 
 static int qp_to_rts(struct ibv_qp *qp, uint32_t dest, int all_fields)
 {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-			    IBV_ACCESS_REMOTE_ATOMIC;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 77;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
+	const struct rc_opts o = {
+		.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			  IBV_ACCESS_REMOTE_ATOMIC,
+		.rd_atomic = 4,
+		.rnr_retry = 7,
+		.min_rnr_timer = 1,
+	};
 	/* pyverbs and most programs pass every field; the kernel drops what
 	 * a type has no use for (uverbs' modify_qp_mask). */
-	int m = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-	if (all_fields || qp->qp_type == IBV_QPT_XRC_RECV)
-		m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	if (ibv_modify_qp(qp, &a, m))
-		return -2;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 77;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	m = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT;
-	if (all_fields || qp->qp_type == IBV_QPT_XRC_SEND)
-		m |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-	if (ibv_modify_qp(qp, &a, m))
-		return -3;
-	return 0;
+	int rtr = all_fields || qp->qp_type == IBV_QPT_XRC_RECV ? RC_RTR_MORE : 0;
+	int rts = all_fields || qp->qp_type == IBV_QPT_XRC_SEND ? RC_RTS_MORE : 0;
+	return qp_connect(qp, dest, &gid, &o, 77, rtr, rts);
 }
 
 static struct ibv_srq *xrc_srq(struct ibv_xrcd *x, struct ibv_cq *cq, int mask)
