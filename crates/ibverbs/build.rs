@@ -255,7 +255,14 @@ fn c_type(t: &syn::Type) -> String {
 /// `RET (*)(PARAMS)` of a Rust `extern "C" fn` type.
 fn c_fn_pointer(f: &syn::TypeBareFn) -> String {
     let params: Vec<String> = f.inputs.iter().map(|a| c_type(&a.ty)).collect();
-    let ret = match &f.output {
+    let (ret, params) = c_signature(&f.output, &params);
+    format!("{ret} (*)({params})")
+}
+
+/// The C return type and parameter list of a function returning `output`
+/// with parameters of the C types `params` (`void` for none).
+fn c_signature(output: &syn::ReturnType, params: &[String]) -> (String, String) {
+    let ret = match output {
         syn::ReturnType::Default => "void".to_string(),
         syn::ReturnType::Type(_, t) => c_type(t),
     };
@@ -264,7 +271,7 @@ fn c_fn_pointer(f: &syn::TypeBareFn) -> String {
     } else {
         params.join(", ")
     };
-    format!("{ret} (*)({params})")
+    (ret, params)
 }
 
 /// For every `Option<FnType>` member of a structure of ffi.rs: the member
@@ -407,15 +414,7 @@ fn signature_checks(dir: &str) -> String {
                 syn::FnArg::Receiver(_) => panic!("{target}: a method"),
             })
             .collect();
-        let ret = match &f.sig.output {
-            syn::ReturnType::Default => "void".to_string(),
-            syn::ReturnType::Type(_, t) => c_type(t),
-        };
-        let params = if params.is_empty() {
-            "void".to_string()
-        } else {
-            params.join(", ")
-        };
+        let (ret, params) = c_signature(&f.sig.output, &params);
         writeln!(
             out,
             "{ret} (*const softrdma_sig_{name})({params}) = {name}; /* {target} */"

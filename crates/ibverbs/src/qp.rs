@@ -449,11 +449,7 @@ pub unsafe extern "C" fn query_qp(
         if attr.is_null() || init.is_null() {
             return libc::EINVAL;
         }
-        let (o, i) = if let Some(x) = Obj::<Qp>::get(q) {
-            let qa = match x.qp.query() {
-                Ok(a) => a,
-                Err(e) => return e.errno(),
-            };
+        let (qa, i, cap, ud) = if let Some(x) = Obj::<Qp>::get(q) {
             // SAFETY: our own allocation.
             let c = unsafe { &*x.api() };
             let i = ibv_qp_init_attr {
@@ -465,12 +461,8 @@ pub unsafe extern "C" fn query_qp(
                 qp_type: x.qp_type,
                 sq_sig_all: x.sq_sig_all,
             };
-            (ibv_attr_of(&qa, x.cap, x.is_ud()), i)
+            (x.qp.query(), i, x.cap, x.is_ud())
         } else if let Some(x) = crate::xrc::tgt(q) {
-            let qa = match x.qp.query() {
-                Ok(a) => a,
-                Err(e) => return e.errno(),
-            };
             // SAFETY: our own allocation.
             let c = unsafe { &*x.api() };
             let i = ibv_qp_init_attr {
@@ -482,9 +474,13 @@ pub unsafe extern "C" fn query_qp(
                 qp_type: IBV_QPT_XRC_RECV,
                 sq_sig_all: 0,
             };
-            (ibv_attr_of(&qa, ibv_qp_cap::default(), false), i)
+            (x.qp.query(), i, ibv_qp_cap::default(), false)
         } else {
             return libc::EINVAL;
+        };
+        let o = match qa {
+            Ok(qa) => ibv_attr_of(&qa, cap, ud),
+            Err(e) => return e.errno(),
         };
         // SAFETY: valid output structures.
         unsafe {

@@ -254,6 +254,19 @@ pub fn port_attr_of(dev: &softrdma::Device) -> ibv_port_attr {
     a
 }
 
+/// The attributes of port `port` of `ctx` for a caller whose output
+/// `out_null` says is null: EINVAL for an unknown context, a port other
+/// than 1 or no output.
+fn port1_attr(ctx: *mut ibv_context, port: u8, out_null: bool) -> Result<ibv_port_attr, c_int> {
+    let Some(c) = context(ctx) else {
+        return Err(libc::EINVAL);
+    };
+    if port != 1 || out_null {
+        return Err(libc::EINVAL);
+    }
+    Ok(port_attr(&c))
+}
+
 /// `ibv_query_port` as exported: the caller's structure is the
 /// pre-`port_cap_flags2` layout, so only that prefix is written.
 ///
@@ -267,13 +280,10 @@ pub unsafe extern "C" fn query_port(
     attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
     guard_errno(|| {
-        let Some(c) = context(ctx) else {
-            return libc::EINVAL;
+        let a = match port1_attr(ctx, port, attr.is_null()) {
+            Ok(a) => a,
+            Err(e) => return e,
         };
-        if port != 1 || attr.is_null() {
-            return libc::EINVAL;
-        }
-        let a = port_attr(&c);
         // SAFETY: the compat structure is `ibv_port_attr` up to `flags`.
         unsafe {
             util::write_prefix(
@@ -473,13 +483,10 @@ pub unsafe extern "C" fn query_port_ex(
     len: usize,
 ) -> c_int {
     guard_errno(|| {
-        let Some(c) = context(ctx) else {
-            return libc::EINVAL;
+        let a = match port1_attr(ctx, port, attr.is_null()) {
+            Ok(a) => a,
+            Err(e) => return e,
         };
-        if port != 1 || attr.is_null() {
-            return libc::EINVAL;
-        }
-        let a = port_attr(&c);
         // SAFETY: the caller states `attr` holds `len` bytes: ours, and
         // zeros for members of a newer rdma-core than ours.
         unsafe { util::write_prefix_zero_rest(attr, &a, len) };
