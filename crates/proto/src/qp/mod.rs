@@ -21,7 +21,7 @@ use crate::memory::{MrTable, SgList};
 use crate::verbs::*;
 use crate::{Instant, Slab};
 use softrdma_wire::ext::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT};
-use softrdma_wire::{PKey, Psn, Qpn};
+use softrdma_wire::{BthRepr, Opcode, PKey, Psn, Qpn};
 use std::collections::VecDeque;
 
 /// A send work request in the send queue.
@@ -401,6 +401,15 @@ impl Qp {
 
     pub fn pkey(&self) -> PKey {
         DEFAULT_PKEY
+    }
+
+    /// A BTH of this QP's: `opcode` at `psn` to the destination QP, with
+    /// this QP's partition key (the other fields as [`BthRepr::new`]).
+    pub fn bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
+        BthRepr {
+            pkey: self.pkey(),
+            ..BthRepr::new(opcode, self.attr.dest_qp_num, psn)
+        }
     }
 
     pub fn mtu(&self) -> u32 {

@@ -521,16 +521,8 @@ impl Qp {
                 | WrOpcode::RdmaWriteWithImm
         );
         let mut bth = BthRepr {
-            opcode,
             solicited: last && se_op && w.wr.flags.contains(SendFlags::SOLICITED),
-            mig_req: false,
-            pad_count: 0,
-            pkey: self.pkey(),
-            fecn: false,
-            becn: false,
-            dest_qp: self.attr.dest_qp_num,
-            ack_req: false,
-            psn,
+            ..self.bth(opcode, psn)
         };
         if self.qp_type.is_reliable() {
             bth.ack_req = last || fills_window || (k + 1).is_multiple_of(ACK_REQ_EVERY_PKTS);

@@ -653,15 +653,8 @@ impl Qp {
                 return Err(if rc { Fail::Rnr } else { Fail::Drop });
             }
             let (wqe, from_srq) = self.take_recv(ctx).ok_or(Fail::Drop)?;
-            let sgl = match ctx
-                .mrs
-                .resolve_local(self.pd, &wqe.wr.sg_list, Access::LOCAL_WRITE)
-            {
-                Ok(s) => s,
-                Err(_) => {
-                    self.recv_error(&wqe, WcStatus::LocProtErr, ctx);
-                    return Err(Fail::Nak(NakCode::RemoteOperationalError));
-                }
+            let Some(sgl) = self.recv_sgl(&wqe, ctx) else {
+                return Err(Fail::Nak(NakCode::RemoteOperationalError));
             };
             self.resp.cur = Some(InProgress::Send {
                 wqe,
@@ -803,6 +796,21 @@ impl Qp {
         }
     }
 
+    /// The local memory receive WQE `wqe` names (writable by us), or None
+    /// when it is not: then the WQE completed in error (LocProtErr).
+    pub(super) fn recv_sgl(&self, wqe: &RecvWqe, ctx: &mut Ctx) -> Option<SgList> {
+        match ctx
+            .mrs
+            .resolve_local(self.pd, &wqe.wr.sg_list, Access::LOCAL_WRITE)
+        {
+            Ok(s) => Some(s),
+            Err(_) => {
+                self.recv_error(wqe, WcStatus::LocProtErr, ctx);
+                None
+            }
+        }
+    }
+
     pub(super) fn recv_error(&self, wqe: &RecvWqe, status: WcStatus, ctx: &mut Ctx) {
         let mut wc = self.flush_recv_wc(wqe);
         wc.status = status;
@@ -815,21 +823,7 @@ impl Qp {
         self.counters.rem_access_nak_sent += 1;
         ctx.event(AsyncEvent::QpAccessErr(self.qpn));
         self.enter_error(ctx);
-        let mut r = PacketRepr::new(
-            BthRepr {
-                opcode: self.ack_opcode(),
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: self.pkey(),
-                fecn: false,
-                becn: false,
-                dest_qp: self.attr.dest_qp_num,
-                ack_req: false,
-                psn,
-            },
-            &[],
-        );
+        let mut r = PacketRepr::new(self.bth(self.ack_opcode(), psn), &[]);
         r.aeth = Some(AethRepr {
             syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
             msn,
@@ -856,16 +850,8 @@ impl Qp {
         let tr = self.resp_transport();
         let (ack_op, atomic_ack_op) = (self.ack_opcode(), self.atomic_ack_opcode());
         let bth = move |opcode: Opcode, psn: Psn| BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
             pkey,
-            fecn: false,
-            becn: false,
-            dest_qp,
-            ack_req: false,
-            psn,
+            ..BthRepr::new(opcode, dest_qp, psn)
         };
         let job = self.resp.out.front_mut()?;
         let tx = match job {

@@ -28,16 +28,9 @@ impl Qp {
             self.counters.ud_drops += 1;
             return;
         };
-        let sgl = match ctx
-            .mrs
-            .resolve_local(self.pd, &wqe.wr.sg_list, Access::LOCAL_WRITE)
-        {
-            Ok(s) => s,
-            Err(_) => {
-                self.recv_error(&wqe, WcStatus::LocProtErr, ctx);
-                self.enter_error(ctx);
-                return;
-            }
+        let Some(sgl) = self.recv_sgl(&wqe, ctx) else {
+            self.enter_error(ctx);
+            return;
         };
         let grh = softrdma_wire::grh::GRH_LEN as u64;
         let total = grh + pkt.payload.len() as u64;
