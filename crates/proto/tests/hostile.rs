@@ -107,16 +107,7 @@ fn qpns_are_drawn_at_random_from_the_24_bit_space() {
     // No pattern in the deltas: the commonest delta appears at most a
     // few times (random 24-bit draws: all 255 deltas differ, almost
     // surely; sequential: 255 times +1).
-    let mut deltas: Vec<u32> = qpns
-        .windows(2)
-        .map(|w| w[1].wrapping_sub(w[0]) & 0xff_ffff)
-        .collect();
-    deltas.sort_unstable();
-    let commonest = deltas
-        .chunk_by(|a, b| a == b)
-        .map(<[u32]>::len)
-        .max()
-        .unwrap();
+    let commonest = softrdma_testkit::commonest_delta(&qpns);
     assert!(commonest <= 2, "deltas repeat {commonest} times: {qpns:x?}");
     // Spread over the space: every bit of the number is used.
     let span = sorted[255] - sorted[0];

@@ -456,16 +456,7 @@ fn qpns_of_a_device_are_unpredictable() {
     let n = Node::new("127.62.0.14");
     let qps: Vec<QueuePair> = (0..256).map(|_| n.qp()).collect();
     let q: Vec<u32> = qps.iter().map(|x| x.qpn().value()).collect();
-    let mut deltas: Vec<u32> = q
-        .windows(2)
-        .map(|w| w[1].wrapping_sub(w[0]) & 0xff_ffff)
-        .collect();
-    deltas.sort_unstable();
-    let commonest = deltas
-        .chunk_by(|a, b| a == b)
-        .map(<[u32]>::len)
-        .max()
-        .unwrap();
+    let commonest = softrdma_testkit::commonest_delta(&q);
     assert!(commonest <= 2, "a delta repeats {commonest} times: {q:x?}");
     let (lo, hi) = (q.iter().min().unwrap(), q.iter().max().unwrap());
     assert!(hi - lo > 1 << 22, "{lo:#x}..{hi:#x}");

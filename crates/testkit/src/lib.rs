@@ -174,6 +174,22 @@ pub fn xorshift_bytes(state: u64, n: usize) -> Vec<u8> {
         .collect()
 }
 
+/// How many times the commonest difference between consecutive 24-bit
+/// numbers (QPNs) of `qpns` occurs: 1 or 2 for random draws, almost
+/// surely; `qpns.len() - 1` for a counter.
+pub fn commonest_delta(qpns: &[u32]) -> usize {
+    let mut deltas: Vec<u32> = qpns
+        .windows(2)
+        .map(|w| w[1].wrapping_sub(w[0]) & 0xff_ffff)
+        .collect();
+    deltas.sort_unstable();
+    deltas
+        .chunk_by(|a, b| a == b)
+        .map(<[u32]>::len)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Sends signal `sig` (a `libc::SIG*` number) to `pid`; a negative `pid`
 /// names a process group (`kill(2)`).
 pub fn signal(pid: i32, sig: i32) -> std::io::Result<()> {
