@@ -400,6 +400,11 @@ fn ping_pong(size: usize, busy: bool, ancillary: bool, iters: usize) -> (f64, f6
         }
     }
     echo.join().unwrap();
+    median_p99_mean(rtts)
+}
+
+/// The median, 99th percentile and mean of round trips `rtts` (µs).
+fn median_p99_mean(mut rtts: Vec<f64>) -> (f64, f64, f64) {
     rtts.sort_by(f64::total_cmp);
     let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
     (rtts[rtts.len() / 2], rtts[rtts.len() * 99 / 100], mean)
@@ -437,7 +442,5 @@ fn ping_pong_std(size: usize, iters: usize) -> (f64, f64, f64) {
         }
     }
     echo.join().unwrap();
-    rtts.sort_by(f64::total_cmp);
-    let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
-    (rtts[rtts.len() / 2], rtts[rtts.len() * 99 / 100], mean)
+    median_p99_mean(rtts)
 }
