@@ -61,6 +61,13 @@ static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid,
 	return rc_connect(qp, dest, gid, &o);
 }
 
+/* connect_qp of `a` towards `b` and `b` towards `a` (RNR timer code 1):
+ * 0, or the first move's failure. */
+static int connect_pair(struct ibv_qp *a, struct ibv_qp *b, union ibv_gid *gid, uint8_t rnr_retry)
+{
+	return connect_qp(a, b->qp_num, gid, rnr_retry, 1) ?: connect_qp(b, a->qp_num, gid, rnr_retry, 1);
+}
+
 static void bad_handles(struct ibv_context *ctx)
 {
 	errno = 0;
@@ -352,8 +359,7 @@ static void remote_errors(struct ibv_context *ctx, union ibv_gid *gid)
 	struct ibv_cq *cqb = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	struct ibv_qp *a = make_qp(pd, cqa, IBV_QPT_RC);
 	struct ibv_qp *b = make_qp(pd, cqb, IBV_QPT_RC);
-	CHECK(connect_qp(a, b->qp_num, gid, 7, 1) == 0 && connect_qp(b, a->qp_num, gid, 7, 1) == 0,
-	      "two RC QPs connected");
+	CHECK(connect_pair(a, b, gid, 7) == 0, "two RC QPs connected");
 	static char src[4096], dst[4096];
 	struct ibv_mr *ms = ibv_reg_mr(pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_mr *md = ibv_reg_mr(pd, dst, sizeof(dst),
@@ -439,8 +445,7 @@ static void rnr(struct ibv_context *ctx, union ibv_gid *gid)
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_RC);
 	struct ibv_qp *b = make_qp(pd, cq, IBV_QPT_RC);
-	CHECK(connect_qp(a, b->qp_num, gid, 0, 1) == 0 && connect_qp(b, a->qp_num, gid, 0, 1) == 0,
-	      "RC pair with rnr_retry 0");
+	CHECK(connect_pair(a, b, gid, 0) == 0, "RC pair with rnr_retry 0");
 	static char buf[256];
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
@@ -478,9 +483,7 @@ static void srq_resize(struct ibv_context *ctx, union ibv_gid *gid)
 		.qp_type = IBV_QPT_RC,
 	};
 	struct ibv_qp *b = ibv_create_qp(pd, &qa);
-	CHECK(a && b && connect_qp(a, b->qp_num, gid, 7, 1) == 0 &&
-		      connect_qp(b, a->qp_num, gid, 7, 1) == 0,
-	      "RC pair, the receiver on the SRQ");
+	CHECK(a && b && connect_pair(a, b, gid, 7) == 0, "RC pair, the receiver on the SRQ");
 	static char buf[16 * 64];
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_recv_wr *rbad;

@@ -20,8 +20,7 @@ static void refused(struct ibv_context *ctx, union ibv_gid *gid)
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	struct ibv_qp *a = make_qp(pd, cq, IBV_QPT_RC), *b = make_qp(pd, cq, IBV_QPT_RC);
 	CHECK(pd && cq && a && b, "PD, CQ, two RC QPs");
-	CHECK(connect_qp(a, b->qp_num, gid, 7, 1) == 0 && connect_qp(b, a->qp_num, gid, 7, 1) == 0,
-	      "RC QPs connected");
+	CHECK(connect_pair(a, b, gid, 7) == 0, "RC QPs connected");
 	static char buf[4096];
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
