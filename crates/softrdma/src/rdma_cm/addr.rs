@@ -7,11 +7,12 @@ use super::channel::Queued;
 use super::driver::{dev_state, now, service_id};
 use super::id::{einval, entry, pump_dev, CmId};
 use super::resolve::{self, provider};
-use super::state::{lock, IdEntry, Listen, St, State};
+use super::state::{lock, IdEntry, St, State};
 use super::{ConnParam, EventType};
 use crate::error::{Error, Result};
 use crate::Device;
 use softrdma_cm::negotiate::{self};
+use softrdma_cm::rdma::Listener;
 use softrdma_cm::PortSpace;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -299,14 +300,14 @@ impl CmId {
         check_port(g.st(), ps, port, num, src.ip(), false)?;
         let sid = service_id(ps, port);
         let e = entry(&mut g, num)?;
-        e.listen = Some(Listen {
-            backlog: if backlog <= 0 || backlog > 1024 {
-                1024
-            } else {
-                backlog as u32
-            },
-            pending: 0,
-        });
+        e.listen = Some(Listener::new(
+            ps,
+            src,
+            e.opts.afonly(src.is_ipv4()),
+            e.serial(),
+            super::driver::transport(e.qp_type),
+            backlog,
+        ));
         e.st = St::Listen;
         for d in &devs {
             dev_state(&mut g, d.shared());
@@ -320,10 +321,9 @@ impl CmId {
                 return Err(Error::cm(libc::ENOMEM, "rdma_listen: too many CM ids"));
             }
         }
-        // Requests that came before the listener: now.
+        // Requests that came before the listener went to the CM when the
+        // device listened (`DeviceCm::listen`): their events now.
         for d in &devs {
-            let t = now(d.shared());
-            dev_state(&mut g, d.shared()).release_parked(t, Some(sid));
             pump_dev(&mut g, d);
         }
         Ok(())

@@ -97,7 +97,7 @@ impl CmId {
             ds.cm.connect(t, &rp)
         }
         .map_err(|e| einval(&e.to_string()))?;
-        ds.by_cm.insert(cm_id.comm_id(), num);
+        ds.bind(cm_id, num);
         let e = entry(&mut g, num)?;
         e.cm = Some(cm_id);
         e.st = St::Connect;

@@ -57,7 +57,7 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         EventType::ConnectRequest => {
             let child = q.new_id?;
             if let Some(l) = entry(&mut g, num).ok().and_then(|e| e.listen.as_mut()) {
-                l.pending = l.pending.saturating_sub(1);
+                l.taken();
             }
             let c = g.st().ids.get_mut(&child)?;
             let u = Arc::new(IdUser {

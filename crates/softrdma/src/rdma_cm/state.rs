@@ -60,17 +60,6 @@ impl Opts {
     }
 }
 
-/// A listener's part. Its requests come through the CM listener of its
-/// service ID on each device it covers (its own, or every device for a
-/// wildcard address: those open now, and those that open later), which
-/// the rdma_cm listeners of one port share (`driver::cm_listen`).
-#[derive(Debug, Default)]
-pub(crate) struct Listen {
-    pub backlog: u32,
-    /// Requests queued and not yet taken by the program.
-    pub pending: u32,
-}
-
 /// One id.
 pub(crate) struct IdEntry {
     /// The program's handle (none yet for a request's id nobody took).
@@ -92,7 +81,12 @@ pub(crate) struct IdEntry {
     pub path: Option<Path>,
     /// The CM id of the connection (on `dev`).
     pub cm: Option<softrdma_cm::CmId>,
-    pub listen: Option<Listen>,
+    /// Listening (`St::Listen`): what it binds and its backlog. Its
+    /// requests come through the CM listener of its service ID on each
+    /// device it covers (its own, or every device for a wildcard address:
+    /// those open now, and those that open later), which the rdma_cm
+    /// listeners of one port share (`driver::cm_listen`).
+    pub listen: Option<softrdma_cm::rdma::Listener>,
     /// A request's id: its listener.
     pub listener: Option<u64>,
     /// The QP rdma_cm drives (`rdma_create_qp`).

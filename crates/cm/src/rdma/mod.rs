@@ -1,0 +1,24 @@
+//! The rdma_cm layer's sans-I/O part (librdmacm's ids over the CM): what
+//! it keeps per device and per listener, as data the driver
+//! (`softrdma::rdma_cm`) and the simulator (`softrdma_sim::cm_pairs`) both
+//! run. It owns no thread, reads no clock and does no I/O; what it decides
+//! comes back as values (an [`Admission`], a [`Refused`] report, the
+//! [`DeviceCm::deadline`]).
+//!
+//! - [`DeviceCm`] (`device.rs`): a device's [`Cm`](crate::Cm), the map from
+//!   its CM ids to the layer's ids, the one CM listener per service ID the
+//!   rdma_cm listeners of a port share, and the requests held for a
+//!   listener to come ([`PARK_NS`](crate::limits::PARK_NS));
+//! - [`Listener`] (`listen.rs`): what a listening id binds and which
+//!   device's requests it covers, which listener a request belongs to
+//!   ([`find`], Linux's `cma_find_listener`) and whether its backlog has
+//!   room ([`Listener::admit`]).
+//!
+//! Still in the driver (see ARCHITECTURE.md): the ids' state machine and
+//! port tables, the event queues of the channels, and the QP changes.
+
+mod device;
+mod listen;
+
+pub use device::{request_sid, DeviceCm, Refused};
+pub use listen::{backlog, find, service_id, Admission, Listener, Transport};
