@@ -9,16 +9,24 @@
 //!   its CM ids to the layer's ids, the one CM listener per service ID the
 //!   rdma_cm listeners of a port share, and the requests held for a
 //!   listener to come ([`PARK_NS`](crate::limits::PARK_NS));
+//! - [`report`] (`event.rs`): what an event of the device's CM means for
+//!   the rdma_cm id it names (Linux's `cma_ib_handler`): an rdma_cm
+//!   [`EventType`] with its status and parameters, and the id's new
+//!   [`IdState`];
 //! - [`Listener`] (`listen.rs`): what a listening id binds and which
 //!   device's requests it covers, which listener a request belongs to
 //!   ([`find`], Linux's `cma_find_listener`) and whether its backlog has
 //!   room ([`Listener::admit`]).
 //!
-//! Still in the driver (see ARCHITECTURE.md): the ids' state machine and
-//! port tables, the event queues of the channels, and the QP changes.
+//!
+//! Still in the driver (see ARCHITECTURE.md): the ids' table and the
+//! calls that move them through their states, the event
+//! queues of the channels, and the QP changes.
 
 mod device;
+mod event;
 mod listen;
 
 pub use device::{request_sid, DeviceCm, Refused};
+pub use event::{report, ConnParam, EventType, IdState, Report, UdParam, ETIMEDOUT};
 pub use listen::{backlog, find, service_id, Admission, Listener, Transport};

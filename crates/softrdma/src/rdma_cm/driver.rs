@@ -5,11 +5,11 @@
 
 use super::channel::Queued;
 use super::state::{lock, Guard, IdEntry, St};
-use super::{ConnParam, EventType, UdParam};
+use super::{EventType, UdParam};
 use crate::engine::Shared;
-use softrdma_cm::negotiate::{conn_param_from_rep, conn_param_from_req, AhAttr};
+use softrdma_cm::negotiate::conn_param_from_req;
 use softrdma_cm::rdma::{self, request_sid, Admission, DeviceCm, Refused};
-use softrdma_cm::{CmConfig, Event, Instant, ServiceId, SidrStatus};
+use softrdma_cm::{CmConfig, Event, Instant, ServiceId};
 use softrdma_proto::QpType;
 use softrdma_wire::cm::CMA_HDR_LEN;
 use std::net::{IpAddr, SocketAddr};
@@ -167,115 +167,24 @@ fn handle_event(g: &mut Guard, shared: &Shared, ev: Event) {
     match ev {
         Event::ConnectRequest(cr) => connect_request(g, shared, *cr),
         Event::SidrRequest(sr) => sidr_request(g, shared, *sr),
-        Event::RepReceived(r) => {
-            let Some(num) = id_of(g, serial, r.id) else {
-                return;
-            };
-            let mut q = Queued::new(num, EventType::ConnectResponse, 0);
-            q.conn = to_conn(conn_param_from_rep(&r.rep()));
-            push(g, num, q);
-        }
-        Event::Established { id } => {
-            let Some(num) = id_of(g, serial, id) else {
-                return;
-            };
-            push(g, num, Queued::new(num, EventType::Established, 0));
-        }
-        Event::Rejected(r) => {
-            let Some(num) = id_of(g, serial, r.id) else {
-                return;
-            };
-            if let Some(e) = g.st().ids.get_mut(&num) {
-                // cma_ib_handler: the id leaves CONNECT for good.
-                if e.st == St::Connect {
-                    e.st = St::RouteResolved;
-                }
-            }
-            let mut q = Queued::new(num, EventType::Rejected, i32::from(r.reason.0));
-            q.conn.private_data = r.private_data.clone();
-            push(g, num, q);
-        }
-        Event::Unreachable { id, .. } => {
-            let Some(num) = id_of(g, serial, id) else {
-                return;
-            };
-            push(
-                g,
-                num,
-                Queued::new(num, EventType::Unreachable, -libc::ETIMEDOUT),
-            );
-        }
-        Event::DisconnectRequest { id, .. } => disconnected(g, serial, id, 0),
-        Event::Disconnected { id, timed_out, .. } => {
-            disconnected(g, serial, id, if timed_out { -libc::ETIMEDOUT } else { 0 })
-        }
-        Event::TimewaitExit { id } => {
-            let Some(num) = id_of(g, serial, id) else {
-                return;
-            };
-            push(g, num, Queued::new(num, EventType::TimewaitExit, 0));
-        }
-        Event::SidrReply(r) => {
-            let Some(num) = id_of(g, serial, r.id) else {
+        ev => {
+            let Some(num) = id_of(g, serial, ev.id()) else {
                 return;
             };
             let Some(e) = g.st().ids.get_mut(&num) else {
                 return;
             };
-            let mut ud = UdParam {
-                private_data: r.private_data.clone(),
-                ..Default::default()
+            let Some(r) = rdma::report(&mut e.st, e.path.as_ref(), &ev) else {
+                return;
             };
-            let q = if r.status == SidrStatus::SUCCESS {
-                ud.qp_num = r.qpn.value();
-                ud.qkey = r.qkey.0;
-                ud.ah_attr = e.path.map(|p| AhAttr {
-                    dgid: p.dgid,
-                    sgid: p.sgid,
-                    flow_label: p.flow_label,
-                    hop_limit: p.hop_limit,
-                    traffic_class: p.traffic_class,
-                    sl: p.sl,
-                    port_num: 1,
-                });
-                e.remote_ud = Some((r.qpn, r.qkey.0));
-                Queued::new(num, EventType::Established, 0)
-            } else {
-                Queued::new(num, EventType::Unreachable, i32::from(r.status.0))
-            };
-            let mut q = q;
-            q.ud = Some(ud);
+            if r.remote_ud.is_some() {
+                e.remote_ud = r.remote_ud;
+            }
+            let mut q = Queued::new(num, r.event, r.status);
+            q.conn = r.conn;
+            q.ud = r.ud;
             e.chan.push(q);
         }
-    }
-}
-
-fn disconnected(g: &mut Guard, serial: u64, id: softrdma_cm::CmId, status: i32) {
-    let Some(num) = id_of(g, serial, id) else {
-        return;
-    };
-    let Some(e) = g.st().ids.get_mut(&num) else {
-        return;
-    };
-    // cma_comp_exch(CONNECT → DISCONNECT): reported once.
-    if e.st != St::Connect {
-        return;
-    }
-    e.st = St::Disconnect;
-    e.chan
-        .push(Queued::new(num, EventType::Disconnected, status));
-}
-
-fn to_conn(c: softrdma_cm::negotiate::ConnParam) -> ConnParam {
-    ConnParam {
-        private_data: c.private_data,
-        responder_resources: c.responder_resources,
-        initiator_depth: c.initiator_depth,
-        flow_control: c.flow_control,
-        retry_count: c.retry_count,
-        rnr_retry_count: c.rnr_retry_count,
-        srq: c.srq,
-        qp_num: c.qp_num.value(),
     }
 }
 
@@ -410,7 +319,7 @@ fn connect_request(g: &mut Guard, shared: &Shared, cr: softrdma_cm::ConnectReque
     ds.bind(cr.id, num);
     let mut q = Queued::new(lnum, EventType::ConnectRequest, 0);
     q.new_id = Some(num);
-    q.conn = to_conn(conn);
+    q.conn = conn.into();
     push(g, lnum, q);
 }
 

@@ -24,18 +24,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-/// The rdma_cm state of an id (Linux `enum rdma_cm_state`, without the
-/// transient query states: resolution is immediate here).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum St {
-    Idle,
-    AddrBound,
-    AddrResolved,
-    RouteResolved,
-    Connect,
-    Disconnect,
-    Listen,
-}
+/// The rdma_cm state of an id (the layer's `IdState`).
+pub(crate) use softrdma_cm::rdma::IdState as St;
 
 /// Options set with `rdma_set_option` (and `rdma_set_min_rnr_timer`).
 #[derive(Clone, Copy, Debug, Default)]
