@@ -110,6 +110,10 @@ pub const REFUSED_REPORT_EVERY_NS: u64 = 1_000_000_000;
 /// backlog ≤ 0 or above it gets this one).
 pub const MAX_BACKLOG: u32 = 1024;
 
+/// Lowest and highest ephemeral port of rdma_cm's port spaces (Linux's
+/// default `net.ipv4.ip_local_port_range`).
+pub const EPHEMERAL_PORTS: (u16, u16) = (32768, 60999);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,8 @@
 //!   ([`find`], Linux's `cma_find_listener`) and whether its backlog has
 //!   room ([`Listener::admit`]).
 //!
+//! - [`Ports`] (`ports.rs`): the port tables of the four port spaces, who
+//!   may share a port (`cma_check_port`), ephemeral ports.
 //!
 //! Still in the driver (see ARCHITECTURE.md): the ids' table and the
 //! calls that move them through their states, the event
@@ -26,7 +28,9 @@
 mod device;
 mod event;
 mod listen;
+mod ports;
 
 pub use device::{request_sid, DeviceCm, Refused};
 pub use event::{report, ConnParam, EventType, IdState, Report, UdParam, ETIMEDOUT};
 pub use listen::{backlog, find, service_id, Admission, Listener, Transport};
+pub use ports::{Binding, PortError, Ports};

@@ -187,6 +187,7 @@ impl CmId {
             return Err(einval("REUSEADDR after bind"));
         }
         e.opts.reuseaddr = on;
+        super::addr::rebind_port(g.st(), self.0.num);
         Ok(())
     }
 

@@ -141,7 +141,7 @@ pub(crate) struct State {
     /// Per device (by serial): its CM.
     pub devs: HashMap<u64, DevState>,
     /// Ids holding each (port space, port).
-    pub ports: HashMap<(PortSpace, u16), Vec<u64>>,
+    pub ports: softrdma_cm::rdma::Ports,
 }
 
 impl State {
