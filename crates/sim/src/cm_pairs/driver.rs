@@ -5,7 +5,7 @@
 use super::world::{Action, IdLog, Owner, World};
 use super::{ClientPlan, ServerPlan, Teardown, RC_SERVICE, UD_SERVICE, UNHEARD_SERVICE};
 use softrdma_cm::negotiate::{self, ConnParam};
-use softrdma_cm::rdma::{self, Admission, Transport};
+use softrdma_cm::rdma::{self, Admission, EventType, Transport};
 use softrdma_cm::{
     CmId, Event, QpType, RejReason, ServiceId, SidrRepParams, SidrReqParams, SidrStatus, State,
     Unanswered,
@@ -28,6 +28,9 @@ impl World<'_> {
                 }
             },
         };
+        if owner.is_some() {
+            self.rdma_report(node, &e);
+        }
         match e {
             Event::ConnectRequest(cr) => {
                 // The rdma_cm layer's checks (`cma_ib_req_handler`): the
@@ -199,6 +202,41 @@ impl World<'_> {
                 }
                 self.destroy(node, id);
             }
+        }
+    }
+
+    /// The rdma_cm event the layer reports for `e` (the id's state moved
+    /// as `cma_ib_handler` moves it), checked against `e`: the event and
+    /// status the program would see, DISCONNECTED once.
+    fn rdma_report(&mut self, node: usize, e: &Event) {
+        let log = self.ids.entry((node, e.id())).or_default();
+        let first_disconnect = log.disconnects == 0;
+        let r = rdma::report(&mut log.st, None, e);
+        let got = r.as_ref().map(|r| (r.event, r.status));
+        let want = match e {
+            Event::RepReceived(_) => Some((EventType::ConnectResponse, 0)),
+            Event::Established { .. } => Some((EventType::Established, 0)),
+            Event::Rejected(r) => Some((EventType::Rejected, i32::from(r.reason.0))),
+            Event::Unreachable { .. } => Some((EventType::Unreachable, -rdma::ETIMEDOUT)),
+            Event::DisconnectRequest { .. } => {
+                first_disconnect.then_some((EventType::Disconnected, 0))
+            }
+            Event::Disconnected { timed_out, .. } => first_disconnect.then_some((
+                EventType::Disconnected,
+                if *timed_out { -rdma::ETIMEDOUT } else { 0 },
+            )),
+            Event::TimewaitExit { .. } => Some((EventType::TimewaitExit, 0)),
+            Event::SidrReply(r) if r.status == SidrStatus::SUCCESS => {
+                Some((EventType::Established, 0))
+            }
+            Event::SidrReply(r) => Some((EventType::Unreachable, i32::from(r.status.0))),
+            Event::ConnectRequest(_) | Event::SidrRequest(_) => None,
+        };
+        if got != want {
+            self.violation(format!("rdma_cm reports {got:?} for {e:?}, want {want:?}"));
+        }
+        if got.is_some() {
+            self.report.rdma_events += 1;
         }
     }
 

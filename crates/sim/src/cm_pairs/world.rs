@@ -4,7 +4,7 @@
 
 use super::{Report, Scenario};
 use crate::net::{LinkConfig, NetStats};
-use softrdma_cm::rdma::{DeviceCm, Listener};
+use softrdma_cm::rdma::{DeviceCm, IdState, Listener};
 use softrdma_cm::{CmId, Instant};
 use softrdma_link::{fate, Rates, Rng};
 use softrdma_wire::Qpn;
@@ -32,11 +32,25 @@ pub(super) enum Owner {
 }
 
 /// Per-id bookkeeping of the driver model.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct IdLog {
     pub(super) outcomes: u32,
     pub(super) disconnects: u32,
     pub(super) timewait_exits: u32,
+    /// The id's rdma_cm state, moved by the layer's `report`.
+    pub(super) st: IdState,
+}
+
+impl Default for IdLog {
+    /// Every id of a run connects (`rdma_connect`, or a request's id).
+    fn default() -> IdLog {
+        IdLog {
+            outcomes: 0,
+            disconnects: 0,
+            timewait_exits: 0,
+            st: IdState::Connect,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
