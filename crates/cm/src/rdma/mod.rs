@@ -21,16 +21,22 @@
 //! - [`Ports`] (`ports.rs`): the port tables of the four port spaces, who
 //!   may share a port (`cma_check_port`), ephemeral ports.
 //!
+//! - [`QpChange`] (`qp.rs`): the QP changes of `rdma_init_qp_attr`, the
+//!   REP's and the accept's INIT/RTR/RTS, a UD QP's setup, as data the
+//!   driver applies.
+//!
 //! Still in the driver (see ARCHITECTURE.md): the ids' table and the
-//! calls that move them through their states, the event
-//! queues of the channels, and the QP changes.
+//! calls that move them through their states, and the event queues of
+//! the channels.
 
 mod device;
 mod event;
 mod listen;
 mod ports;
+mod qp;
 
 pub use device::{request_sid, DeviceCm, Refused};
 pub use event::{report, ConnParam, EventType, IdState, Report, UdParam, ETIMEDOUT};
 pub use listen::{backlog, find, service_id, Admission, Listener, Transport};
 pub use ports::{Binding, PortError, Ports};
+pub use qp::{init_qp_attr, to_rts, ud_setup, QpChange};
