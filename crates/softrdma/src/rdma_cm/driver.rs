@@ -257,48 +257,88 @@ fn find_listener(g: &mut Guard, serial: u64, sid: ServiceId, dst: IpAddr) -> Opt
     rdma::find(ls, serial, sid, dst)
 }
 
+/// A request the listener it belongs to takes: the listener, the device
+/// and what the new id inherits from the listener.
+struct Admitted {
+    lnum: u64,
+    dev: crate::Device,
+    chan: std::sync::Arc<super::channel::ChanInner>,
+    ps: softrdma_cm::PortSpace,
+    opts: super::state::Opts,
+    lport: u16,
+    qp_type: QpType,
+    cma: softrdma_wire::cm::CmaHdrRepr,
+}
+
+/// The checks of a REQ or SIDR_REQ (`cma_ib_req_handler`): its rdma_cm
+/// header, the listener of its destination, its transport and that
+/// listener's backlog (`Listener::admit`). A full backlog drops the
+/// request (no answer: the requester retries); any other failure rejects
+/// it (the CM's destroy of an unanswered request sends REJ 28 or SIDR_REP
+/// "reject", as Linux's handler error makes `cm_destroy_id` do).
+fn admit(
+    g: &mut Guard,
+    shared: &Shared,
+    id: softrdma_cm::CmId,
+    sid: ServiceId,
+    cma: Option<softrdma_wire::cm::CmaHdrRepr>,
+    transport: Option<rdma::Transport>,
+) -> Option<Admitted> {
+    let serial = shared.serial;
+    let t = now(shared);
+    let found = (|| {
+        let cma = cma?;
+        let lnum = find_listener(g, serial, sid, cma.dst)?;
+        let transport = transport?;
+        let dev = g.device(serial)?;
+        let l = g.st().ids.get_mut(&lnum)?;
+        let verdict = l.listen.as_mut()?.admit(transport);
+        let a = Admitted {
+            lnum,
+            dev,
+            chan: l.chan.clone(),
+            ps: l.ps,
+            opts: l.opts,
+            lport: l.src.map_or(0, |s| s.port()),
+            qp_type: l.qp_type,
+            cma,
+        };
+        Some((verdict, a))
+    })();
+    let ds = g.st().devs.get_mut(&serial)?;
+    match found {
+        Some((Admission::Take, a)) => return Some(a),
+        Some((Admission::Drop, _)) => {
+            let _ = ds.cm.drop_request(id);
+        }
+        Some((Admission::Reject, _)) | None => {
+            let _ = ds.cm.destroy(t, id);
+        }
+    }
+    None
+}
+
 /// A REQ for one of our listeners (`cma_ib_req_handler`): checks the
 /// rdma_cm header, the bound address and the QP type (else REJ 28), the
 /// backlog (else no answer: the requester retries), then a new id and a
 /// CONNECT_REQUEST on the listener's channel.
 fn connect_request(g: &mut Guard, shared: &Shared, cr: softrdma_cm::ConnectRequest) {
     let serial = shared.serial;
-    let t = now(shared);
     let req = cr.req();
-    // The CM's destroy of an unanswered request sends REJ 28 (Linux: the
-    // handler's error makes cm_destroy_id reject it).
-    let reject = |g: &mut Guard| {
-        if let Some(ds) = g.st().devs.get_mut(&serial) {
-            let _ = ds.cm.destroy(t, cr.id);
-        }
+    let transport = rdma::Transport::of_req(req.transport_service_type);
+    let Some(Admitted {
+        lnum,
+        dev,
+        chan,
+        ps,
+        opts,
+        lport,
+        qp_type,
+        cma,
+    }) = admit(g, shared, cr.id, req.service_id, cr.cma, transport)
+    else {
+        return;
     };
-    let Some(cma) = cr.cma else {
-        return reject(g);
-    };
-    let Some(lnum) = find_listener(g, serial, req.service_id, cma.dst) else {
-        return reject(g);
-    };
-    let Some(transport) = rdma::Transport::of_req(req.transport_service_type) else {
-        return reject(g);
-    };
-    let Some(dev) = g.device(serial) else {
-        return reject(g);
-    };
-    let Some(l) = g.st().ids.get_mut(&lnum) else {
-        return reject(g);
-    };
-    match l.listen.as_mut().map(|x| x.admit(transport)) {
-        Some(Admission::Take) => {}
-        Some(Admission::Drop) => {
-            if let Some(ds) = g.st().devs.get_mut(&serial) {
-                let _ = ds.cm.drop_request(cr.id);
-            }
-            return;
-        }
-        Some(Admission::Reject) | None => return reject(g),
-    }
-    let (chan, ps, opts, lport) = (l.chan.clone(), l.ps, l.opts, l.src.map_or(0, |s| s.port()));
-    let qp_type = l.qp_type;
     let ds = g.st().devs.get_mut(&serial).expect("the device's CM");
     let info = ds.cm.info(cr.id);
     let seq = ds.cm.random_psn();
@@ -327,35 +367,19 @@ fn connect_request(g: &mut Guard, shared: &Shared, cr: softrdma_cm::ConnectReque
 /// a new id, a CONNECT_REQUEST with the UD parameters.
 fn sidr_request(g: &mut Guard, shared: &Shared, sr: softrdma_cm::SidrRequest) {
     let serial = shared.serial;
-    let t = now(shared);
-    let refuse = |g: &mut Guard| {
-        if let Some(ds) = g.st().devs.get_mut(&serial) {
-            let _ = ds.cm.destroy(t, sr.id);
-        }
+    let ud = Some(rdma::Transport::Ud);
+    let Some(Admitted {
+        lnum,
+        dev,
+        chan,
+        ps,
+        lport,
+        cma,
+        ..
+    }) = admit(g, shared, sr.id, sr.service_id, sr.cma, ud)
+    else {
+        return;
     };
-    let Some(cma) = sr.cma else {
-        return refuse(g);
-    };
-    let Some(lnum) = find_listener(g, serial, sr.service_id, cma.dst) else {
-        return refuse(g);
-    };
-    let Some(dev) = g.device(serial) else {
-        return refuse(g);
-    };
-    let Some(l) = g.st().ids.get_mut(&lnum) else {
-        return refuse(g);
-    };
-    match l.listen.as_mut().map(|x| x.admit(rdma::Transport::Ud)) {
-        Some(Admission::Take) => {}
-        Some(Admission::Drop) => {
-            if let Some(ds) = g.st().devs.get_mut(&serial) {
-                let _ = ds.cm.drop_request(sr.id);
-            }
-            return;
-        }
-        Some(Admission::Reject) | None => return refuse(g),
-    }
-    let (chan, ps, lport) = (l.chan.clone(), l.ps, l.src.map_or(0, |s| s.port()));
     let ds = g.st().devs.get_mut(&serial).expect("the device's CM");
     let seq = ds.cm.random_psn();
     let local = ds.ip;
