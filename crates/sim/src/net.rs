@@ -229,8 +229,10 @@ impl Sim {
         self.inflight.push(at.0, (to, meta), data);
     }
 
-    /// Hands one datagram to the link.
-    fn send(&mut self, from: usize, dst: SocketAddr, tclass: u8, hop: u8, mut data: Vec<u8>) {
+    /// Hands one datagram (a UDP payload) from node `from` to the link, as
+    /// [`Sim::flush`] does for what a device transmits; the CM runs
+    /// (`cm_pairs`) send their MADs, built by [`Device::emit_gsi`], this way.
+    pub fn send(&mut self, from: usize, dst: SocketAddr, tclass: u8, hop: u8, mut data: Vec<u8>) {
         let src_ip = self.nodes[from].ip;
         if let Some(t) = &mut self.trace {
             t.push((self.now, src_ip, dst, data.clone()));

@@ -2,9 +2,11 @@
 //! rdma_cm layer ([`softrdma_cm::rdma::DeviceCm`]: the real CM, the shared
 //! CM listeners, requests held for a listener; [`softrdma_cm::rdma::Listener`]:
 //! which rdma_cm listener takes a request, its backlog) on a virtual
-//! clock, their MADs carried by a seeded link that loses, duplicates,
-//! reorders, corrupts (a corrupted MAD fails the ICRC and is dropped) and
-//! delays them, and a driver model per node that connects, accepts,
+//! clock, their MADs carried between the nodes' QP 1 as RoCE packets by
+//! the simulator's network ([`crate::Sim`], the link of the transport
+//! runs: seeded loss, duplication, reordering, corruption — a corrupted
+//! packet fails the receiving device's ICRC check — and delay), and a
+//! driver model per node that connects, accepts,
 //! rejects, answers late, disconnects, destroys and sometimes dies.
 //!
 //! [`run`] plays one seeded [`Scenario`] to the end and returns a
@@ -30,7 +32,8 @@
 //! Where things live: `scenario.rs` draws the plans (what each client,
 //! server and SIDR pair does, which node never answers or dies);
 //! `report.rs` is what a run saw and [`Report::check`]; `world.rs` is the
-//! simulation state, the link that carries MADs and the event loop's step;
+//! simulation state, how MADs go through the nodes' devices and the
+//! [`crate::Sim`], and the event loop's step;
 //! `driver.rs` is the driver model (how each node answers its CM's events
 //! and carries out the plans' actions); this file is [`run`] and
 //! [`lossy_link`].
@@ -40,7 +43,7 @@ mod report;
 mod scenario;
 mod world;
 
-use crate::net::{LinkConfig, NetStats};
+use crate::net::{LinkConfig, Sim};
 pub use report::{ConnLog, Report, SidrLog};
 pub use scenario::*;
 use softrdma_cm::rdma::{DeviceCm, Listener, Transport};
@@ -57,24 +60,21 @@ pub fn run(sc: &Scenario) -> Report {
         sc,
         now: Instant(0),
         nodes: Vec::new(),
-        rng: Rng::new(sc.seed ^ 0x11ce_5eed_0000_0c3a),
-        link: sc.link,
-        net: NetStats::default(),
-        wire: BinaryHeap::new(),
-        in_flight: BTreeMap::new(),
+        sim: Sim::new(sc.seed ^ 0x11ce_5eed_0000_0c3a, sc.link),
+        buf: vec![0; softrdma_proto::device::MIN_TX_BUF],
         actions: BinaryHeap::new(),
         action_list: BTreeMap::new(),
         seq: 0,
         owners: BTreeMap::new(),
         ids: BTreeMap::new(),
         report: Report::default(),
-        print: std::env::var_os("SOFTRDMA_SIM_TRACE").is_some(),
         conn_of_qpn: BTreeMap::new(),
     };
     w.report.conns = vec![ConnLog::default(); sc.conns.len()];
     w.report.sidrs = vec![SidrLog::default(); sc.sidrs.len()];
     for i in 0..sc.nodes {
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
+        w.sim.add_node(sc.seed.wrapping_add(i as u64), Some(ip));
         let mut key_rng = Rng::new(sc.seed.wrapping_mul(0x9e37_79b9).wrapping_add(i as u64));
         let cfg = CmConfig::new(
             0x0200_0000_0000_0000 | i as u64,
@@ -116,7 +116,7 @@ pub fn run(sc: &Scenario) -> Report {
     let limit = Instant(86_400_000 * MS);
     while w.now < limit && w.step() {}
     w.flush();
-    w.report.net = w.net;
+    w.report.net = w.sim.stats;
     w.report.end = w.now;
     for (i, n) in w.nodes.iter().enumerate() {
         let c = n.dev.cm.counters();

@@ -1,19 +1,21 @@
-//! The simulation state of a CM run: the nodes, the link that carries
-//! their MADs (the same dice as the packet link), the queue of actions
-//! and the step of the event loop.
+//! The simulation state of a CM run: the nodes, the simulated network
+//! ([`crate::Sim`], the transport runs' link) that carries their MADs as
+//! RoCE packets between the nodes' QP 1, the queue of actions and the
+//! step of the event loop.
 
 use super::{Report, Scenario};
-use crate::net::{LinkConfig, NetStats};
+use crate::net::Sim;
 use softrdma_cm::rdma::{DeviceCm, IdState, Listener};
 use softrdma_cm::{CmId, Instant};
-use softrdma_link::{fate, Rates, Rng};
-use softrdma_wire::Qpn;
+use softrdma_wire::mad::GSI_QKEY;
+use softrdma_wire::QKey;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::IpAddr;
 
 /// A node: one device's part of the rdma_cm layer (its CM, its shared
-/// CM listeners, the requests it holds for a listener) at one address.
+/// CM listeners, the requests it holds for a listener) at one address;
+/// its RoCE device is the [`Sim`]'s node of the same index.
 pub(super) struct Node {
     pub(super) dev: DeviceCm,
     pub(super) ip: IpAddr,
@@ -67,30 +69,22 @@ pub(super) enum Action {
     CloseListeners,
 }
 
-pub(super) struct InFlight {
-    pub(super) to: usize,
-    pub(super) src: IpAddr,
-    pub(super) src_qpn: Qpn,
-    pub(super) mad: [u8; 256],
-}
-
 /// The simulation state.
 pub(super) struct World<'s> {
     pub(super) sc: &'s Scenario,
     pub(super) now: Instant,
     pub(super) nodes: Vec<Node>,
-    pub(super) rng: Rng,
-    pub(super) link: LinkConfig,
-    pub(super) net: NetStats,
-    pub(super) wire: BinaryHeap<Reverse<(Instant, u64)>>,
-    pub(super) in_flight: BTreeMap<u64, InFlight>,
+    /// The network: node `i`'s RoCE device (QP 1 carries its MADs) and
+    /// the link between them; its clock follows `now`.
+    pub(super) sim: Sim,
+    /// Where [`Device::emit_gsi`](softrdma_proto::Device::emit_gsi) writes.
+    pub(super) buf: Vec<u8>,
     pub(super) actions: BinaryHeap<Reverse<(Instant, u64)>>,
     pub(super) action_list: BTreeMap<u64, Action>,
     pub(super) seq: u64,
     pub(super) owners: BTreeMap<(usize, CmId), Owner>,
     pub(super) ids: BTreeMap<(usize, CmId), IdLog>,
     pub(super) report: Report,
-    pub(super) print: bool,
     /// QPN -> connection, for matching REQs to plans.
     pub(super) conn_of_qpn: BTreeMap<u32, usize>,
 }
@@ -104,85 +98,37 @@ impl World<'_> {
         self.actions.push(Reverse((at, self.seq)));
     }
 
-    pub(super) fn node_of(&self, ip: IpAddr) -> Option<usize> {
-        self.nodes.iter().position(|n| n.ip == ip)
-    }
-
     pub(super) fn violation(&mut self, s: String) {
         self.report
             .violations
             .push(format!("at {} ms: {s}", self.now.0 / MS));
     }
 
-    /// Everything the CMs want to send, onto the link.
+    /// Everything the CMs want to send: each MAD a UD SEND_ONLY from QP 1
+    /// built by the node's device, handed to the link.
     pub(super) fn flush(&mut self) {
+        self.sim.now = softrdma_proto::Instant(self.now.0);
         for from in 0..self.nodes.len() {
             while let Some(t) = self.nodes[from].dev.cm.poll_transmit() {
                 if !self.nodes[from].up {
                     continue;
                 }
-                self.send(from, t.dst, t.dst_qpn, t.mad);
+                let dev = &mut self.sim.nodes[from].dev;
+                let Some(tx) =
+                    dev.emit_gsi(t.dst, t.dst_qpn, QKey(GSI_QKEY), &t.mad, &mut self.buf)
+                else {
+                    self.violation(format!("node {from} cannot send a MAD to {}", t.dst));
+                    continue;
+                };
+                let data = self.buf[..tx.len].to_vec();
+                self.sim
+                    .send(from, tx.dst, tx.traffic_class, tx.hop_limit, data);
             }
         }
     }
 
-    pub(super) fn send(&mut self, from: usize, dst: IpAddr, _dst_qpn: Qpn, mad: [u8; 256]) {
-        self.net.sent += 1;
-        let src = self.nodes[from].ip;
-        if self.print {
-            eprintln!(
-                "{:>10} ms {src} > {dst} {}",
-                self.now.0 / MS,
-                softrdma_wire::pretty::mad_line(&mad)
-            );
-        }
-        let Some(to) = self.node_of(dst) else {
-            self.net.no_route += 1;
-            return;
-        };
-        // The same dice as the simulator's packet link and the engine's
-        // injector (softrdma-link), thrown for the MAD's 256 bytes (its
-        // PSN-based reordering does not apply: MADs go through QP 1).
-        let rates = Rates {
-            reorder_every: 0,
-            ..self.link.rates()
-        };
-        let f = fate(&rates, &mut self.rng, &mad);
-        if f.lost {
-            self.net.lost += 1;
-            return;
-        }
-        if f.corrupt_bit.is_some() {
-            // The ICRC catches it; the receiver's transport drops it.
-            self.net.corrupted += 1;
-            return;
-        }
-        let delay = f.delay_ns;
-        if f.reordered {
-            self.net.reordered += 1;
-        }
-        if f.duplicate_after_ns.is_some() {
-            self.net.duplicated += 1;
-        }
-        let lags = [Some(0), f.duplicate_after_ns];
-        for extra in lags.into_iter().flatten() {
-            self.seq += 1;
-            self.in_flight.insert(
-                self.seq,
-                InFlight {
-                    to,
-                    src,
-                    src_qpn: Qpn::GSI,
-                    mad,
-                },
-            );
-            self.wire
-                .push(Reverse((self.now.add_ns(delay + extra), self.seq)));
-        }
-    }
-
     pub(super) fn next_time(&self) -> Option<Instant> {
-        let wire = self.wire.peek().map(|r| r.0 .0);
+        let net = self.sim.next_event().map(|t| Instant(t.0));
         let act = self.actions.peek().map(|r| r.0 .0);
         let timers = self
             .nodes
@@ -190,7 +136,7 @@ impl World<'_> {
             .filter(|n| n.up)
             .filter_map(|n| n.dev.deadline())
             .min();
-        [wire, act, timers].into_iter().flatten().min()
+        [net, act, timers].into_iter().flatten().min()
     }
 
     pub(super) fn step(&mut self) -> bool {
@@ -199,18 +145,19 @@ impl World<'_> {
             return false;
         };
         self.now = self.now.max(t);
-        while self.wire.peek().is_some_and(|r| r.0 .0 <= self.now) {
-            let Reverse((_, seq)) = self.wire.pop().expect("peeked");
-            let Some(f) = self.in_flight.remove(&seq) else {
-                continue;
-            };
-            self.net.delivered += 1;
-            if self.nodes[f.to].up {
-                // Held (a request nobody listens for yet) or to the CM.
-                self.nodes[f.to]
-                    .dev
-                    .receive(self.now, f.src, f.src_qpn, &f.mad);
-                self.drain_events(f.to);
+        // The network delivers what is due (a corrupted packet fails the
+        // device's ICRC check), then each node's CM takes what its QP 1
+        // received, in order.
+        self.sim.step(softrdma_proto::Instant(self.now.0));
+        for i in 0..self.nodes.len() {
+            while let Some(m) = self.sim.nodes[i].dev.poll_gsi() {
+                if self.nodes[i].up {
+                    // Held (a request nobody listens for yet) or to the CM.
+                    self.nodes[i]
+                        .dev
+                        .receive(self.now, m.src, m.src_qpn, &m.mad);
+                    self.drain_events(i);
+                }
             }
         }
         for i in 0..self.nodes.len() {
