@@ -49,6 +49,7 @@ fn lossy_seeds() {
     let (mut both_established, mut rej8, mut rej28, mut unreachable, mut goodbyes) =
         (0, 0, 0, 0, 0);
     let mut rdma_events = 0;
+    let mut ephemeral = 0;
     for seed in 0..256 {
         let sc = scenario(seed);
         let r = run_checked(&sc);
@@ -61,6 +62,13 @@ fn lossy_seeds() {
         duplicates += r.cm.rx_duplicates;
         rdma_events += r.rdma_events;
         for (p, l) in sc.conns.iter().zip(&r.conns) {
+            // The client's id bound an ephemeral port (the layer's Ports),
+            // which its REQ's cma header carried (checked by the run).
+            if let Some(port) = l.client_port {
+                let (lo, hi) = softrdma_cm::limits::EPHEMERAL_PORTS;
+                assert!((lo..=hi).contains(&port), "seed {seed}: port {port}");
+                ephemeral += 1;
+            }
             if l.client_established == 1 && l.server_established == 1 {
                 both_established += 1;
             }
@@ -94,6 +102,7 @@ fn lossy_seeds() {
     );
     // The rdma_cm layer reported the CM's events (each checked in the run).
     assert!(rdma_events > 10_000, "{rdma_events}");
+    assert!(ephemeral > 10_000, "{ephemeral}");
     // Every kind of ending occurred.
     assert!(both_established > 3000, "{both_established}");
     assert!(

@@ -51,9 +51,11 @@ impl World<'_> {
                 };
                 self.owners.insert((node, cr.id), Owner::ConnServer(c));
                 self.ids.insert((node, cr.id), IdLog::default());
-                let cma_ok = cr
-                    .cma
-                    .is_some_and(|h| h.src == self.nodes[self.sc.conns[c].client].ip);
+                // The client's address and the port its id holds.
+                let cma_ok = cr.cma.is_some_and(|h| {
+                    h.src == self.nodes[self.sc.conns[c].client].ip
+                        && Some(h.src_port) == self.report.conns[c].client_port
+                });
                 if !cma_ok {
                     self.violation(format!("conn {c}: REQ without the client's cma header"));
                 }
@@ -287,7 +289,13 @@ impl World<'_> {
                     return;
                 }
                 let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
-                let port = 10_000 + c as u16;
+                // `rdma_resolve_addr` binds an ephemeral port.
+                let (num, port) = match self.nodes[p.client].bind(PortSpace::Tcp, src, 0) {
+                    Ok(x) => x,
+                    Err(e) => return self.violation(format!("conn {c}: bind: {e}")),
+                };
+                let held = Some((PortSpace::Tcp, port, num));
+                self.report.conns[c].client_port = Some(port);
                 let path = negotiate::rdma_cm_path(src, dst, port, 7174, 3, 0, 64);
                 let cma = CmaHdrRepr {
                     src_port: port,
@@ -315,7 +323,11 @@ impl World<'_> {
                 match self.nodes[p.client].dev.cm.connect(now, &params) {
                     Ok(id) => {
                         self.owners.insert((p.client, id), Owner::ConnClient(c));
-                        self.ids.insert((p.client, id), IdLog::default());
+                        let log = IdLog {
+                            port: held,
+                            ..IdLog::default()
+                        };
+                        self.ids.insert((p.client, id), log);
                         self.report.conns[c].client_id = Some(id);
                         if let ClientPlan::DestroyEarly { after_ms } = p.client_plan {
                             self.schedule(now.add_ms(after_ms), Action::ClientGiveUp(c));
@@ -330,8 +342,13 @@ impl World<'_> {
                     return;
                 }
                 let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
+                let (num, port) = match self.nodes[p.client].bind(PortSpace::Udp, src, 0) {
+                    Ok(x) => x,
+                    Err(e) => return self.violation(format!("SIDR {s}: bind: {e}")),
+                };
+                let held = Some((PortSpace::Udp, port, num));
                 let cma = CmaHdrRepr {
-                    src_port: 20_000 + s as u16,
+                    src_port: port,
                     src,
                     dst,
                 };
@@ -353,7 +370,11 @@ impl World<'_> {
                 match self.nodes[p.client].dev.cm.sidr_request(now, &params) {
                     Ok(id) => {
                         self.owners.insert((p.client, id), Owner::SidrClient(s));
-                        self.ids.insert((p.client, id), IdLog::default());
+                        let log = IdLog {
+                            port: held,
+                            ..IdLog::default()
+                        };
+                        self.ids.insert((p.client, id), log);
                     }
                     Err(e) => self.violation(format!("sidr_request: {e}")),
                 }
@@ -539,8 +560,9 @@ impl World<'_> {
                     }
                     let now = self.now;
                     let node = &mut self.nodes[n];
-                    for (_, l) in std::mem::take(&mut node.listeners) {
+                    for (num, l) in std::mem::take(&mut node.listeners) {
                         node.dev.unlisten(now, l.service_id());
+                        node.unbind(l.ps, l.bound.port(), num);
                     }
                 }
             }

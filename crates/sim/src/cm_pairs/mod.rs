@@ -23,7 +23,9 @@
 //!   driver holds;
 //! - when the run drains, every CM of a live node is quiescent: every id
 //!   ended and was destroyed, no timer, timewait record or queued MAD is
-//!   left;
+//!   left, and no port is held in its [`softrdma_cm::rdma::Ports`] (the
+//!   listeners bind theirs, connecting and SIDR ids an ephemeral one,
+//!   which the server sees in the REQ's cma header);
 //! - the link's loss, duplication and reordering actually happened, and
 //!   the CMs retransmitted, recognised duplicates and sent MRAs.
 //!
@@ -46,7 +48,7 @@ mod world;
 use crate::net::{LinkConfig, Sim};
 pub use report::{ConnLog, Report, SidrLog};
 pub use scenario::*;
-use softrdma_cm::rdma::{DeviceCm, Listener, Transport};
+use softrdma_cm::rdma::{DeviceCm, Listener, Ports, Transport};
 use softrdma_cm::{CmConfig, Instant};
 use softrdma_link::Rng;
 use softrdma_wire::cm::PortSpace;
@@ -85,14 +87,28 @@ pub fn run(sc: &Scenario) -> Report {
             ip,
             up: sc.dead_node != Some(i),
             listeners: BTreeMap::new(),
+            ports: Ports::default(),
+            ports_held: 0,
+            next_num: 1,
+            port_rng: Rng::new(key_rng.next_u64()),
         };
-        // Two wildcard rdma_cm listeners (`rdma_listen` on 0.0.0.0, the
-        // default backlog): RC on RC_SERVICE's port, UD on UD_SERVICE's.
+        // Two wildcard rdma_cm listeners (`rdma_bind_addr` on 0.0.0.0,
+        // `rdma_listen` with the default backlog): RC on RC_SERVICE's
+        // port, UD on UD_SERVICE's.
         let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-        for (num, ps, port, transport) in [
-            (1, PortSpace::Tcp, RC_PORT, Transport::Rc),
-            (2, PortSpace::Udp, UD_PORT, Transport::Ud),
+        for (ps, port, transport) in [
+            (PortSpace::Tcp, RC_PORT, Transport::Rc),
+            (PortSpace::Udp, UD_PORT, Transport::Ud),
         ] {
+            let num = match node.bind(ps, any, port) {
+                Ok((num, _)) => num,
+                Err(e) => {
+                    w.report
+                        .violations
+                        .push(format!("node {i}: bind {port}: {e}"));
+                    continue;
+                }
+            };
             let l = Listener::new(ps, SocketAddr::new(any, port), true, None, transport, 0);
             if node.dev.listen(Instant(0), l.service_id()).is_ok() {
                 node.listeners.insert(num, l);
@@ -144,6 +160,11 @@ pub fn run(sc: &Scenario) -> Report {
                 n.dev.cm.state(id),
                 w.owners.get(&(i, id))
             ));
+        }
+        if n.ports_held != 0 {
+            w.report
+                .violations
+                .push(format!("node {i}: {} ports still held", n.ports_held));
         }
         if !n.dev.cm.is_quiescent() {
             w.report.not_quiescent.push(i);

@@ -35,6 +35,9 @@ pub struct ConnLog {
     pub accepted: bool,
     /// DREQs that ran out of retries, either side.
     pub dreq_timeouts: u32,
+    /// The ephemeral port the client's id bound (its cma header's source
+    /// port).
+    pub client_port: Option<u16>,
 }
 
 /// What happened to one SIDR plan.

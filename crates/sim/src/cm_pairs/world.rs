@@ -5,8 +5,10 @@
 
 use super::{Report, Scenario};
 use crate::net::Sim;
-use softrdma_cm::rdma::{DeviceCm, IdState, Listener};
+use softrdma_cm::rdma::{Binding, DeviceCm, IdState, Listener, Ports};
 use softrdma_cm::{CmId, Instant};
+use softrdma_link::Rng;
+use softrdma_wire::cm::PortSpace;
 use softrdma_wire::mad::GSI_QKEY;
 use softrdma_wire::QKey;
 use std::cmp::Reverse;
@@ -22,6 +24,45 @@ pub(super) struct Node {
     pub(super) up: bool,
     /// The rdma_cm listeners, by number.
     pub(super) listeners: BTreeMap<u64, Listener>,
+    /// The ports its rdma_cm ids hold (the layer's tables, as the
+    /// softrdma driver keeps them): the listeners' and the connecting
+    /// ids' ephemeral ones.
+    pub(super) ports: Ports,
+    /// Ports held, to find a leak when the run drains.
+    pub(super) ports_held: usize,
+    /// The next rdma_cm id number (the listeners are 1 and 2).
+    pub(super) next_num: u64,
+    /// Where an ephemeral port search starts (the driver's random draw).
+    pub(super) port_rng: Rng,
+}
+
+impl Node {
+    /// A new rdma_cm id `rdma_bind_addr`s `ip` and `port` (0: an
+    /// ephemeral one) in `ps`: its number and port.
+    pub(super) fn bind(
+        &mut self,
+        ps: PortSpace,
+        ip: IpAddr,
+        port: u16,
+    ) -> Result<(u64, u16), softrdma_cm::rdma::PortError> {
+        let num = self.next_num;
+        self.next_num += 1;
+        let b = Binding {
+            ip,
+            reuseaddr: false,
+            afonly: false,
+        };
+        let start = self.port_rng.next_u64() as u32;
+        let port = self.ports.take(ps, num, port, b, start)?;
+        self.ports_held += 1;
+        Ok((num, port))
+    }
+
+    /// Id `num` lets its port go.
+    pub(super) fn unbind(&mut self, ps: PortSpace, port: u16, num: u64) {
+        self.ports.release(ps, port, num);
+        self.ports_held -= 1;
+    }
 }
 
 /// Which plan an id belongs to.
@@ -41,6 +82,8 @@ pub(super) struct IdLog {
     pub(super) timewait_exits: u32,
     /// The id's rdma_cm state, moved by the layer's `report`.
     pub(super) st: IdState,
+    /// The port it holds: space, port, rdma_cm id number.
+    pub(super) port: Option<(PortSpace, u16, u64)>,
 }
 
 impl Default for IdLog {
@@ -51,6 +94,7 @@ impl Default for IdLog {
             disconnects: 0,
             timewait_exits: 0,
             st: IdState::Connect,
+            port: None,
         }
     }
 }
@@ -181,7 +225,9 @@ impl World<'_> {
             self.violation(format!("destroy of {id} on node {node} failed"));
         }
         self.owners.remove(&(node, id));
-        self.ids.remove(&(node, id));
+        if let Some((ps, port, num)) = self.ids.remove(&(node, id)).and_then(|l| l.port) {
+            self.nodes[node].unbind(ps, port, num);
+        }
     }
 
     pub(super) fn outcome(&mut self, node: usize, id: CmId, what: &str) {
