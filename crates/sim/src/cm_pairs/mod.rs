@@ -133,6 +133,19 @@ pub fn run(sc: &Scenario) -> Report {
     while w.now < limit && w.step() {}
     w.flush();
     w.report.net = w.sim.stats;
+    for n in &w.sim.nodes {
+        let c = n.dev.counters();
+        w.report.gsi_tx += c.gsi_tx;
+        w.report.gsi_rx += c.gsi_rx;
+        w.report.icrc_errors += c.icrc_errors;
+    }
+    // Every MAD went through a device onto the link.
+    if w.report.gsi_tx != w.report.net.sent {
+        let (tx, sent) = (w.report.gsi_tx, w.report.net.sent);
+        w.report
+            .violations
+            .push(format!("{tx} MADs sent from QP 1, {sent} on the link"));
+    }
     w.report.end = w.now;
     for (i, n) in w.nodes.iter().enumerate() {
         let c = n.dev.cm.counters();

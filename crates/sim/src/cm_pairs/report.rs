@@ -76,6 +76,12 @@ pub struct Report {
     /// rdma_cm events the layer reported for the CM's events
     /// (`softrdma_cm::rdma::report`), each checked against its CM event.
     pub rdma_events: u64,
+    /// MADs the nodes' devices sent from QP 1 (`emit_gsi`), summed.
+    pub gsi_tx: u64,
+    /// MADs their QP 1 received, summed.
+    pub gsi_rx: u64,
+    /// Packets their ICRC check dropped (corrupted on the link), summed.
+    pub icrc_errors: u64,
 }
 
 impl Report {
