@@ -770,8 +770,9 @@ fn connections_that_never_speak_do_not_stop_the_device_process() {
         ],
     );
     let mut iout = BufReader::new(init.stdout.take().unwrap());
-    wait_line(&mut tout, "READY");
+    // (The initiator first: one that cannot join exits, and says so.)
     wait_line(&mut iout, "DONE");
+    wait_line(&mut tout, "READY");
     stop.store(true, Ordering::SeqCst);
     let held = staller.join().unwrap();
     assert!(held > 0, "no silent connection was made");
