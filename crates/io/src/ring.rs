@@ -455,6 +455,19 @@ impl Ring {
     /// [`Self::pop`] without freeing: call [`Self::release`] after a
     /// batch.
     pub fn pop_unreleased(&mut self, buf: &mut [u8]) -> Option<(u32, usize)> {
+        self.pop_split_unreleased(&mut [], buf)
+    }
+
+    /// [`Self::pop_unreleased`] of a record that starts with a header of
+    /// `head.len()` bytes: the header goes to `head`, the rest to the
+    /// start of `buf` (no second copy to move a body behind its header).
+    /// Returns the tag and the body's length (without the header); a
+    /// record shorter than the header fills only its start.
+    pub fn pop_split_unreleased(
+        &mut self,
+        head: &mut [u8],
+        buf: &mut [u8],
+    ) -> Option<(u32, usize)> {
         loop {
             if self.broken {
                 return None;
@@ -484,12 +497,15 @@ impl Ring {
             if tag == TAG_PAD {
                 continue;
             }
-            if len > buf.len() {
+            let h = len.min(head.len());
+            if len - h > buf.len() {
                 self.refused();
                 continue;
             }
-            self.shm.read(HEADER + at + REC_HDR, &mut buf[..len]);
-            return Some((tag, len));
+            self.shm.read(HEADER + at + REC_HDR, &mut head[..h]);
+            self.shm
+                .read(HEADER + at + REC_HDR + h, &mut buf[..len - h]);
+            return Some((tag, len - h));
         }
     }
 
@@ -688,6 +704,23 @@ mod tests {
         );
         c.close();
         assert!(p.peer_closed());
+    }
+
+    #[test]
+    fn split_pops_put_the_header_apart() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        p.push(5, &[b"HEAD", b"body bytes"]).unwrap();
+        p.push(6, &[b"HE"]).unwrap();
+        let mut h = [0u8; 4];
+        let mut b = [0u8; 16];
+        assert_eq!(c.pop_split_unreleased(&mut h, &mut b), Some((5, 10)));
+        assert_eq!((&h, &b[..10]), (b"HEAD", &b"body bytes"[..]));
+        // Shorter than the header: its start only, no body.
+        assert_eq!(c.pop_split_unreleased(&mut h, &mut b), Some((6, 0)));
+        assert_eq!(&h[..2], b"HE");
+        c.release();
+        assert_eq!(c.pop_split_unreleased(&mut h, &mut b), None);
     }
 
     #[test]

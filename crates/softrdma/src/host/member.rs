@@ -432,17 +432,19 @@ impl Member {
     ) -> usize {
         while n < bufs.len() {
             let buf = &mut bufs[n];
-            let Some((tag, len)) = ring.pop_unreleased(buf) else {
+            // The source header apart, the datagram straight at the start
+            // of the buffer (one copy out of the ring).
+            let mut h = [0u8; REC_HDR];
+            let Some((tag, dlen)) = ring.pop_split_unreleased(&mut h, buf) else {
                 break;
             };
-            if tag != TAG_DATAGRAM || len < REC_HDR {
+            // (A record too short for a header and a datagram is garbage.)
+            if tag != TAG_DATAGRAM || dlen == 0 {
                 continue;
             }
-            let Some((src, tos, ttl)) = parse_rec_header(&buf[..REC_HDR]) else {
+            let Some((src, tos, ttl)) = parse_rec_header(&h) else {
                 continue;
             };
-            buf.copy_within(REC_HDR..len, 0);
-            let dlen = len - REC_HDR;
             meta[n] = IoMeta {
                 addr: src,
                 len: dlen,
