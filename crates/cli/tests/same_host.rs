@@ -104,6 +104,7 @@ fn target_role() {
     mr.write(LEN / 2, &pattern(7, LEN / 2 - 8192));
     mr.atomic_u64(COUNTER).store(1000, Ordering::SeqCst);
     let l = Listener::bind(&format!("{ip}:{port}")).unwrap();
+    say(&format!("HOST {}", dev.host_pid().unwrap()));
     say("LISTENING");
     let mode = env("SH_MODE");
     if mode == "serve" {
@@ -197,7 +198,7 @@ fn initiator_role() {
     let cq = dev.create_cq(256, None).unwrap();
     let mr = pd.alloc_mr(LEN, access()).unwrap();
     let mut opts = ConnectOptions::default();
-    if mode == "offer" {
+    if mode == "offer" || mode == "late" {
         // 4.096 µs × 2^17 ≈ 0.5 s, 7 retries: the target stopped for a
         // while is not given up on.
         opts.timeout = 17;
@@ -269,7 +270,7 @@ fn initiator_role() {
             ok(1);
             say("DONE");
         }
-        "flood" | "offer" => {
+        "flood" | "offer" | "late" => {
             // 24 × 1 MiB while the target is stopped: more than its ring.
             say("STREAMING");
             let mut line = String::new();
@@ -281,6 +282,12 @@ fn initiator_role() {
             // (The path was asked for when the first one was posted.)
             say("POSTED");
             ok(24);
+            if mode == "late" {
+                // The way to the target is looked for again after 1 s.
+                std::thread::sleep(Duration::from_millis(1300));
+                write(100, LEN / 2);
+                ok(1);
+            }
             say("DONE");
         }
         "short" => {
@@ -389,6 +396,8 @@ fn parse_counters(line: &str) -> Option<[u64; 6]> {
 
 struct Pair {
     target_qpn: u32,
+    /// The target's device process.
+    host_pid: i32,
     target: Child,
     tout: BufReader<std::process::ChildStdout>,
     init: Child,
@@ -415,6 +424,7 @@ fn pair_with(
     tv.extend_from_slice(extra);
     let mut target = role("target_role", same_host, &tv);
     let mut tout = BufReader::new(target.stdout.take().unwrap());
+    let host_pid = wait_line(&mut tout, "HOST")[5..].parse().unwrap();
     wait_line(&mut tout, "LISTENING");
     let mut iv = vec![
         ("SH_ADDR", init_ip.to_string()),
@@ -428,6 +438,7 @@ fn pair_with(
     let target_qpn = ready[6..].parse().unwrap();
     Pair {
         target_qpn,
+        host_pid,
         target,
         tout,
         init,
@@ -588,6 +599,38 @@ fn a_killed_target_leaves_the_initiator_with_an_error_completion() {
     let mut rest = String::new();
     let _ = p.iout.read_to_string(&mut rest);
     assert!(p.init.wait().unwrap().success());
+}
+
+#[test]
+fn a_path_answer_that_comes_too_late_does_not_keep_the_sender_on_udp() {
+    // The target's device process is stopped while the initiator asks it
+    // for the path: the initiator gives up waiting (its ring closed),
+    // goes through UDP, and gets the path when it asks again.
+    let mut p = pair("shm", "late", "127.42.6.1", "127.42.6.2");
+    wait_line(&mut p.iout, "STREAMING");
+    let host: i32 = p.host_pid;
+    // SAFETY: the device process our target started (same user).
+    assert_eq!(unsafe { libc::kill(host, libc::SIGSTOP) }, 0);
+    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    wait_line(&mut p.iout, "POSTED");
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(host, libc::SIGCONT) }, 0);
+    wait_line(&mut p.iout, "DONE");
+    let ic = wait_line(&mut p.iout, "COUNTERS");
+    let i = parse_counters(&ic).unwrap();
+    // The last WRITE (128 packets) went through the path.
+    assert!(i[0] >= 128 && i[3] == 1 && i[4] == 1, "{ic}");
+    p.target
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"check\n")
+        .unwrap();
+    let check = wait_line(&mut p.tout, "CHECK");
+    assert!(check.starts_with("CHECK written=true"), "{check}");
+    assert!(p.init.wait().unwrap().success());
+    assert!(p.target.wait().unwrap().success());
 }
 
 #[test]

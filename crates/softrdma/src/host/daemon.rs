@@ -482,7 +482,10 @@ impl Host {
         };
         let id = self.members[slot].as_ref().expect("owner").id;
         let state = match ring {
-            _ if self.path_rings.contains(&(sender, id)) => PathRing::Have,
+            // (A ring given when one was given before replaces it: the
+            // sender lost its end, e.g. our answer came too late; the
+            // member lets go of the old one when its producer closes it.)
+            None if self.path_rings.contains(&(sender, id)) => PathRing::Have,
             Some(ring) => {
                 self.path_rings.insert((sender, id));
                 let m = self.members[slot].as_mut().expect("owner");

@@ -90,6 +90,8 @@ impl Inbound {
             }
             true
         });
+        // (A sender that replaced its ring still writes into the new one.)
+        gone.retain(|s| !self.rings.iter().any(|r| r.sender == *s));
         gone
     }
 }

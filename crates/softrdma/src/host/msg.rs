@@ -70,7 +70,8 @@ pub enum Request {
     /// it none yet). Answer: `Path` with the owner's wake-up eventfd (and
     /// pidfd), or `Err(ENOENT)` (no member holds it, or its owner does not
     /// take part in the same-host path). One message each way: the device
-    /// process never waits for a sender.
+    /// process never waits for a sender. A ring offered for a member the
+    /// sender gave one before replaces it (the sender closed the old one).
     OpenPath {
         /// The sending device's token (random, per device and process).
         sender: u64,

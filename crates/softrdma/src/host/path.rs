@@ -270,18 +270,42 @@ impl Paths {
         // A ring goes with the first request when we write to no member
         // of `dst` yet (the usual case: one peer process per address);
         // otherwise only when the device process asks for one.
+        // A ring offered and not kept (no answer in time, or not taken)
+        // is closed before it is dropped: if the device process did take
+        // it, its member lets go of it at once.
+        let abandon = |ring: Option<Ring>| {
+            if let Some(mut r) = ring {
+                r.close();
+            }
+        };
         let mut offer = !self.owners.keys().any(|(d, _)| *d == dst);
         for _ in 0..2 {
             let ring = offer
                 .then(|| Ring::create("softrdma-path", self.ring_bytes))
                 .transpose()?;
-            let (member, state, wake, owner) = match self.ask(dst, qpn, ring.as_ref())? {
-                Some(a) => a,
-                None => return Ok(None),
+            let (member, state, wake, owner) = match self.ask(dst, qpn, ring.as_ref()) {
+                Ok(Some(a)) => a,
+                Ok(None) => {
+                    abandon(ring);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    abandon(ring);
+                    return Err(e);
+                }
             };
             let key = (dst, member);
             match (state, ring) {
-                (PathRing::Have, _) => return Ok(self.owners.get(&key).copied()),
+                (PathRing::Have, ring) => {
+                    abandon(ring);
+                    match self.owners.get(&key) {
+                        Some(&i) => return Ok(Some(i)),
+                        // The device process has a ring of ours we do not
+                        // (an answer that came too late): give another,
+                        // which replaces it, rather than stay on UDP.
+                        None => offer = true,
+                    }
+                }
                 (PathRing::Taken, Some(ring)) => {
                     let r = OutRing {
                         ring,
@@ -308,7 +332,10 @@ impl Paths {
                     return Ok(Some(i));
                 }
                 (PathRing::Need, None) => offer = true,
-                _ => return Ok(None),
+                (_, ring) => {
+                    abandon(ring);
+                    return Ok(None);
+                }
             }
         }
         Ok(None)
