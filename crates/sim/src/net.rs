@@ -147,9 +147,10 @@ pub struct Sim {
     /// Per node: datagrams that arrived while it was paused, in order.
     held: Vec<std::collections::VecDeque<(RecvMeta, Vec<u8>)>>,
     /// When a paused node resumes, its due timers run before it receives
-    /// what arrived meanwhile (the engine's program-driven progress,
-    /// `progress_inline`, runs timers first); otherwise the other way
-    /// round (the simulator's order for a running node).
+    /// what arrived meanwhile (the engine's order before issue 22's fix:
+    /// a program thread's poll ran timers first); otherwise the other
+    /// way round (the simulator's order for a running node, and the
+    /// engine's: it reads the socket before it runs a due timer).
     pub timers_first_after_pause: bool,
 }
 

@@ -417,3 +417,43 @@ fn a_flush_waits_for_the_atomic_before_it_so_a_lost_atomic_ack_is_answered_again
         c.timeouts
     );
 }
+
+/// The requester's node is paused (a loaded host does not run it) past
+/// its probe timeout, while the ACK of its last packet arrives. When it
+/// runs again, the ACK waits in its socket and the probe's deadline has
+/// passed: read first, the ACK stops the probe; timers first, a probe
+/// goes out for a packet that has long been acknowledged (a duplicate
+/// the responder ACKs again). The engine reads the socket before it runs
+/// a due timer (`Shared::poll_timers`; a program thread's poll no longer
+/// runs timers first): no probe in a lossless run.
+#[test]
+fn a_paused_requester_reads_the_waiting_ack_before_its_timers_no_probe() {
+    let probes = |timers_first: bool| {
+        let mut sim = Sim::new(7, LinkConfig::default());
+        sim.timers_first_after_pause = timers_first;
+        let a = sim.add_node(11, None);
+        let b = sim.add_node(12, None);
+        let (ca, sb) = connect(&mut sim, a, b, &opts());
+        let start = sim.now;
+        let mut wr = write_wr(&ca, &sb, 0, 4096);
+        wr.flags = SendFlags::SIGNALED;
+        sim.nodes[a].dev.post_send(start, ca.qpn, wr).unwrap();
+        // Sent; paused longer than any probe timeout before its ACK.
+        sim.flush();
+        sim.pause(a, start.add_ns(4 * limits::PROBE_INIT_NS));
+        let mut wcs = Vec::new();
+        let done = sim.run_until(start.add_ns(10 * RTO_NS), |s| {
+            wcs.extend(drain_cq(s, a, ca.send_cq));
+            !wcs.is_empty()
+        });
+        assert!(done, "the WRITE completed");
+        assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
+        let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+        eprintln!("timers first {timers_first}: {c:?}");
+        assert_eq!(c.timeouts, 0, "{c:?}");
+        c.tail_probes
+    };
+    assert_eq!(probes(false), 0, "ACK read first: no probe");
+    // The order the engine had: a probe for nothing lost.
+    assert_eq!(probes(true), 1, "timers first: a spurious probe");
+}
