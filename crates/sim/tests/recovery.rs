@@ -457,3 +457,71 @@ fn a_paused_requester_reads_the_waiting_ack_before_its_timers_no_probe() {
     // The order the engine had: a probe for nothing lost.
     assert_eq!(probes(true), 1, "timers first: a spurious probe");
 }
+
+/// A lossless link where one ACK in 20 is late by more than the probe
+/// timeout, as on a loaded host whose peer does not run for a few ms: a
+/// probe then sends again a packet that was not lost (the responder
+/// answers it as a duplicate). Each probe found spurious (a late ACK
+/// acknowledging nothing new once the probe's own came) doubles the QP's
+/// probe floor: a handful of probes, not one per late ACK (before: 26
+/// probes for 26 late ACKs, all of them duplicates; after: 4).
+#[test]
+fn late_acks_on_a_lossless_link_stop_drawing_probes() {
+    let mut sim = Sim::new(3, LinkConfig::default());
+    let a = sim.add_node(21, None);
+    let b = sim.add_node(22, None);
+    let (ca, sb) = connect(&mut sim, a, b, &opts());
+    let late = Rc::new(Cell::new(0u64));
+    let l2 = late.clone();
+    let mut acks = 0u64;
+    sim.delay_filter = Some(Box::new(move |d| {
+        let is_ack = IbPacket::new_checked(d).is_ok_and(|p| p.bth().opcode() == Opcode(0x11));
+        if !is_ack {
+            return 0;
+        }
+        acks += 1;
+        if acks.is_multiple_of(20) {
+            l2.set(l2.get() + 1);
+            6_000_000
+        } else {
+            0
+        }
+    }));
+    let (depth, total) = (4u64, 2000u64);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let limit = sim.now.add_ns(1000 * RTO_NS);
+    while done < total {
+        while posted < total && posted - done < depth {
+            let mut wr = write_wr(&ca, &sb, posted, 4096);
+            wr.wr_id = posted;
+            wr.flags = SendFlags::SIGNALED;
+            let now = sim.now;
+            sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
+            posted += 1;
+        }
+        assert!(sim.step(limit), "time ran out: {done}/{total} completed");
+        for w in drain_cq(&mut sim, a, ca.send_cq) {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            done += 1;
+        }
+    }
+    let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+    let r = sim.nodes[b].dev.qp_counters(sb.qpn).unwrap();
+    eprintln!(
+        "{} late ACKs: probes {}, duplicates at the responder {}, timeouts {}, NAKs {}, stale {}",
+        late.get(),
+        c.tail_probes,
+        r.duplicate_requests,
+        c.timeouts,
+        c.seq_nak_rcvd,
+        c.stale_responses
+    );
+    assert!(late.get() >= 20, "ACKs were late: {}", late.get());
+    assert_eq!(c.seq_nak_rcvd + c.timeouts, 0, "nothing was lost: {c:?}");
+    assert!(
+        c.tail_probes <= 4,
+        "{} probes for {} late ACKs",
+        c.tail_probes,
+        late.get()
+    );
+}
