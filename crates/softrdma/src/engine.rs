@@ -816,6 +816,19 @@ impl Shared {
         self.waker.wake();
     }
 
+    /// While a program thread drives progress: runs the timers if one is
+    /// due, and otherwise leaves the core as it is — what the program's
+    /// calls left there waits for its next call, batched with it. (A look
+    /// changes nothing: no `core_gen` move, so the program's CQ polls
+    /// stay lock-free.)
+    fn timers_if_due(&self) {
+        let now = self.now();
+        let due = lock(&self.core).poll_timeout().is_some_and(|d| d <= now);
+        if due {
+            self.poll_timers();
+        }
+    }
+
     /// Runs due timers, after receiving what has arrived: an ACK waiting
     /// in the socket must stop the probe or the retransmission it would
     /// otherwise cause (a host that did not run this thread for longer
@@ -897,7 +910,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
             // The program receives MADs with its polls; timers are ours
             // (an empty poll reads no clock), the transport's and the
             // CM's.
-            shared.poll_timers();
+            shared.timers_if_due();
             shared.cm_timers(None);
             std::thread::sleep(Duration::from_nanos(APP_ACTIVE_NS));
             continue;
