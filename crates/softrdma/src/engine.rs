@@ -354,10 +354,12 @@ impl Shared {
     /// it empty. Completions are only added under the core lock, taken
     /// through `lock_core`, which moves `core_gen` first: while it has
     /// not moved, the CQ is still empty and the poll returns at once —
-    /// no lock, no clock.
+    /// no lock, no clock. `room`: `f` may take completions (a poll for
+    /// none finds nothing whatever the CQ holds, and marks nothing).
     pub fn poll_cq(
         &self,
         empty_at: &AtomicU64,
+        room: bool,
         f: impl FnOnce(&mut Core) -> softrdma_proto::VerbsResult<usize>,
     ) -> softrdma_proto::VerbsResult<usize> {
         if empty_at.load(Ordering::SeqCst) == self.core_gen.load(Ordering::SeqCst) {
@@ -370,7 +372,11 @@ impl Shared {
         let r = f(&mut core);
         drop(core);
         empty_at.store(
-            if matches!(r, Ok(0)) { g } else { u64::MAX },
+            if room && matches!(r, Ok(0)) {
+                g
+            } else {
+                u64::MAX
+            },
             Ordering::SeqCst,
         );
         r

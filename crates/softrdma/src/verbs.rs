@@ -570,13 +570,13 @@ impl CompletionQueue {
         let sh = self.inner.dev.shared();
         let id = self.id;
         let seen = &self.inner.empty_at;
-        let n = sh.poll_cq(seen, |c| c.poll_cq(id, out))?;
+        let n = sh.poll_cq(seen, !out.is_empty(), |c| c.poll_cq(id, out))?;
         if n > 0 {
             sh.note_app_poll();
             return Ok(n);
         }
         if sh.progress_inline() > 0 {
-            return Ok(sh.poll_cq(seen, |c| c.poll_cq(id, out))?);
+            return Ok(sh.poll_cq(seen, !out.is_empty(), |c| c.poll_cq(id, out))?);
         }
         Ok(0)
     }
@@ -589,13 +589,13 @@ impl CompletionQueue {
         let seen = &self.inner.empty_at;
         let mut stamps = [Instant(0); 16];
         let want = out.len().min(at.len()).min(stamps.len());
-        let mut n = sh.poll_cq(seen, |c| {
+        let mut n = sh.poll_cq(seen, want > 0, |c| {
             c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want])
         })?;
         if n > 0 {
             sh.note_app_poll();
         } else if sh.progress_inline() > 0 {
-            n = sh.poll_cq(seen, |c| {
+            n = sh.poll_cq(seen, want > 0, |c| {
                 c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want])
             })?;
         }
