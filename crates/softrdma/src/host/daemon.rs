@@ -23,8 +23,13 @@ pub const EXIT_BIND: i32 = 4;
 /// Exit status: anything else went wrong.
 pub const EXIT_ERROR: i32 = 5;
 
-/// Members at once (the poller's tokens: 3..64).
-pub const MAX_MEMBERS: usize = 61;
+/// Members at once (the poller's tokens: 3..63).
+pub const MAX_MEMBERS: usize = 60;
+/// Connections whose first message (or a path's second) has not come yet,
+/// at once; past that the oldest is dropped.
+const MAX_PENDING: usize = 64;
+/// How long a new connection has to say who it is (`Hello`, `OpenPath`).
+const HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Bytes of each member's ring (datagrams waiting for it: a few hundred
 /// 4 KiB packets; a full ring drops, which the transport recovers from as
 /// from any loss).
@@ -54,14 +59,19 @@ pub(crate) const TAG_DATAGRAM: u32 = 1;
 /// Ring record tag (no body) telling a member that senders of the
 /// same-host path gave it rings: it takes them (`TakeRings`).
 pub(crate) const TAG_OFFER: u32 = 2;
-/// How long the device process waits for a path connection's second
-/// message (`GiveRing`), which its sender sends at once.
+/// How long a path connection's second message (`GiveRing`), which its
+/// sender sends at once, may take before the connection is dropped.
 const PATH_WAIT: Duration = Duration::from_millis(500);
+/// A loop of the device process that took longer than this (it was not
+/// scheduled, or something blocked it) is named in `SOFTRDMA_HOST_TRACE`.
+const TRACE_LATE: Duration = Duration::from_millis(250);
 
 /// Poller token of the listening socket.
 const TOKEN_LISTEN: u32 = 2;
 /// First poller token of the members.
 const TOKEN_MEMBER0: u32 = 3;
+/// Poller token of every connection still in its handshake.
+const TOKEN_PENDING: u32 = TOKEN_MEMBER0 + MAX_MEMBERS as u32;
 
 /// How the device process's socket is set up.
 #[derive(Clone, Debug)]
@@ -92,6 +102,27 @@ struct Member {
     same_host: bool,
     /// Rings senders of the same-host path gave it, not yet taken.
     offers: Vec<OwnedFd>,
+}
+
+/// What a connection still in its handshake owes.
+#[derive(Clone, Copy, Debug)]
+enum Owes {
+    /// Its first message: `Hello` (a member) or `OpenPath` (a sender of
+    /// the same-host path).
+    First,
+    /// A path's ring (`GiveRing`) for member `id`.
+    Ring { sender: u64, id: MemberId },
+}
+
+/// A connection in its handshake. The device process never waits for
+/// one: it keeps routing datagrams and serving members while a connecting
+/// process, which a loaded machine may not schedule for a while, gets to
+/// its next message.
+struct Pending {
+    conn: SeqPacket,
+    owes: Owes,
+    /// Dropped after this.
+    until: Instant,
 }
 
 /// Writes the ring header of a datagram from `src`.
@@ -197,6 +228,11 @@ struct Host {
     unrouted: u64,
     /// Same-host path: (sender, member) pairs whose ring was given.
     path_rings: std::collections::HashSet<(u64, MemberId)>,
+    /// Connections in their handshake.
+    pending: Vec<Pending>,
+    /// How long they have: [`HELLO_WAIT`], [`PATH_WAIT`].
+    hello_wait: Duration,
+    path_wait: Duration,
 }
 
 impl Host {
@@ -220,6 +256,9 @@ impl Host {
             meta: vec![IoMeta::default(); RX_BATCH],
             unrouted: 0,
             path_rings: Default::default(),
+            pending: Vec::new(),
+            hello_wait: HELLO_WAIT,
+            path_wait: PATH_WAIT,
         })
     }
 
@@ -231,6 +270,7 @@ impl Host {
         loop {
             if last_reap.elapsed() >= REAP_EVERY {
                 last_reap = Instant::now();
+                self.expire_pending(last_reap);
                 for slot in 0..MAX_MEMBERS {
                     let dead = self.members[slot]
                         .as_ref()
@@ -249,9 +289,20 @@ impl Host {
             } else {
                 REAP_EVERY
             };
+            let slept = Instant::now();
             let r = self.poller.wait(Some(timeout))?;
+            let late = slept.elapsed().saturating_sub(timeout);
+            if late > TRACE_LATE {
+                trace(&format!(
+                    "device process {} ran {late:?} after its wait ended (timeout {timeout:?})",
+                    std::process::id()
+                ));
+            }
             if r.others & (1 << TOKEN_LISTEN) != 0 {
                 self.accept();
+            }
+            if r.others & (1u64 << TOKEN_PENDING) != 0 {
+                self.serve_pending();
             }
             for slot in 0..MAX_MEMBERS {
                 if r.others & (1u64 << (TOKEN_MEMBER0 as usize + slot)) != 0 {
@@ -260,7 +311,9 @@ impl Host {
             }
             let any = self.members.iter().any(Option::is_some);
             ever |= any;
-            if !any && (ever || started.elapsed() > FIRST_MEMBER_WAIT) {
+            // (A connection still in its handshake keeps it: a program
+            // joining as the last member leaves.)
+            if !any && self.pending.is_empty() && (ever || started.elapsed() > FIRST_MEMBER_WAIT) {
                 // The last member left: so does the device. A program
                 // connecting just now finds the name free and starts a
                 // new device process.
@@ -325,33 +378,114 @@ impl Host {
         total
     }
 
+    /// New connections: checked (same user) and kept until they speak.
     fn accept(&mut self) {
         while let Ok(Some(conn)) = self.listener.accept() {
-            let _ = self.welcome(conn);
+            match conn.peer_cred() {
+                // Another user's program: the abstract name is visible to
+                // every process of the namespace; the device is this
+                // user's.
+                Ok(c) if c.uid == self.euid => {}
+                _ => continue,
+            }
+            self.hold(conn, Owes::First, self.hello_wait);
         }
     }
 
-    /// A new connection: checks who it is, reads its `Hello`, answers.
-    fn welcome(&mut self, conn: SeqPacket) -> io::Result<()> {
-        let cred = conn.peer_cred()?;
-        if cred.uid != self.euid {
-            // Another user's program: the abstract name is visible to
-            // every process of the namespace; the device is this user's.
-            return Ok(());
+    /// Keeps a connection until its next message (or `wait`).
+    fn hold(&mut self, conn: SeqPacket, owes: Owes, wait: Duration) {
+        if self.pending.len() >= MAX_PENDING {
+            let old = self.pending.remove(0);
+            let _ = self.poller.remove(old.conn.as_raw_fd());
         }
+        if self.poller.add(conn.as_raw_fd(), TOKEN_PENDING).is_err() {
+            return;
+        }
+        self.pending.push(Pending {
+            conn,
+            owes,
+            until: Instant::now() + wait,
+        });
+    }
+
+    /// Drops the connections whose message did not come in time.
+    fn expire_pending(&mut self, now: Instant) {
+        let poller = &mut self.poller;
+        self.pending.retain(|p| {
+            let keep = now < p.until;
+            if !keep {
+                let _ = poller.remove(p.conn.as_raw_fd());
+            }
+            keep
+        });
+    }
+
+    /// Takes the messages connections in their handshake sent.
+    fn serve_pending(&mut self) {
         let mut buf = vec![0u8; msg::MAX_MSG];
-        let mut fds = Vec::new();
-        let n = conn.recv_wait(&mut buf, &mut fds, Duration::from_secs(5))?;
-        let (version, comm, same_host) = match Request::decode(&buf[..n]) {
-            Ok(Request::Hello {
-                version,
-                comm,
-                same_host,
-                ..
-            }) => (version, comm, same_host),
-            Ok(Request::OpenPath { sender, qpn }) => return self.open_path(&conn, sender, qpn),
-            _ => return Ok(()),
-        };
+        let mut i = 0;
+        while i < self.pending.len() {
+            let mut fds = Vec::new();
+            let got = match self.pending[i].conn.try_recv(&mut buf, &mut fds) {
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(Some(n)) if n > 0 || !fds.is_empty() => Some(n),
+                // Closed, or broken: dropped.
+                _ => None,
+            };
+            let p = self.pending.remove(i);
+            let _ = self.poller.remove(p.conn.as_raw_fd());
+            if let Some(n) = got {
+                let _ = self.handshake(p.conn, p.owes, &buf[..n], fds);
+            }
+        }
+    }
+
+    /// A message of a connection in its handshake.
+    fn handshake(
+        &mut self,
+        conn: SeqPacket,
+        owes: Owes,
+        msg: &[u8],
+        mut fds: Vec<OwnedFd>,
+    ) -> io::Result<()> {
+        match (owes, Request::decode(msg)) {
+            (
+                Owes::First,
+                Ok(Request::Hello {
+                    version,
+                    comm,
+                    same_host,
+                    ..
+                }),
+            ) => self.welcome(conn, version, comm, same_host, fds.pop()),
+            (Owes::First, Ok(Request::OpenPath { sender, qpn })) => {
+                self.open_path(conn, sender, qpn)
+            }
+            (Owes::Ring { sender, id }, Ok(Request::GiveRing { sender: s, member }))
+                if s == sender && member == u64::from(id) =>
+            {
+                match fds.pop() {
+                    Some(fd) => self.give_ring(&conn, sender, id, fd),
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A new member said hello: its ring and the device's socket.
+    fn welcome(
+        &mut self,
+        conn: SeqPacket,
+        version: u32,
+        comm: String,
+        same_host: bool,
+        wake: Option<OwnedFd>,
+    ) -> io::Result<()> {
+        let cred = conn.peer_cred()?;
         let Some(slot) = self.members.iter().position(Option::is_none) else {
             let _ = conn.send(&Reply::Err(libc::EUSERS).encode(), &[]);
             return Ok(());
@@ -360,7 +494,7 @@ impl Host {
             let _ = conn.send(&Reply::WrongVersion(msg::VERSION).encode(), &[]);
             return Ok(());
         }
-        let Some(wake) = fds.pop() else {
+        let Some(wake) = wake else {
             return Ok(());
         };
         let ring = Ring::create("softrdma-member", MEMBER_RING)?;
@@ -400,18 +534,18 @@ impl Host {
     /// A sender of the same-host path (a member of this or another device
     /// of this user in this namespace: the name and `SO_PEERCRED` said so)
     /// asks who owns `qpn`; gives it the owner's wake-up eventfd and, on
-    /// its first path to that owner, takes the ring it writes into and
-    /// offers it to the owner.
-    fn open_path(&mut self, conn: &SeqPacket, sender: u64, qpn: u32) -> io::Result<()> {
+    /// its first path to that owner, waits (without blocking) for the
+    /// ring it writes into.
+    fn open_path(&mut self, conn: SeqPacket, sender: u64, qpn: u32) -> io::Result<()> {
         let owner = self.routes.owner_of(qpn).and_then(|id| {
             self.members
                 .iter()
-                .position(|s| s.as_ref().is_some_and(|m| m.id == id && m.same_host))
+                .flatten()
+                .find(|m| m.id == id && m.same_host)
         });
-        let Some(slot) = owner else {
+        let Some(m) = owner else {
             return conn.send(&Reply::Err(libc::ENOENT).encode(), &[]);
         };
-        let m = self.members[slot].as_ref().expect("owner");
         let id = m.id;
         let need_ring = !self.path_rings.contains(&(sender, id));
         conn.send(
@@ -422,29 +556,35 @@ impl Host {
             .encode(),
             &[m.wake.as_fd()],
         )?;
-        if !need_ring {
+        if need_ring {
+            self.hold(conn, Owes::Ring { sender, id }, self.path_wait);
+        }
+        Ok(())
+    }
+
+    /// The ring a sender of the same-host path gave for member `id`:
+    /// offered to that member.
+    fn give_ring(
+        &mut self,
+        conn: &SeqPacket,
+        sender: u64,
+        id: MemberId,
+        fd: OwnedFd,
+    ) -> io::Result<()> {
+        // The member may have left meanwhile: the sender hears nothing
+        // and keeps to UDP (its `GiveRing` is not answered).
+        let Some(m) = self.members.iter_mut().flatten().find(|m| m.id == id) else {
             return Ok(());
+        };
+        self.path_rings.insert((sender, id));
+        m.offers.push(fd);
+        // Told through its ring, in order with its datagrams; woken if it
+        // sleeps. (A full ring: it finds the offer with its next
+        // `TakeRings`, asked for by the next offer.)
+        if m.ring.push_unpublished(TAG_OFFER, &[]) && m.ring.publish() {
+            m.wake.signal();
         }
-        let mut buf = vec![0u8; msg::MAX_MSG];
-        let mut fds = Vec::new();
-        let n = conn.recv_wait(&mut buf, &mut fds, PATH_WAIT)?;
-        match (Request::decode(&buf[..n]), fds.pop()) {
-            (Ok(Request::GiveRing { sender: s, member }), Some(fd))
-                if s == sender && member == u64::from(id) =>
-            {
-                self.path_rings.insert((sender, id));
-                let m = self.members[slot].as_mut().expect("owner");
-                m.offers.push(fd);
-                // Told through its ring, in order with its datagrams; woken
-                // if it sleeps. (A full ring: it finds the offer with its
-                // next `TakeRings`, asked for by the next offer.)
-                if m.ring.push_unpublished(TAG_OFFER, &[]) && m.ring.publish() {
-                    m.wake.signal();
-                }
-                conn.send(&Reply::Ok.encode(), &[])
-            }
-            _ => Ok(()),
-        }
+        conn.send(&Reply::Ok.encode(), &[])
     }
 
     /// Reads a member's requests; its end closing is its death.
@@ -595,5 +735,137 @@ mod tests {
         }
         assert_eq!(parse_rec_header(&[0; REC_HDR]), None);
         assert_eq!(parse_rec_header(&[4; 3]), None);
+    }
+
+    /// A member's end of the handshake: its link and ring.
+    fn join(name: &[u8], same_host: bool) -> (SeqPacket, Ring, EventFd) {
+        let conn = SeqPacket::connect(name).unwrap();
+        let wake = EventFd::new().unwrap();
+        let hello = Request::Hello {
+            version: msg::VERSION,
+            same_host,
+            mtu: 0,
+            comm: "t".into(),
+        };
+        conn.send(&hello.encode(), &[wake.as_fd()]).unwrap();
+        let (reply, mut fds) = answer(&conn);
+        assert!(matches!(reply, Reply::Welcome { .. }), "{reply:?}");
+        assert_eq!(fds.len(), 2);
+        let ring = Ring::attach(fds.pop().unwrap()).unwrap();
+        (conn, ring, wake)
+    }
+
+    fn answer(conn: &SeqPacket) -> (Reply, Vec<OwnedFd>) {
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        // Long: the device process answers at once unless something
+        // blocks it (the defect this guards against blocked it 5 s).
+        let n = conn
+            .recv_wait(&mut buf, &mut fds, Duration::from_secs(60))
+            .expect("an answer");
+        (Reply::decode(&buf[..n]).expect("a reply"), fds)
+    }
+
+    fn ask(conn: &SeqPacket, req: &Request) -> Reply {
+        conn.send(&req.encode(), &[]).unwrap();
+        answer(conn).0
+    }
+
+    /// Connections that have not said who they are yet — one silent
+    /// after connecting, one that asked for a path and owes its ring —
+    /// do not stop the device process: a member's datagrams are routed
+    /// and its requests answered meanwhile, and both connections are
+    /// still served when they speak. (It used to wait for each such
+    /// message inline, up to 5 s and 0.5 s, routing nothing: a
+    /// connecting process a loaded machine did not schedule held every
+    /// member of the address.) No timing decides it: the handshake waits
+    /// are an hour here, and the order of events is forced.
+    #[test]
+    fn connections_in_their_handshake_never_hold_the_device() {
+        let name = format!("softrdma-test/{}/handshake", std::process::id()).into_bytes();
+        let listener = SeqPacket::listen(&name).unwrap();
+        let socket =
+            UdpSocket::bind_with("127.41.0.1:0".parse().unwrap(), &SocketConfig::default())
+                .unwrap();
+        let dev = socket.local_addr();
+        let mut host = Host::new(listener, socket).unwrap();
+        host.hello_wait = Duration::from_secs(3600);
+        host.path_wait = Duration::from_secs(3600);
+        let t = std::thread::spawn(move || host.run());
+
+        let (m, mut ring, _wake) = join(&name, true);
+        const QPN: u32 = 0x41_2345;
+        assert_eq!(ask(&m, &Request::ClaimQpn(QPN)), Reply::Ok);
+
+        // Silent: connected, nothing sent.
+        let silent = SeqPacket::connect(&name).unwrap();
+        // A path that owes its ring.
+        let path = SeqPacket::connect(&name).unwrap();
+        let open = Request::OpenPath {
+            sender: 7,
+            qpn: QPN,
+        };
+        path.send(&open.encode(), &[]).unwrap();
+        let (r, fds) = answer(&path);
+        assert!(
+            matches!(
+                r,
+                Reply::Path {
+                    need_ring: true,
+                    ..
+                }
+            ) && fds.len() == 1,
+            "{r:?}"
+        );
+
+        // A datagram for the member's QP: routed into its ring.
+        let mut dgram = vec![0u8; 40];
+        dgram[0] = 0x04; // RC SEND only
+        dgram[5..8].copy_from_slice(&QPN.to_be_bytes()[1..]);
+        dgram[12] = 0xab;
+        let peer = std::net::UdpSocket::bind("127.41.0.2:0").unwrap();
+        peer.send_to(&dgram, dev).unwrap();
+        assert_eq!(ask(&m, &Request::Receive), Reply::Ok);
+        let mut buf = vec![0u8; 4096];
+        let (tag, len) = ring.pop(&mut buf).expect("the datagram in the ring");
+        assert_eq!(tag, TAG_DATAGRAM);
+        assert_eq!(&buf[REC_HDR..len], &dgram[..]);
+        assert_eq!(
+            ask(&m, &Request::Members).clone(),
+            Reply::Members(vec![MemberInfo {
+                pid: std::process::id() as i32,
+                comm: "t".into(),
+                qps: 1,
+                leased: false,
+                same_host: true,
+            }])
+        );
+
+        // Both still served.
+        let given = Ring::create("t", 4096).unwrap();
+        let give = Request::GiveRing {
+            sender: 7,
+            member: match r {
+                Reply::Path { member, .. } => member,
+                _ => unreachable!(),
+            },
+        };
+        path.send(&give.encode(), &[given.fd()]).unwrap();
+        assert_eq!(answer(&path).0, Reply::Ok);
+        let hello = Request::Hello {
+            version: msg::VERSION,
+            same_host: false,
+            mtu: 0,
+            comm: "late".into(),
+        };
+        let wake = EventFd::new().unwrap();
+        silent.send(&hello.encode(), &[wake.as_fd()]).unwrap();
+        assert!(matches!(answer(&silent).0, Reply::Welcome { .. }));
+        // The offer reached the first member, behind its datagram.
+        assert_eq!(ring.pop(&mut buf), Some((TAG_OFFER, 0)));
+
+        // The last member leaves: so does the device process.
+        drop((m, silent, path));
+        t.join().unwrap().unwrap();
     }
 }
