@@ -16,6 +16,7 @@
 mod common;
 #[path = "common/libs.rs"]
 mod libs;
+use libs::listening;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -133,29 +134,8 @@ fn every_perf_tool_with_loopback_writes_one_valid_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The directory `softrdma exec` takes the library from: next to the
-/// binary, where building the workspace (`cargo build`, or the tests of
-/// softrdma-ibverbs) puts it.
 fn require_built_library() {
-    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
-    assert!(
-        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
-        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
-         (the workspace test run builds it)",
-        dir.display()
-    );
-}
-
-/// Whether something listens on TCP `port` (looking at /proc does not use
-/// up the server's single accept).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
-        })
-    })
+    libs::require_built_library(env!("CARGO_BIN_EXE_softrdma"));
 }
 
 /// Runs a perftest server and its client under `softrdma exec`, each

@@ -18,8 +18,9 @@
 mod libs;
 
 use libs::{profile_dir, serial};
+use softrdma_testkit::{Done, Proc};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -67,67 +68,15 @@ fn sx(addr: &str, seed: u64, prog: &str, args: &[&str]) -> Command {
     c
 }
 
-struct Proc {
-    child: Option<Child>,
-    out: PathBuf,
-    start: Instant,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill_group(c.id());
-            let _ = c.wait();
-        }
-    }
-}
-
-fn kill_group(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
-#[derive(Debug)]
-struct Done {
-    status: Option<i32>,
-    out: String,
-    secs: f64,
-}
-
 fn spawn(cmd: Command, tag: &str) -> Proc {
-    let (child, out) = libs::spawn_logged(cmd, "softrdma-faults-out", tag, true);
-    Proc {
-        child: Some(child),
-        out,
-        start: Instant::now(),
-    }
+    Proc::spawn(cmd, "softrdma-faults-out", tag, true)
 }
 
-impl Proc {
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
+trait WaitReady {
+    fn wait_ready(&mut self, port: u16, addr: &str) -> bool;
+}
 
-    fn wait(mut self, limit: Duration) -> Done {
-        let mut child = self.child.take().expect("running");
-        let status = loop {
-            match child.try_wait().expect("wait") {
-                Some(s) => break Some(s.code().unwrap_or(-1)),
-                None if self.start.elapsed() >= limit => break None,
-                None => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
-        kill_group(child.id());
-        let _ = child.wait();
-        Done {
-            status,
-            out: self.text(),
-            secs: self.start.elapsed().as_secs_f64(),
-        }
-    }
-
+impl WaitReady for Proc {
     /// Waits until the process listens on TCP `port`, or has its device
     /// bound (UDP 4791 at `addr`) when `port` is 0.
     fn wait_ready(&mut self, port: u16, addr: &str) -> bool {
@@ -136,7 +85,7 @@ impl Proc {
             if ready(port, addr) {
                 return true;
             }
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+            if !self.running() {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(20));

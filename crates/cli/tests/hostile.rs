@@ -11,10 +11,12 @@
 
 #[path = "common/libs.rs"]
 mod libs;
+use libs::listening;
 
+use softrdma_wire::ip::DatagramRepr;
 use softrdma_wire::{
-    AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PKey, PacketRepr, Psn, Qpn,
-    RKey, RethRepr, Syndrome,
+    AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PacketRepr, Psn, Qpn, RKey,
+    RethRepr, Syndrome,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -30,13 +32,7 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn require_tools() {
-    let dir = Path::new(env!("CARGO_BIN_EXE_softrdma")).parent().unwrap();
-    assert!(
-        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
-        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
-         (the workspace test run builds it)",
-        dir.display()
-    );
+    libs::require_built_library(env!("CARGO_BIN_EXE_softrdma"));
     assert!(
         Path::new("/usr/bin/ibv_rc_pingpong").exists(),
         "ibv_rc_pingpong not found: apt-get install -y ibverbs-utils (scripts/deps installs it)"
@@ -57,16 +53,6 @@ fn lib_dir() -> PathBuf {
         .expect("libibverbs.so is built")
 }
 
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
-        })
-    })
-}
-
 /// The wire form of a GID in pingpong's exchange: the 16 bytes in hex.
 fn wire_gid(addr: IpAddr) -> String {
     let IpAddr::V4(a) = addr else { panic!("IPv4") };
@@ -79,37 +65,16 @@ fn wire_gid(addr: IpAddr) -> String {
 
 /// Writes `p` from `src` to `dst` with its ICRC.
 fn forge(p: &PacketRepr<'_>, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-    use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
-    let mut p = *p;
-    p.bth.pad_count = PacketRepr::pad_for(p.payload.len());
-    let mut buf = vec![0u8; p.buffer_len()];
-    let n = p.emit(&mut buf).unwrap();
-    let d = DatagramRepr {
-        ip: IpRepr::between(src.ip(), dst.ip(), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
-            checksum: 0,
-        },
-    };
-    let icrc = d.icrc(&buf[..n - 4]);
-    buf[n - 4..n].copy_from_slice(&icrc.to_le_bytes());
-    buf.truncate(n);
-    buf
+    DatagramRepr::between(src, dst)
+        .unwrap()
+        .udp_payload(p)
+        .unwrap()
 }
 
 fn bth(opcode: u8, qpn: Qpn, psn: Psn) -> BthRepr {
     BthRepr {
-        opcode: Opcode(opcode),
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn,
         ack_req: true,
-        psn,
+        ..BthRepr::new(Opcode(opcode), qpn, psn)
     }
 }
 

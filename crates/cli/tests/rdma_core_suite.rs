@@ -365,8 +365,8 @@ fn run_module(tests: &Path, module: &str) -> String {
             break;
         }
         if Instant::now() > deadline {
-            // SAFETY: kill of the process group we made.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            // The process group we made.
+            let _ = softrdma_testkit::signal(-(child.id() as i32), libc::SIGKILL);
             let _ = child.wait();
             panic!(
                 "{module} ran more than {MODULE_LIMIT:?}:\n{}",

@@ -15,9 +15,10 @@
 
 use softrdma::cm::{connect_rc, Listener};
 use softrdma::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use softrdma_testkit::wait_line;
+use std::io::{BufReader, Read, Write};
 use std::net::IpAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -203,15 +204,7 @@ fn initiator_role() {
 }
 
 fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args([
-        name,
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads",
-        "1",
-    ]);
+    let mut c = softrdma_testkit::role_command(name);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
         if k.starts_with("SOFTRDMA_") || k == "LD_PRELOAD" {
@@ -228,33 +221,10 @@ fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
         // the 24 of them while the target is stopped do not.
         c.env("SOFTRDMA_PATH_RING", "1048576");
     }
-    c.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
+    c.spawn().unwrap()
 }
 
-fn wait_line(r: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "role exited before {prefix}"
-        );
-        if let Some(i) = line.find(prefix) {
-            return line[i..].trim().to_string();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use softrdma_testkit::free_tcp_port as free_port;
 
 /// `COUNTERS sent=… received=… refused=… paths=…` → the four numbers.
 fn parse_counters(line: &str) -> Option<[u64; 4]> {
@@ -271,6 +241,18 @@ struct Pair {
     tout: BufReader<std::process::ChildStdout>,
     init: Child,
     iout: BufReader<std::process::ChildStdout>,
+}
+
+impl Pair {
+    /// Tells the target to check its memory (it answers with a CHECK line).
+    fn ask_target_to_check(&mut self) {
+        self.target
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"check\n")
+            .unwrap();
+    }
 }
 
 fn pair(same_host: &str, mode: &str, init_ip: &str, target_ip: &str) -> Pair {
@@ -326,12 +308,7 @@ fn ops_with(
     let mut p = pair_with(same_host, "ops", init_ip, target_ip, extra);
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
+    p.ask_target_to_check();
     let check = wait_line(&mut p.tout, "CHECK");
     assert_eq!(check, "CHECK written=true counter=77 send=true");
     let tc = wait_line(&mut p.tout, "COUNTERS");
@@ -417,8 +394,7 @@ fn captures_of_the_path_decode_as_the_wire_would() {
 }
 
 fn signal(c: &Child, sig: i32) {
-    // SAFETY: a signal to our own child.
-    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+    softrdma_testkit::signal(c.id() as i32, sig).expect("a signal to our own child");
 }
 
 #[test]
@@ -433,12 +409,7 @@ fn a_full_ring_is_loss_and_the_transport_recovers() {
     let ic = wait_line(&mut p.iout, "COUNTERS");
     let i = parse_counters(&ic).unwrap();
     assert!(i[2] > 0, "the ring never filled: {ic}");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
+    p.ask_target_to_check();
     // (No SEND and no atomics in this run: only the WRITEs are checked.)
     let check = wait_line(&mut p.tout, "CHECK");
     assert!(check.starts_with("CHECK written=true"), "{check}");

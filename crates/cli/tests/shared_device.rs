@@ -15,9 +15,10 @@
 #[path = "common/libs.rs"]
 mod libs;
 
-use libs::{lib_dir, profile_dir, serial};
+use libs::{lib_dir, listening as tcp_listening, profile_dir, serial};
+use softrdma_testkit::Proc;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -54,93 +55,8 @@ fn sx(addr: &str, prog: &str, args: &[&str]) -> Command {
     c
 }
 
-struct Proc {
-    child: Option<Child>,
-    out: PathBuf,
-    start: Instant,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Done {
-    status: Option<i32>,
-    out: String,
-}
-
 fn spawn(cmd: Command, tag: &str) -> Proc {
-    let (child, out) = libs::spawn_logged(cmd, "softrdma-shared-out", tag, false);
-    Proc {
-        child: Some(child),
-        out,
-        start: Instant::now(),
-    }
-}
-
-impl Proc {
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn wait(mut self, limit: Duration) -> Done {
-        let mut child = self.child.take().expect("running");
-        let status = loop {
-            match child.try_wait().expect("wait") {
-                Some(s) => break Some(s.code().unwrap_or(-1)),
-                None if self.start.elapsed() >= limit => break None,
-                None => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
-        let _ = child.kill();
-        let _ = child.wait();
-        Done {
-            status,
-            out: self.text(),
-        }
-    }
-
-    /// Waits until `f(output)` holds (or the process ends / `limit`).
-    fn wait_for(&mut self, limit: Duration, f: impl Fn(&str) -> bool) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if f(&self.text()) {
-                return true;
-            }
-            if let Some(c) = self.child.as_mut() {
-                if c.try_wait().ok().flatten().is_some() {
-                    return f(&self.text());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-}
-
-/// Whether something listens on TCP `port` (any address).
-fn tcp_listening(port: u16) -> bool {
-    let hex = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|a| format!("{a} ").contains(&hex))
-                    && l.split_whitespace().nth(3) == Some("0A")
-            })
-        })
-    })
+    Proc::spawn(cmd, "softrdma-shared-out", tag, false)
 }
 
 fn wait_tcp(port: u16) {
@@ -357,7 +273,7 @@ fn rdma_cm_processes_share_one_address_and_devinfo_lists_them() {
         "{}",
         c.out
     );
-    assert!(server.wait_for(LIMIT, |o| o.matches("server ping data").count() == 50));
+    assert!(server.wait_until(LIMIT, |o| o.matches("server ping data").count() == 50));
     let s = server.wait(LIMIT);
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(addr);
@@ -382,7 +298,7 @@ fn a_killed_process_disconnects_its_peer_and_the_others_carry_on() {
     for i in 0..5 {
         let mut c = spawn(sx(addr, "rping", &ca), &format!("kill-client-{i}"));
         // Mid-transfer: pings flow.
-        if c.wait_for(LIMIT, |o| o.matches("ping data").count() >= 20) {
+        if c.wait_until(LIMIT, |o| o.matches("ping data").count() >= 20) {
             client = Some(c);
             break;
         }
@@ -390,23 +306,19 @@ fn a_killed_process_disconnects_its_peer_and_the_others_carry_on() {
     }
     let client = client.expect("rping client never got going");
     assert!(
-        server.wait_for(LIMIT, |o| o.contains("server ping data")),
+        server.wait_until(LIMIT, |o| o.contains("server ping data")),
         "{}",
         server.text()
     );
     // The other pair is still at it when the kill comes.
     assert!(
-        pc.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none()),
+        pc.running(),
         "the other pair ended too soon to tell: {}",
         pc.text()
     );
     // SIGKILL: nothing of the program runs any more; the device process
     // says goodbye for it (a DREQ), as the kernel does.
-    // SAFETY: a signal to our own child.
-    let r = unsafe { libc::kill(client.pid() as i32, libc::SIGKILL) };
-    assert_eq!(r, 0);
+    softrdma_testkit::signal(client.pid() as i32, libc::SIGKILL).expect("kill the client");
     let killed = client.wait(LIMIT);
     assert_ne!(killed.status, Some(0));
     // rping's server ends (status 0) on the disconnect.
@@ -482,8 +394,7 @@ fn an_ack_waiting_in_the_device_process_completes_its_send_before_err() {
     // A server that died between its SIGSTOP and SIGCONT leaves its
     // device process stopped: continue it, so it can leave.
     for pid in device_processes(sa) {
-        // SAFETY: a signal to a process of ours.
-        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        let _ = softrdma_testkit::signal(pid as i32, libc::SIGCONT);
     }
     assert_eq!(c.status, Some(0), "client:\n{}\nserver:\n{}", c.out, s.out);
     assert!(s.out.contains("flushed 0 of 20"), "{}", s.out);

@@ -19,8 +19,9 @@
 mod libs;
 
 use libs::{profile_dir, serial};
+use softrdma_testkit::{Done, Proc};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -91,78 +92,16 @@ fn clean_env(c: &mut Command) {
 
 /// Runs `cmd` in a process group of its own (ip netns exec, a launcher
 /// and its ranks), its output into a file.
-struct Proc {
-    child: Child,
-    out: PathBuf,
-    start: Instant,
-    reaped: bool,
-}
-
-impl Drop for Proc {
-    /// A test that fails half-way leaves no server behind.
-    fn drop(&mut self) {
-        if !self.reaped {
-            kill_group(self.child.id());
-            let _ = self.child.wait();
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Done {
-    status: Option<i32>,
-    out: String,
-    secs: f64,
-}
-
-impl Done {
-    fn ok(&self) -> bool {
-        self.status == Some(0)
-    }
-}
-
 fn spawn(cmd: Command, tag: &str) -> Proc {
-    let (child, out) = libs::spawn_logged(cmd, "softrdma-ucx-out", tag, true);
-    Proc {
-        child,
-        out,
-        start: Instant::now(),
-        reaped: false,
-    }
+    Proc::spawn(cmd, "softrdma-ucx-out", tag, true)
 }
 
-fn kill_group(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pid}")])
-        .stderr(Stdio::null())
-        .status();
+trait WaitTcp {
+    fn wait_listen(&mut self, port: u16, limit: Duration) -> bool;
+    fn wait_tcp(&mut self, port: u16, state: &str, limit: Duration) -> bool;
 }
 
-impl Proc {
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-
-    /// Waits up to `limit`; then kills the whole group.
-    fn wait(mut self, limit: Duration) -> Done {
-        let status = loop {
-            match self.child.try_wait().expect("wait") {
-                Some(s) => break Some(s.code().unwrap_or(-1)),
-                None if self.start.elapsed() >= limit => break None,
-                None => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
-        // Whatever is left of the group (a rank of a failed job).
-        kill_group(self.child.id());
-        let _ = self.child.wait();
-        self.reaped = true;
-        Done {
-            status,
-            out: self.text(),
-            secs: self.start.elapsed().as_secs_f64(),
-        }
-    }
-
+impl WaitTcp for Proc {
     /// Waits until the process (a ucx_perftest server, which says nothing
     /// until it has a client: its output is a file, fully buffered)
     /// listens on TCP `port`, in whatever network namespace it is.
@@ -189,22 +128,6 @@ impl Proc {
             }
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    /// Waits until the output contains `what` (true) or the process ends
-    /// or `limit` passes (false).
-    fn wait_for(&mut self, what: &str, limit: Duration) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if self.text().contains(what) {
-                return true;
-            }
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return self.text().contains(what);
             }
             std::thread::sleep(Duration::from_millis(20));
         }

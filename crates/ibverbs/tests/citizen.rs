@@ -26,6 +26,13 @@ use common::*;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// No sanitizer report, the line `says` in the output, exit status 0.
+fn expect_passed(o: &Output, says: &str) {
+    no_sanitizer_report(o);
+    assert!(o.out.contains(says), "exit {:?}: {}", o.status, o.out);
+    assert_eq!(o.status, Some(0), "{}", o.out);
+}
+
 fn no_sanitizer_report(o: &Output) {
     assert!(!o.out.contains("Sanitizer"), "sanitizer report:\n{}", o.out);
     assert!(!o.out.contains("runtime error"), "UBSan report:\n{}", o.out);
@@ -56,14 +63,7 @@ fn c_signals_the_program_blocks_never_reach_softrdma_threads() {
         Duration::from_secs(120),
     );
     println!("{}", o.out.trim_end());
-    no_sanitizer_report(&o);
-    assert!(
-        o.out.contains("OK: the process survived every signal"),
-        "exit {:?}: {}",
-        o.status,
-        o.out
-    );
-    assert_eq!(o.status, Some(0), "{}", o.out);
+    expect_passed(&o, "OK: the process survived every signal");
 }
 
 /// The NAKs (opcode, syndrome) a capture holds from `from` (tshark with
@@ -202,15 +202,8 @@ fn c_blocked_calls_are_cancellation_points() {
         Duration::from_secs(300),
     );
     println!("{}", o.out.trim_end());
-    no_sanitizer_report(&o);
     assert!(!o.out.contains("FATAL"), "{}", o.out);
-    assert!(
-        o.out.contains("\n0 failures"),
-        "exit {:?}: {}",
-        o.status,
-        o.out
-    );
-    assert_eq!(o.status, Some(0), "{}", o.out);
+    expect_passed(&o, "\n0 failures");
 }
 
 /// `fork()` while threads of the parent use softrdma: 40 children, one
@@ -238,14 +231,7 @@ fn c_fork_children_never_hang_nor_touch_the_parent() {
         Duration::from_secs(600),
     );
     println!("{}", o.out.trim_end());
-    no_sanitizer_report(&o);
-    assert!(
-        o.out.contains("\n0 failures"),
-        "exit {:?}: {}",
-        o.status,
-        o.out
-    );
-    assert_eq!(o.status, Some(0), "{}", o.out);
+    expect_passed(&o, "\n0 failures");
 }
 
 /// A SEND posted (unsignaled) right before `rdma_disconnect` reaches the
@@ -264,13 +250,8 @@ fn c_a_send_posted_before_rdma_disconnect_arrives() {
         Duration::from_secs(300),
     );
     println!("{}", o.out.trim_end());
-    no_sanitizer_report(&o);
-    assert!(
-        o.out
-            .contains("100 of 100 messages posted right before rdma_disconnect arrived"),
-        "exit {:?}: {}",
-        o.status,
-        o.out
+    expect_passed(
+        &o,
+        "100 of 100 messages posted right before rdma_disconnect arrived",
     );
-    assert_eq!(o.status, Some(0), "{}", o.out);
 }

@@ -21,6 +21,7 @@
 mod common;
 
 use common::*;
+use softrdma_testkit::sh;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -57,22 +58,6 @@ fn c_close_device_races_the_last_destroy() {
     no_sanitizer_report(&o);
     assert!(o.out.contains("10000 iterations, 0 failures"), "{}", o.out);
     assert_eq!(o.status, Some(0));
-}
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
 }
 
 /// Two namespaces joined by a veth pair; each drops 30 % of the RoCE

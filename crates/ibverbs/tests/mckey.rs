@@ -23,6 +23,7 @@
 mod common;
 
 use common::*;
+use softrdma_testkit::{ip, wait_deadline as wait};
 use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -84,20 +85,6 @@ fn out_path(tag: &str) -> std::path::PathBuf {
     let dir = profile_dir().join("softrdma-ibverbs-out");
     let _ = std::fs::create_dir_all(&dir);
     dir.join(format!("{}-mckey-{tag}.txt", std::process::id()))
-}
-
-fn wait(c: &mut std::process::Child, deadline: Instant) -> Option<i32> {
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return Some(s.code().unwrap_or(-1));
-        }
-        if Instant::now() >= deadline {
-            let _ = c.kill();
-            let _ = c.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// One run: `rx` receives, `tx` sends, both must end well.
@@ -178,19 +165,6 @@ impl Drop for Namespaces {
             let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
     }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new(require_tool("ip"))
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {} (these tests need root and iproute2; CI has them)",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 /// Waits until IPv6 multicast can leave `dev` in `ns` (the kernel adds

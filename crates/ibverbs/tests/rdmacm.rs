@@ -21,6 +21,7 @@
 mod common;
 
 use common::*;
+use softrdma_testkit::{ip, wait_deadline as wait_until};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
@@ -186,20 +187,6 @@ fn run_command(mut c: Command, limit: Duration) -> Output {
 enum Ready {
     Device,
     Tcp(u16),
-}
-
-fn wait_until(c: &mut std::process::Child, deadline: Instant) -> Option<i32> {
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return Some(s.code().unwrap_or(-1));
-        }
-        if Instant::now() >= deadline {
-            let _ = c.kill();
-            let _ = c.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn out_file(tag: &str) -> (std::fs::File, std::path::PathBuf) {
@@ -576,19 +563,6 @@ impl Drop for Hosts {
                 .status();
         }
     }
-}
-
-fn ip(args: &[&str]) {
-    let o = Command::new(require_tool("ip"))
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {} (these tests need root and iproute2; CI has them)",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 impl Hosts {

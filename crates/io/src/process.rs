@@ -265,6 +265,17 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
     unsafe { libc::atexit(f) == 0 }
 }
 
+/// Sends signal `sig` to `pid` (`kill(2)`: a negative `pid` names a
+/// process group, `sig` 0 only checks that the target exists).
+pub fn signal(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill takes two integers and touches no memory of ours.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Runs `spawn` (which starts threads) with every signal blocked in the
 /// calling thread, then restores the caller's mask: the threads `spawn`
 /// starts inherit the full mask. glibc keeps its two internal signals
@@ -293,6 +304,20 @@ pub fn with_signals_blocked<R>(spawn: impl FnOnce() -> R) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signal_reaches_a_child_and_names_missing_targets() {
+        assert!(signal(std::process::id() as i32, 0).is_ok());
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        signal(c.id() as i32, libc::SIGKILL).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(c.wait().unwrap().signal(), Some(libc::SIGKILL));
+        let e = signal(i32::MAX, 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+    }
 
     fn blocked_mask() -> libc::sigset_t {
         let mut cur = MaybeUninit::<libc::sigset_t>::uninit();

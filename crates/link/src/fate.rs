@@ -3,32 +3,9 @@
 use softrdma_config::faults::Rates;
 
 /// SplitMix64: small, fast, and the same sequence for the same seed
-/// everywhere (the simulator replays a run from its seed with it).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub const fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
-    }
-}
+/// everywhere (the simulator replays a run from its seed with it). The
+/// transport core's generator, one implementation for both.
+pub use softrdma_proto::Rng;
 
 /// What the link does to one datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

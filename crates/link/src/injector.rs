@@ -16,7 +16,7 @@ use crate::fate::{fate, flip, Rng};
 use crate::queue::DelayQueue;
 use softrdma_config::faults::{Answer, FaultSpec, OpClass, Rates, Targeted};
 use softrdma_wire::ext::{AethRepr, NakCode, Syndrome};
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::opcode::{Operation, Transport};
 use softrdma_wire::{BthRepr, IbPacket, Msn, Opcode, PacketRepr, Psn, Qpn, ICRC_LEN};
 use std::collections::VecDeque;
@@ -529,14 +529,11 @@ impl<M: Clone> Injector<M> {
         });
         let mut data = vec![0u8; repr.buffer_len()];
         let n = repr.emit(&mut data).ok()?;
-        let d = DatagramRepr {
-            ip: IpRepr::between(self.local.ip(), r.dest.ip(), r.traffic_class).ok()?,
-            udp: UdpRepr {
-                src_port: self.local.port(),
-                dst_port: r.dest.port(),
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(
+            IpRepr::between(self.local.ip(), r.dest.ip(), r.traffic_class).ok()?,
+            self.local.port(),
+            r.dest.port(),
+        );
         let icrc = d.icrc(&data[..n - ICRC_LEN]);
         data[n - ICRC_LEN..n].copy_from_slice(&icrc.to_le_bytes());
         Some(AnswerPacket {

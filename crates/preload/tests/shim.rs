@@ -5,34 +5,17 @@
 //! library, or once a libibverbs other than softrdma's is loaded.
 //! Ordinary programs give the same output with and without it.
 
+use softrdma_testkit::profile_dir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// `target/<profile>`: two levels up from this test (`…/deps/shim-…`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
 
 /// The library this crate builds (the newer of the two copies cargo
 /// leaves).
 fn preload() -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [
-        prof.join("libsoftrdma_preload.so"),
-        prof.join("deps/libsoftrdma_preload.so"),
-    ]
-    .into_iter()
-    .filter(|p| p.exists())
-    .max_by_key(|p| mtime(p))
-    .unwrap_or_else(|| {
+    softrdma_testkit::newest_built("libsoftrdma_preload.so").unwrap_or_else(|| {
         panic!(
             "libsoftrdma_preload.so is missing in {}: cargo build -p softrdma-preload",
-            prof.display()
+            profile_dir().display()
         )
     })
 }

@@ -133,13 +133,7 @@ fn connect(s: &mut Side, qpn: Qpn, peer: IpAddr, dest: Qpn, mtu: Mtu) {
         ah_attr: AddressVector::to(peer),
         ..Default::default()
     };
-    let m = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
+    let m = AttrMask::RC_RTR;
     s.dev.modify_qp(now, qpn, &a, m).unwrap();
     let a = QpAttr {
         qp_state: QpState::Rts,
@@ -150,12 +144,7 @@ fn connect(s: &mut Side, qpn: Qpn, peer: IpAddr, dest: Qpn, mtu: Mtu) {
         max_rd_atomic: 16,
         ..Default::default()
     };
-    let m = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    let m = AttrMask::RC_RTS;
     s.dev.modify_qp(now, qpn, &a, m).unwrap();
 }
 
@@ -194,11 +183,7 @@ impl Pair {
         } else {
             SendFlags::default()
         };
-        wr.sg_list = vec![Sge {
-            addr: self.a.va,
-            length: self.msg as u32,
-            lkey: self.a.key,
-        }];
+        wr.sg_list = vec![Sge::new(self.a.va, self.msg as u32, self.a.key)];
         wr.remote_addr = self.b.va + ((self.posted as usize % BATCH) * self.msg) as u64;
         wr.rkey = RKey(self.b.key);
         wr
@@ -280,11 +265,11 @@ impl Pair {
         for i in 0..BATCH {
             let wr = RecvWr {
                 wr_id: i as u64,
-                sg_list: vec![Sge {
-                    addr: self.b.va + (i * self.msg) as u64,
-                    length: self.msg as u32,
-                    lkey: self.b.key,
-                }],
+                sg_list: vec![Sge::new(
+                    self.b.va + (i * self.msg) as u64,
+                    self.msg as u32,
+                    self.b.key,
+                )],
             };
             self.b.dev.post_recv(self.now, self.b.qpn, wr).unwrap();
         }

@@ -5,7 +5,7 @@
 use crate::limits;
 use crate::verbs::{AsyncEvent, CqId};
 use softrdma_wire::grh::{ud_grh_area, GRH_LEN};
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use std::net::{IpAddr, SocketAddr};
 
 /// Configuration of a device.
@@ -120,14 +120,7 @@ impl RecvMeta {
             IpRepr::V4(r) => r.ttl = self.hop_limit,
             IpRepr::V6(r) => r.hop_limit = self.hop_limit,
         }
-        Some(DatagramRepr {
-            ip,
-            udp: UdpRepr {
-                src_port: self.src.port(),
-                dst_port,
-                checksum: 0,
-            },
-        })
+        Some(DatagramRepr::new(ip, self.src.port(), dst_port))
     }
 
     /// The 40 bytes written before a UD payload.

@@ -18,7 +18,7 @@
 
 use crate::device::{RecvMeta, Transmit};
 use crate::limits;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::mad::{GSI_QKEY, MAD_LEN};
 use softrdma_wire::{BthRepr, DethRepr, Opcode, PKey, PacketRepr, Psn, QKey, Qpn, ICRC_LEN};
 use std::collections::VecDeque;
@@ -91,17 +91,9 @@ impl Gsi {
         }
         let psn = Psn::new(self.psn);
         let bth = BthRepr {
-            opcode: UD_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: dst_qpn,
             // rxe sets AckReq on every packet it sends from QP 1.
             ack_req: true,
-            psn,
+            ..BthRepr::new(UD_SEND_ONLY, dst_qpn, psn)
         };
         let mut repr = PacketRepr::new(bth, mad);
         repr.deth = Some(DethRepr {
@@ -115,14 +107,7 @@ impl Gsi {
         let hlen = repr.emit_headers(buf).ok()?;
         buf[hlen..hlen + mad.len()].copy_from_slice(mad);
         let ip = IpRepr::between(local, dst.ip(), 0).ok()?;
-        let d = DatagramRepr {
-            ip,
-            udp: UdpRepr {
-                src_port,
-                dst_port: dst.port(),
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(ip, src_port, dst.port());
         let end = total - ICRC_LEN;
         let icrc = d.icrc(&buf[..end]);
         buf[end..total].copy_from_slice(&icrc.to_le_bytes());

@@ -263,6 +263,13 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+impl Sge {
+    /// `length` bytes at `addr` in the region of `lkey`.
+    pub const fn new(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { addr, length, lkey }
+    }
+}
+
 /// Send work request opcode (`ibv_wr_opcode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WrOpcode {
@@ -452,6 +459,16 @@ impl SendWr {
             flush: FlushSpec::default(),
             flush_len: 0,
             remote_srqn: 0,
+        }
+    }
+    /// A signaled one-sided request (`RdmaWrite`, `RdmaRead`, an atomic)
+    /// of one SGE to `remote_addr` under `rkey`; the rest as [`Self::new`].
+    pub fn rdma(wr_id: u64, opcode: WrOpcode, sge: Sge, remote_addr: u64, rkey: RKey) -> Self {
+        SendWr {
+            sg_list: vec![sge],
+            remote_addr,
+            rkey,
+            ..SendWr::new(wr_id, opcode)
         }
     }
     /// Total payload length.
@@ -741,6 +758,30 @@ impl AttrMask {
     /// rate_limit.
     pub const RATE_LIMIT: AttrMask = AttrMask(1 << 25);
 
+    /// An RC (or XRC INI) QP's INIT → RTR: `STATE` and the attributes IBA
+    /// table 91 requires (address vector, path MTU, destination QPN,
+    /// receive PSN, responder resources, RNR NAK timer) — what
+    /// `required(QpType::Rc, Init, Rtr)` answers, as a constant.
+    pub const RC_RTR: AttrMask = AttrMask(
+        Self::STATE.0
+            | Self::AV.0
+            | Self::PATH_MTU.0
+            | Self::DEST_QPN.0
+            | Self::RQ_PSN.0
+            | Self::MAX_DEST_RD_ATOMIC.0
+            | Self::MIN_RNR_TIMER.0,
+    );
+    /// An RC QP's RTR → RTS: `STATE`, send PSN, timeout, retry and RNR
+    /// retry counts, initiator depth (`required(QpType::Rc, Rtr, Rts)`).
+    pub const RC_RTS: AttrMask = AttrMask(
+        Self::STATE.0
+            | Self::SQ_PSN.0
+            | Self::TIMEOUT.0
+            | Self::RETRY_CNT.0
+            | Self::RNR_RETRY.0
+            | Self::MAX_QP_RD_ATOMIC.0,
+    );
+
     /// Union.
     pub const fn with(self, o: AttrMask) -> AttrMask {
         AttrMask(self.0 | o.0)
@@ -805,6 +846,39 @@ pub struct QpAttr {
     pub rnr_retry: u8,
 }
 
+impl QpAttr {
+    /// The attributes that move a QP to `state` (with [`AttrMask::STATE`]),
+    /// every other field its default.
+    pub fn to(state: QpState) -> QpAttr {
+        QpAttr {
+            qp_state: state,
+            ..Default::default()
+        }
+    }
+
+    /// The three `modify_qp` calls that take a UD QP from RESET to RTS
+    /// with Q_Key `qkey` (P_Key index 0, port 1, send PSN 0): INIT with
+    /// the attributes IBA table 91 requires, RTR, RTS.
+    pub fn ud_to_rts(qkey: QKey) -> [(QpAttr, AttrMask); 3] {
+        let at = |qp_state| QpAttr {
+            qp_state,
+            qkey,
+            ..Default::default()
+        };
+        [
+            (
+                at(QpState::Init),
+                AttrMask::STATE
+                    .with(AttrMask::PKEY_INDEX)
+                    .with(AttrMask::PORT)
+                    .with(AttrMask::QKEY),
+            ),
+            (at(QpState::Rtr), AttrMask::STATE),
+            (at(QpState::Rts), AttrMask::STATE.with(AttrMask::SQ_PSN)),
+        ]
+    }
+}
+
 impl Default for QpAttr {
     fn default() -> Self {
         QpAttr {
@@ -863,6 +937,24 @@ pub struct QpInit {
     /// When false, every send request generates a completion regardless
     /// of its SIGNALED flag.
     pub sq_sig_all: bool,
+}
+
+impl QpInit {
+    /// A QP of `qp_type` in `pd` whose send and receive completions both go
+    /// to `cq`: no SRQ, the default queue sizes, a completion for signaled
+    /// requests only (`sq_sig_all` false). Set other fields with struct
+    /// update syntax.
+    pub fn new(qp_type: QpType, pd: PdId, cq: CqId) -> QpInit {
+        QpInit {
+            qp_type,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
 }
 
 /// An asynchronous event (`ibv_event_type`).

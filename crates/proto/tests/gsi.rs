@@ -106,16 +106,9 @@ fn received_mads_reach_the_queue() {
 /// A packet to QP 1 from 10.0.0.2 to 10.0.0.1, as bytes.
 fn packet(opcode: u8, qkey: u32, payload: &[u8]) -> Vec<u8> {
     let bth = BthRepr {
-        opcode: Opcode(opcode),
-        solicited: false,
-        mig_req: false,
         pad_count: PacketRepr::pad_for(payload.len()),
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        dest_qp: Qpn::GSI,
         ack_req: true,
-        psn: Psn::new(1),
+        ..BthRepr::new(Opcode(opcode), Qpn::GSI, Psn::new(1))
     };
     let mut r = PacketRepr::new(bth, payload);
     if Opcode(opcode)
@@ -134,14 +127,7 @@ fn packet(opcode: u8, qkey: u32, payload: &[u8]) -> Vec<u8> {
         r.imm = Some(0);
     }
     let ip = IpRepr::between("10.0.0.2".parse().unwrap(), "10.0.0.1".parse().unwrap(), 0).unwrap();
-    let d = DatagramRepr {
-        ip,
-        udp: softrdma_wire::ip::UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(ip, 4791, 4791);
     let mut buf = vec![0u8; 2048];
     let n = d.emit(&r, &mut buf).unwrap();
     let dg = RoceDatagram::new_checked(&buf[..n]).unwrap();

@@ -31,26 +31,6 @@ fn send_only(r: &Rig, psn: Psn, data: &[u8]) -> PacketRepr<'static> {
     PacketRepr::new(r.bth(0x04, psn), leak(data))
 }
 
-fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
-    let mut p = PacketRepr::new(r.bth(0x0a, psn), leak(data));
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: data.len() as u32,
-    });
-    p
-}
-
-fn read_req(r: &Rig, psn: Psn, va: u64, rkey: u32, len: u32) -> PacketRepr<'static> {
-    let mut p = PacketRepr::new(r.bth(0x0c, psn), &[]);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: len,
-    });
-    p
-}
-
 fn fetch_add(r: &Rig, psn: Psn, va: u64, rkey: u32) -> PacketRepr<'static> {
     let mut p = PacketRepr::new(r.bth(0x14, psn), &[]);
     p.atomic_eth = Some(AtomicEthRepr {
@@ -70,11 +50,7 @@ fn bad_key(r: &Rig) -> u32 {
 /// A signaled SEND of 64 bytes from the start of the region.
 fn send_wr(id: u64) -> SendWr {
     let mut wr = SendWr::new(id, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA,
-        length: 64,
-        lkey: 0,
-    }];
+    wr.sg_list = vec![Sge::new(VA, 64, 0)];
     wr.flags = wr.flags.with(SendFlags::SIGNALED);
     wr
 }
@@ -99,11 +75,6 @@ fn pinned_rig(s: Setup) -> Rig {
 
 fn rc_qp(dev: &mut Device, pd: PdId, cq: CqId) -> std::result::Result<Qpn, VerbsError> {
     dev.create_qp(&QpInit {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
         cap: QpCap {
             max_send_wr: 1,
             max_recv_wr: 1,
@@ -111,7 +82,7 @@ fn rc_qp(dev: &mut Device, pd: PdId, cq: CqId) -> std::result::Result<Qpn, Verbs
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: false,
+        ..QpInit::new(QpType::Rc, pd, cq)
     })
     .map(|(q, _)| q)
 }
@@ -201,15 +172,7 @@ fn a_full_table_still_allocates() {
         assert!(!gone.contains(&q), "{q:?} reused at once");
     }
     // Creating with a chosen number refuses the reserved ones.
-    let init = QpInit {
-        qp_type: QpType::Ud,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
+    let init = QpInit::new(QpType::Ud, pd, cq);
     dev.destroy_qp(live[0]).unwrap();
     for q in [0, 1, 0xff_ffff] {
         assert!(matches!(
@@ -316,10 +279,7 @@ fn the_peer_port_is_learned_from_the_first_expected_packet() {
     r.deliver_from_port(&send_only(&r, psn.add(1), b"x"), from(PEER_PORT));
     assert_eq!(counters(&r).wrong_peer, 1);
     // Back to RESET: a new connection learns again.
-    let reset = QpAttr {
-        qp_state: QpState::Reset,
-        ..Default::default()
-    };
+    let reset = QpAttr::to(QpState::Reset);
     r.dev
         .modify_qp(r.now, r.qpn, &reset, AttrMask::STATE)
         .unwrap();

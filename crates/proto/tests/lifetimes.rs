@@ -92,11 +92,7 @@ fn rig(s: Setup, lend: bool) -> (Rig, Arc<Tracked>, u32) {
 
 fn send_from(key: u32, id: u64, op: WrOpcode, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, op);
-    wr.sg_list = vec![Sge {
-        addr: TVA,
-        length: len,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(TVA, len, key)];
     wr.remote_addr = 0x5000;
     wr.rkey = RKey(0x4242);
     wr
@@ -223,11 +219,7 @@ fn receive_into_a_deregistered_buffer_fails_locally() {
             r.qpn,
             RecvWr {
                 wr_id: 5,
-                sg_list: vec![Sge {
-                    addr: TVA,
-                    length: 4096,
-                    lkey: key,
-                }],
+                sg_list: vec![Sge::new(TVA, 4096, key)],
             },
         )
         .unwrap();
@@ -342,15 +334,7 @@ fn flushed_completions_keep_their_order_behind_held_datagrams() {
     // QP to error with the first WR's datagram still held, then a post
     // that is flushed at once: it must not overtake the first.
     r.dev
-        .modify_qp(
-            r.now,
-            r.qpn,
-            &QpAttr {
-                qp_state: QpState::Err,
-                ..Default::default()
-            },
-            AttrMask::STATE,
-        )
+        .modify_qp(r.now, r.qpn, &QpAttr::to(QpState::Err), AttrMask::STATE)
         .unwrap();
     r.post_send(send_from(key, 2, WrOpcode::RdmaWrite, 8));
     assert!(r.send_cq().is_empty());

@@ -58,11 +58,6 @@ impl Rig {
         let (qpn, _) = self
             .dev
             .create_qp(&QpInit {
-                qp_type: t,
-                pd: self.pd,
-                send_cq: self.cq,
-                recv_cq: self.cq,
-                srq: None,
                 cap: QpCap {
                     max_send_wr: 8,
                     max_recv_wr: 8,
@@ -70,23 +65,11 @@ impl Rig {
                     max_recv_sge: 1,
                     max_inline_data: 64,
                 },
-                sq_sig_all: false,
+                ..QpInit::new(t, self.pd, self.cq)
             })
             .unwrap();
         if t == QpType::Ud {
-            for (state, m) in [
-                (
-                    QpState::Init,
-                    AttrMask::required(t, QpState::Reset, QpState::Init).unwrap(),
-                ),
-                (QpState::Rtr, AttrMask::STATE),
-                (QpState::Rts, AttrMask::STATE.with(AttrMask::SQ_PSN)),
-            ] {
-                let a = QpAttr {
-                    qp_state: state,
-                    qkey: QKey(qkey),
-                    ..Default::default()
-                };
+            for (a, m) in QpAttr::ud_to_rts(QKey(qkey)) {
                 self.dev.modify_qp(self.now, qpn, &a, m).unwrap();
             }
         }
@@ -96,32 +79,14 @@ impl Rig {
     fn recv(&mut self, qpn: Qpn, id: u64, off: u64) {
         let wr = RecvWr {
             wr_id: id,
-            sg_list: vec![Sge {
-                addr: VA + off,
-                length: 256,
-                lkey: self.key,
-            }],
+            sg_list: vec![Sge::new(VA + off, 256, self.key)],
         };
         self.dev.post_recv(self.now, qpn, wr).unwrap();
     }
 
     /// A UD SEND ONLY from `SENDER`'s QP 0x77 to `dst`, QPN `dest_qp`.
     fn deliver(&mut self, dst: &str, dest_qp: Qpn, qkey: u32, payload: &[u8]) {
-        let mut p = PacketRepr::new(
-            BthRepr {
-                opcode: Opcode(0x64),
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                dest_qp,
-                ack_req: false,
-                psn: Psn::new(1),
-            },
-            payload,
-        );
+        let mut p = PacketRepr::new(BthRepr::new(Opcode(0x64), dest_qp, Psn::new(1)), payload);
         p.deth = Some(DethRepr {
             qkey: QKey(qkey),
             src_qp: Qpn::new(0x77),
@@ -208,18 +173,7 @@ fn packets_no_group_takes_are_dropped_and_counted() {
     // An RC opcode to the group: refused.
     let before = r.dev.counters().malformed;
     let mut p = PacketRepr::new(
-        BthRepr {
-            opcode: Opcode(0x04),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::MULTICAST,
-            ack_req: false,
-            psn: Psn::new(1),
-        },
+        BthRepr::new(Opcode(0x04), Qpn::MULTICAST, Psn::new(1)),
         b"rc",
     );
     p.bth.pad_count = 2;
@@ -312,11 +266,7 @@ fn a_ud_send_to_a_group_goes_to_its_address_with_qpn_0xffffff() {
         r.mem.fill_from(0, b"hello group");
         let mut wr = SendWr::new(5, WrOpcode::SendWithImm);
         wr.imm_data = 0xabcd;
-        wr.sg_list = vec![Sge {
-            addr: VA,
-            length: 11,
-            lkey: r.key,
-        }];
+        wr.sg_list = vec![Sge::new(VA, 11, r.key)];
         wr.ud = Some(UdDest {
             ah,
             remote_qpn: Qpn::MULTICAST,

@@ -131,27 +131,6 @@ fn rig() -> (Rig, Arc<Sparse>, u32) {
     (r, mem, key)
 }
 
-fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
-    let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
-    let mut p = PacketRepr::new(r.bth(0x0a, psn), data);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: data.len() as u32,
-    });
-    p
-}
-
-fn read_req(r: &Rig, psn: Psn, va: u64, rkey: u32, len: u32) -> PacketRepr<'static> {
-    let mut p = PacketRepr::new(r.bth(0x0c, psn), &[]);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: len,
-    });
-    p
-}
-
 fn nak(code: NakCode, msn: u32) -> Option<(Syndrome, u32)> {
     Some((Syndrome::Nak(code), msn))
 }
@@ -212,11 +191,7 @@ fn an_atomic_on_an_unmapped_page_is_a_remote_access_error() {
 fn local_requests_and_receives_on_unmapped_pages_fail_locally() {
     let (mut r, _mem, key) = rig();
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: OVA + 2 * PAGE as u64,
-        length: 100,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(OVA + 2 * PAGE as u64, 100, key)];
     r.post_send(wr);
     assert!(r.sent().is_empty());
     assert_eq!(r.send_cq()[0].status, WcStatus::LocProtErr);
@@ -224,11 +199,7 @@ fn local_requests_and_receives_on_unmapped_pages_fail_locally() {
     let (mut r, _mem, key) = rig();
     let wr = RecvWr {
         wr_id: 2,
-        sg_list: vec![Sge {
-            addr: OVA + 2 * PAGE as u64,
-            length: 100,
-            lkey: key,
-        }],
+        sg_list: vec![Sge::new(OVA + 2 * PAGE as u64, 100, key)],
     };
     r.dev.post_recv(r.now, r.qpn, wr).unwrap();
     let psn = r.take_psn(1);
@@ -262,7 +233,7 @@ fn an_implicit_region_reaches_any_address() {
 #[test]
 fn advise_prefetches_on_demand_ranges_with_the_man_page_errors() {
     let (mut r, mem, key) = rig();
-    let sge = |addr: u64, length: u32, lkey: u32| Sge { addr, length, lkey };
+    let sge = |addr: u64, length: u32, lkey: u32| Sge::new(addr, length, lkey);
     r.dev
         .advise_mr(r.pd, Advice::PrefetchWrite, true, &[sge(OVA, 8192, key)])
         .unwrap();
@@ -397,23 +368,9 @@ fn rereg_access_and_pd_take_effect_at_once_and_keep_the_key() {
     assert_eq!(r.dev.mr(key).unwrap().pd, pd2);
 }
 
-#[test]
-fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
-    let mut r = Rig::new(Setup::default());
-    let key = r.key;
-    // A SEND is posted from the old memory, not yet sent.
-    r.mem.fill_from(0, &[4; 64]);
-    let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA,
-        length: 64,
-        lkey: key,
-    }];
-    let new = Arc::new(VecMemory::new(4096));
-    new.fill_from(0, &[9; 64]);
-    r.post_send(wr);
-    let k = r
-        .dev
+/// Re-registers region `key` over `new` at 0x50_0000: its new key.
+fn move_to(r: &mut Rig, key: u32, new: &Arc<VecMemory>) -> u32 {
+    r.dev
         .rereg_mr(
             key,
             Rereg {
@@ -421,7 +378,21 @@ fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
+    let mut r = Rig::new(Setup::default());
+    let key = r.key;
+    // A SEND is posted from the old memory, not yet sent.
+    r.mem.fill_from(0, &[4; 64]);
+    let mut wr = SendWr::new(1, WrOpcode::Send);
+    wr.sg_list = vec![Sge::new(VA, 64, key)];
+    let new = Arc::new(VecMemory::new(4096));
+    new.fill_from(0, &[9; 64]);
+    r.post_send(wr);
+    let k = move_to(&mut r, key, &new);
     assert_ne!(k, key);
     assert!(r.dev.mr(key).is_none());
     // The request that named the old memory fails locally; the old key is
@@ -431,31 +402,13 @@ fn rereg_translation_revokes_the_old_memory_and_changes_the_key() {
 
     let mut r = Rig::new(Setup::default());
     let key = r.key;
-    let k = r
-        .dev
-        .rereg_mr(
-            key,
-            Rereg {
-                translation: Some((0x50_0000, new.clone())),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let k = move_to(&mut r, key, &new);
     let psn = r.take_psn(1);
     r.deliver(&write_only(&r, psn, VA, key, &[1; 8]));
     assert_eq!(r.sent()[0].aeth, nak(NakCode::RemoteAccessError, 0));
     let mut r = Rig::new(Setup::default());
     let key = r.key;
-    let k2 = r
-        .dev
-        .rereg_mr(
-            key,
-            Rereg {
-                translation: Some((0x50_0000, new.clone())),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let k2 = move_to(&mut r, key, &new);
     let psn = r.take_psn(1);
     r.deliver(&write_only(&r, psn, 0x50_0010, k2, &[8; 8]));
     assert_eq!(r.sent()[0].aeth, Some((Syndrome::ACK, 1)));

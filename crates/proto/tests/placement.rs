@@ -7,7 +7,6 @@ mod support;
 
 use softrdma_proto::*;
 use softrdma_wire::ext::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT, FLUSH_RANGE};
-use softrdma_wire::ip::UdpRepr;
 use softrdma_wire::*;
 use std::sync::Arc;
 use support::*;
@@ -366,13 +365,12 @@ fn flush_responder_checks_rights_then_acknowledges() {
     );
 }
 
-#[test]
-fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
-    // pyverbs' test_qp_ex_rc_flush_type_violate.
-    let (mut r, key) = flush_rig(rw().with(Access::FLUSH_GLOBAL));
+/// The answer (AETH) to a persistent FLUSH of 64 bytes at the flush rig's
+/// region.
+fn persistent_flush(r: &mut Rig, key: u32) -> Option<(Syndrome, u32)> {
     let psn = r.take_psn(1);
     r.deliver(&flush_packet(
-        &r,
+        r,
         psn,
         0x90_0000,
         key,
@@ -380,8 +378,15 @@ fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
         FLUSH_PERSISTENT,
         FLUSH_RANGE,
     ));
+    r.sent()[0].aeth
+}
+
+#[test]
+fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
+    // pyverbs' test_qp_ex_rc_flush_type_violate.
+    let (mut r, key) = flush_rig(rw().with(Access::FLUSH_GLOBAL));
     assert_eq!(
-        r.sent()[0].aeth,
+        persistent_flush(&mut r, key),
         Some((Syndrome::Nak(NakCode::RemoteAccessError), 0))
     );
     assert_eq!(r.state(), QpState::Err);
@@ -391,18 +396,8 @@ fn persistent_flush_of_a_region_without_the_right_is_a_remote_access_error() {
 fn flush_on_a_qp_without_the_right_is_an_invalid_request() {
     let (mut r, key) = flush_rig(rw().with(Access::FLUSH));
     qp_access(&mut r, rw().remote().with(Access::FLUSH_GLOBAL));
-    let psn = r.take_psn(1);
-    r.deliver(&flush_packet(
-        &r,
-        psn,
-        0x90_0000,
-        key,
-        64,
-        FLUSH_PERSISTENT,
-        FLUSH_RANGE,
-    ));
     assert_eq!(
-        r.sent()[0].aeth,
+        persistent_flush(&mut r, key),
         Some((Syndrome::Nak(NakCode::InvalidRequest), 0))
     );
 }
@@ -441,14 +436,7 @@ fn flush_bytes(p: &PacketRepr<'_>, ident: u16, form: &str) -> Vec<u8> {
     if let IpRepr::V4(v) = &mut ip {
         v.ident = ident;
     }
-    let d = DatagramRepr {
-        ip,
-        udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(ip, 4791, 4791);
     let c = if form == "rxe" {
         d.icrc(&buf[..n - 4])
     } else {
@@ -474,14 +462,11 @@ fn flush_icrc_is_rxe_s_form_and_either_form_is_accepted() {
     let mut buf = vec![0u8; 8192];
     let tx = r.dev.poll_transmit(r.now, &mut buf).unwrap();
     let pkt = IbPacket::new_checked(&buf[..tx.len]).unwrap();
-    let d = DatagramRepr {
-        ip: IpRepr::between(ip(DEV_IP), ip(PEER_IP), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(
+        IpRepr::between(ip(DEV_IP), ip(PEER_IP), 0).unwrap(),
+        4791,
+        4791,
+    );
     assert_eq!(pkt.bth().opcode(), Opcode(0x1c));
     assert_eq!(pkt.icrc(), d.icrc(pkt.icrc_covered()));
     assert_ne!(pkt.icrc(), d.icrc_iba(pkt.icrc_covered()));

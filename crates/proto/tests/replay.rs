@@ -77,7 +77,7 @@ mod pcap;
 
 use pcap::{roce_frames, Frame};
 use softrdma_proto::*;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::{
     IbPacket, NakCode, OpcodeInfo, Operation, PacketRepr, Position, Psn, Syndrome, Transport,
 };
@@ -240,14 +240,11 @@ fn drain(
         let ctx = format!("{file}: reply to frame {}", index + 1);
         assert_eq!(tx.dst, SocketAddr::new(a_ip, 4791), "{ctx}");
         let pkt = IbPacket::new_checked(bytes).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let d = DatagramRepr {
-            ip: IpRepr::between(b_ip, a_ip, tx.traffic_class).unwrap(),
-            udp: UdpRepr {
-                src_port: DEV_PORT,
-                dst_port: tx.dst.port(),
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(
+            IpRepr::between(b_ip, a_ip, tx.traffic_class).unwrap(),
+            DEV_PORT,
+            tx.dst.port(),
+        );
         assert_eq!(d.icrc(pkt.icrc_covered()), pkt.icrc(), "{ctx}: ICRC");
         let a = pkt.bth().dest_qp().value();
         let b = *b_of

@@ -9,11 +9,7 @@ use support::*;
 
 fn send(id: u64, off: u64, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA + off,
-        length: len,
-        lkey: 0,
-    }];
+    wr.sg_list = vec![Sge::new(VA + off, len, 0)];
     wr
 }
 
@@ -434,11 +430,7 @@ fn local_protection_error_on_bad_lkey() {
     let ro = std::sync::Arc::new(VecMemory::new(64));
     let k = r.dev.reg_mr(r.pd, 0x900_0000, ro, Access(0)).unwrap();
     let mut wr = rdma(1, WrOpcode::RdmaRead, 0, 8, 0x7000);
-    wr.sg_list[0] = Sge {
-        addr: 0x900_0000,
-        length: 8,
-        lkey: k,
-    };
+    wr.sg_list[0] = Sge::new(0x900_0000, 8, k);
     r.dev.post_send(r.now, r.qpn, wr).unwrap();
     r.sent();
     assert_eq!(r.send_cq()[0].status, WcStatus::LocProtErr);

@@ -168,17 +168,6 @@ fn opcode_sequence_violation_is_invalid_request() {
         .contains(&Event::Async(AsyncEvent::QpReqErr(r.qpn))));
 }
 
-fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
-    let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
-    let mut p = PacketRepr::new(r.bth(0x0a, psn), data);
-    p.reth = Some(RethRepr {
-        va,
-        rkey: RKey(rkey),
-        dma_len: data.len() as u32,
-    });
-    p
-}
-
 #[test]
 fn write_checks_rkey_bounds_and_rights() {
     // Right key, in bounds: written and ACKed.
@@ -626,20 +615,7 @@ fn comm_established_on_first_packet_in_rtr() {
         ah_attr: AddressVector::to(ip(PEER_IP)),
         ..Default::default()
     };
-    r.dev
-        .modify_qp(
-            now,
-            qpn,
-            &rtr,
-            AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN)
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER),
-        )
-        .unwrap();
+    r.dev.modify_qp(now, qpn, &rtr, AttrMask::RC_RTR).unwrap();
     let mut p = write_only(&r, Psn::new(10), VA, r.key, &[1; 4]);
     p.bth.dest_qp = qpn;
     r.deliver(&p);

@@ -24,10 +24,7 @@ const INIT_MASK: AttrMask = AttrMask(
 fn modify_qp_validates_masks_and_values() {
     let (mut dev, _, _, qpn) = fresh();
     let t = Instant(0);
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        ..Default::default()
-    };
+    let mut a = QpAttr::to(QpState::Init);
     // Missing ACCESS_FLAGS for RC RESET→INIT.
     let e = dev.modify_qp(t, qpn, &a, INIT_MASK.without(AttrMask::ACCESS_FLAGS));
     // (EINVAL at the C boundary: softrdma's error.rs tests the mapping.)
@@ -50,13 +47,7 @@ fn modify_qp_validates_masks_and_values() {
     dev.modify_qp(t, qpn, &a, INIT_MASK).unwrap();
     assert_eq!(dev.qp_state(qpn).unwrap(), QpState::Init);
     // INIT→RTR needs AV, MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER.
-    let rtr_mask = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
+    let rtr_mask = AttrMask::RC_RTR;
     let mut r = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: Mtu::M4096,
@@ -94,12 +85,7 @@ fn modify_qp_validates_masks_and_values() {
         max_rd_atomic: 1,
         ..Default::default()
     };
-    let rts_mask = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    let rts_mask = AttrMask::RC_RTS;
     assert!(
         dev.modify_qp(t, qpn, &s, rts_mask).is_err(),
         "retry_cnt is 3 bits"
@@ -123,26 +109,10 @@ fn modify_qp_validates_masks_and_values() {
     );
     assert_eq!(cap.max_send_wr, 4);
     // Any state → ERR and ERR → RESET are allowed.
-    dev.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..Default::default()
-        },
-        AttrMask::STATE,
-    )
-    .unwrap();
-    dev.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            qp_state: QpState::Reset,
-            ..Default::default()
-        },
-        AttrMask::STATE,
-    )
-    .unwrap();
+    dev.modify_qp(t, qpn, &QpAttr::to(QpState::Err), AttrMask::STATE)
+        .unwrap();
+    dev.modify_qp(t, qpn, &QpAttr::to(QpState::Reset), AttrMask::STATE)
+        .unwrap();
     assert_eq!(dev.qp_state(qpn).unwrap(), QpState::Reset);
 }
 
@@ -151,14 +121,7 @@ fn post_checks() {
     let mut r = Rig::new(Setup::default());
     // Too many SGEs, inline too long, queue full, wrong opcode for the type.
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sg_list = vec![
-        Sge {
-            addr: VA,
-            length: 1,
-            lkey: r.key
-        };
-        5
-    ];
+    wr.sg_list = vec![Sge::new(VA, 1, r.key); 5];
     assert!(r.dev.post_send(r.now, r.qpn, wr).is_err());
     let mut wr = SendWr::new(1, WrOpcode::Send);
     wr.flags = SendFlags::INLINE;
@@ -217,15 +180,7 @@ fn error_state_flushes_everything_in_order() {
     r.post_send(SendWr::new(2, WrOpcode::Send));
     let t = r.now;
     r.dev
-        .modify_qp(
-            t,
-            r.qpn,
-            &QpAttr {
-                qp_state: QpState::Err,
-                ..Default::default()
-            },
-            AttrMask::STATE,
-        )
+        .modify_qp(t, r.qpn, &QpAttr::to(QpState::Err), AttrMask::STATE)
         .unwrap();
     let s: Vec<_> = r.send_cq().iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(
@@ -303,6 +258,13 @@ fn completion_notification_fires_once_per_arm() {
     assert_eq!(r.events(), vec![Event::Completion(r.rcq)]);
 }
 
+/// Posts receive `id` with `sg_list` to `srq`.
+fn srq_recv(r: &mut Rig, srq: SrqId, id: u64, sg_list: Vec<Sge>) {
+    r.dev
+        .post_srq_recv(srq, RecvWr { wr_id: id, sg_list })
+        .unwrap();
+}
+
 #[test]
 fn srq_shares_receives_and_raises_the_limit_event() {
     let mut r = Rig::new(Setup {
@@ -313,19 +275,8 @@ fn srq_shares_receives_and_raises_the_limit_event() {
     assert_eq!(qp_srq.1.max_recv_wr, 0);
     let srq = SrqId(0);
     for i in 0..4 {
-        r.dev
-            .post_srq_recv(
-                srq,
-                RecvWr {
-                    wr_id: i,
-                    sg_list: vec![Sge {
-                        addr: VA + i * 128,
-                        length: 128,
-                        lkey: r.key,
-                    }],
-                },
-            )
-            .unwrap();
+        let sge = Sge::new(VA + i * 128, 128, r.key);
+        srq_recv(&mut r, srq, i, vec![sge]);
     }
     assert!(
         r.dev
@@ -368,15 +319,7 @@ fn srq_resizes_but_never_below_its_receives_or_its_limit() {
     });
     let srq = SrqId(0);
     for i in 0..4 {
-        r.dev
-            .post_srq_recv(
-                srq,
-                RecvWr {
-                    wr_id: i,
-                    sg_list: vec![],
-                },
-            )
-            .unwrap();
+        srq_recv(&mut r, srq, i, vec![]);
     }
     r.dev.modify_srq(srq, Some(32), None).unwrap();
     assert_eq!(r.dev.query_srq(srq).unwrap(), (32, 4, 0, 4), "grown");
@@ -421,11 +364,7 @@ fn srq_resizes_with_receives_posted() {
     let (max_wr, ..) = r.dev.query_srq(srq).unwrap();
     let wr = |i: u64| RecvWr {
         wr_id: i,
-        sg_list: vec![Sge {
-            addr: VA + (i % 8) * 128,
-            length: 128,
-            lkey: r.key,
-        }],
+        sg_list: vec![Sge::new(VA + (i % 8) * 128, 128, r.key)],
     };
     for i in 0..u64::from(max_wr) {
         r.dev.post_srq_recv(srq, wr(i)).unwrap();
@@ -538,6 +477,14 @@ fn required_masks_follow_table_91() {
         .unwrap()
         .contains(AttrMask::RETRY_CNT));
     assert_eq!(r(QpType::Rc, Reset, Rts), None);
+    // The constants tests and programs pass are exactly the table's.
+    assert_eq!(r(QpType::Rc, Init, Rtr), Some(AttrMask::RC_RTR));
+    assert_eq!(r(QpType::Rc, Rtr, Rts), Some(AttrMask::RC_RTS));
+    let ud = QpAttr::ud_to_rts(QKey(7));
+    assert_eq!(ud[0].1, ud_init);
+    assert_eq!(Some(ud[1].1), r(QpType::Ud, Init, Rtr));
+    assert_eq!(Some(ud[2].1), r(QpType::Ud, Rtr, Rts));
+    assert!(ud.iter().all(|(a, _)| a.qkey == QKey(7)));
 }
 
 /// The port MTU of a link, as rxe derives it from its netdev's MTU
@@ -577,17 +524,7 @@ fn first_qpns_spread_over_24_bits() {
         let mut dev = Device::new(DeviceConfig::new(ip(DEV_IP), seed));
         let pd = dev.alloc_pd().unwrap();
         let cq = dev.create_cq(8).unwrap();
-        let (qpn, _) = dev
-            .create_qp(&QpInit {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap::default(),
-                sq_sig_all: false,
-            })
-            .unwrap();
+        let (qpn, _) = dev.create_qp(&QpInit::new(QpType::Rc, pd, cq)).unwrap();
         assert!((2..0xff_ffff).contains(&qpn.value()), "{qpn:?}");
         firsts.push(qpn.value());
     }

@@ -340,10 +340,6 @@ fn binds_are_refused_at_post_on_ud_and_with_data() {
     let mut r = Rig::new(Setup::default());
     let (mw, rkey) = r.dev.alloc_mw(r.pd, MwType::Type1).unwrap();
     let mut wr = bind_wr(1, mw, rkey, r.key, VA, 8, Access::REMOTE_READ);
-    wr.sg_list.push(Sge {
-        addr: VA,
-        length: 4,
-        lkey: r.key,
-    });
+    wr.sg_list.push(Sge::new(VA, 4, r.key));
     assert!(r.dev.post_send(r.now, r.qpn, wr).is_err());
 }

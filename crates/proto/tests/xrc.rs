@@ -97,27 +97,15 @@ impl Tgt {
     fn recv(&mut self, which: usize, id: u64, off: u64, len: u32) {
         let wr = RecvWr {
             wr_id: id,
-            sg_list: vec![Sge {
-                addr: VA + off,
-                length: len,
-                lkey: self.key,
-            }],
+            sg_list: vec![Sge::new(VA + off, len, self.key)],
         };
         self.dev.post_srq_recv(self.srq[which].0, wr).unwrap();
     }
 
     fn bth(&self, op: u8, psn: Psn) -> BthRepr {
         BthRepr {
-            opcode: Opcode(op),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: self.qpn,
             ack_req: true,
-            psn,
+            ..BthRepr::new(Opcode(op), self.qpn, psn)
         }
     }
 
@@ -373,11 +361,6 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     let key = dev.reg_mr(pd, VA, mem, Access::LOCAL_WRITE).unwrap();
     let (qpn, cap) = dev
         .create_qp(&QpInit {
-            qp_type: QpType::XrcSend,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
             cap: QpCap {
                 max_send_wr: 8,
                 max_recv_wr: 8,
@@ -385,7 +368,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
+            ..QpInit::new(QpType::XrcSend, pd, cq)
         })
         .unwrap();
     // No receive queue.
@@ -401,11 +384,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     f.flush.placement_type = 1;
     assert!(dev.post_send(now, qpn, f).is_err());
     let mut wr = SendWr::new(9, WrOpcode::Send);
-    wr.sg_list = vec![Sge {
-        addr: VA,
-        length: 11,
-        lkey: key,
-    }];
+    wr.sg_list = vec![Sge::new(VA, 11, key)];
     wr.remote_srqn = 0x00c0_ffee;
     dev.post_send(now, qpn, wr).unwrap();
     let mut buf = vec![0u8; 8192];
@@ -418,21 +397,7 @@ fn an_ini_qp_sends_xrc_requests_to_the_remote_srq() {
     assert_eq!(p.payload, b"xrc payload");
     let psn = p.bth.psn;
     let deliver = |dev: &mut Device, op: u8| {
-        let mut a = PacketRepr::new(
-            BthRepr {
-                opcode: Opcode(op),
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                dest_qp: qpn,
-                ack_req: false,
-                psn,
-            },
-            &[],
-        );
+        let mut a = PacketRepr::new(BthRepr::new(Opcode(op), qpn, psn), &[]);
         a.aeth = Some(AethRepr {
             syndrome: Syndrome::ACK,
             msn: Msn::new(1),
@@ -466,10 +431,7 @@ fn modify_masks_follow_iba_table_91_for_xrc() {
     let now = Instant(0);
     let xrcd = dev.alloc_xrcd().unwrap();
     let tgt = dev.create_xrc_tgt_qp(xrcd).unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        ..Default::default()
-    };
+    let init = QpAttr::to(QpState::Init);
     let base = AttrMask::STATE
         .with(AttrMask::PKEY_INDEX)
         .with(AttrMask::PORT);
@@ -499,10 +461,7 @@ fn modify_masks_follow_iba_table_91_for_xrc() {
     dev.modify_qp(now, tgt, &rtr, m).unwrap();
     // RTR→RTS: TIMEOUT and SQ_PSN only (RETRY/RNR/MAX_QP_RD_ATOMIC
     // ignored).
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        ..Default::default()
-    };
+    let rts = QpAttr::to(QpState::Rts);
     let m = AttrMask::STATE.with(AttrMask::SQ_PSN);
     assert!(dev.modify_qp(now, tgt, &rts, m).is_err());
     let m = m

@@ -417,18 +417,11 @@ impl Sim {
 
 /// One line for a UDP payload sent from `src:sport` to `dst`.
 pub fn describe(src: IpAddr, sport: u16, dst: SocketAddr, payload: &[u8]) -> String {
-    use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+    use softrdma_wire::ip::{DatagramRepr, IpRepr};
     let Ok(ip) = IpRepr::between(src, dst.ip(), 0) else {
         return "mixed address families".into();
     };
-    let d = DatagramRepr {
-        ip,
-        udp: UdpRepr {
-            src_port: sport,
-            dst_port: dst.port(),
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(ip, sport, dst.port());
     let mut buf = vec![0u8; d.header_len() + payload.len()];
     if d.emit_headers(&mut buf, payload.len()).is_err() {
         return "unencodable".into();

@@ -36,11 +36,7 @@ fn one_pair(loss: f64, seed: u64) {
             sb.qpn,
             RecvWr {
                 wr_id: 77,
-                sg_list: vec![Sge {
-                    addr: sb.va,
-                    length: 8192,
-                    lkey: sb.key,
-                }],
+                sg_list: vec![Sge::new(sb.va, 8192, sb.key)],
             },
         )
         .unwrap();
@@ -145,14 +141,13 @@ fn large_reads_survive_systematic_reordering() {
         sb.mem.fill_from(0, &data);
         let now = sim.now;
         for k in 0..4u64 {
-            let mut wr = SendWr::new(k, WrOpcode::RdmaRead);
-            wr.sg_list = vec![Sge {
-                addr: ca.va + k * (512 << 10),
-                length: 512 << 10,
-                lkey: ca.key,
-            }];
-            wr.remote_addr = sb.va + k * (512 << 10);
-            wr.rkey = RKey(sb.key);
+            let wr = SendWr::rdma(
+                k,
+                WrOpcode::RdmaRead,
+                Sge::new(ca.va + k * (512 << 10), 512 << 10, ca.key),
+                sb.va + k * (512 << 10),
+                RKey(sb.key),
+            );
             sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
         }
         run(&mut sim);
@@ -176,10 +171,6 @@ fn large_reads_survive_systematic_reordering() {
 /// region.
 fn client_wr(ca: &Endpoint, id: u64, op: WrOpcode, off: u64, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, op);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + off,
-        length: len,
-        lkey: ca.key,
-    }];
+    wr.sg_list = vec![Sge::new(ca.va + off, len, ca.key)];
     wr
 }

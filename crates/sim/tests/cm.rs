@@ -48,6 +48,7 @@ fn lossy_seeds() {
     let mut duplicates = 0;
     let (mut both_established, mut rej8, mut rej28, mut unreachable, mut goodbyes) =
         (0, 0, 0, 0, 0);
+    let mut rdma_events = 0;
     for seed in 0..256 {
         let sc = scenario(seed);
         let r = run_checked(&sc);
@@ -58,6 +59,7 @@ fn lossy_seeds() {
         retransmits += r.cm.tx_retransmits;
         mras += r.cm.tx_mra;
         duplicates += r.cm.rx_duplicates;
+        rdma_events += r.rdma_events;
         for (p, l) in sc.conns.iter().zip(&r.conns) {
             if l.client_established == 1 && l.server_established == 1 {
                 both_established += 1;
@@ -90,6 +92,8 @@ fn lossy_seeds() {
         retransmits > 0 && mras > 0 && duplicates > 0,
         "retransmits {retransmits} MRAs {mras} duplicates {duplicates}"
     );
+    // The rdma_cm layer reported the CM's events (each checked in the run).
+    assert!(rdma_events > 10_000, "{rdma_events}");
     // Every kind of ending occurred.
     assert!(both_established > 3000, "{both_established}");
     assert!(

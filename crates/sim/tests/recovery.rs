@@ -18,11 +18,7 @@ const RTO_NS: u64 = 4096 << PERFTEST_TIMEOUT;
 fn write_wr(ca: &Endpoint, sb: &Endpoint, id: u64, len: u32) -> SendWr {
     let mut wr = SendWr::new(id, WrOpcode::RdmaWrite);
     let off = (id * len as u64) % (ca.mem.len() as u64 - len as u64);
-    wr.sg_list = vec![Sge {
-        addr: ca.va + off,
-        length: len,
-        lkey: ca.key,
-    }];
+    wr.sg_list = vec![Sge::new(ca.va + off, len, ca.key)];
     wr.remote_addr = sb.va + off;
     wr.rkey = RKey(sb.key);
     wr
@@ -41,11 +37,10 @@ fn is_write_only(d: &[u8]) -> bool {
     IbPacket::new_checked(d).is_ok_and(|p| p.bth().opcode() == Opcode(0x0a))
 }
 
-/// Eight one-packet WRITEs on one QP; `lose(n)` says whether the n-th
-/// WRITE packet handed to the link (0-based, first copies and
-/// retransmissions counted alike) is lost. Returns (client counters,
-/// virtual ns from posting to the last completion).
-fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
+/// A client (node `a`, returned) connected to a server over a link that
+/// loses the n-th WRITE ONLY packet (0-based, first copies and
+/// retransmissions counted alike) when `lose(n)`.
+fn lossy_pair(lose: impl Fn(u32) -> bool + 'static) -> (Sim, usize, Endpoint, Endpoint) {
     let mut sim = Sim::new(7, LinkConfig::default());
     let a = sim.add_node(11, None);
     let b = sim.add_node(12, None);
@@ -60,6 +55,15 @@ fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
         s2.set(n + 1);
         lose(n)
     }));
+    (sim, a, ca, sb)
+}
+
+/// Eight one-packet WRITEs on one QP; `lose(n)` says whether the n-th
+/// WRITE packet handed to the link (0-based, first copies and
+/// retransmissions counted alike) is lost. Returns (client counters,
+/// virtual ns from posting to the last completion).
+fn eight_writes(lose: impl Fn(u32) -> bool + 'static) -> (Counters, u64) {
+    let (mut sim, a, ca, sb) = lossy_pair(lose);
     let start = sim.now;
     for id in 0..8 {
         let wr = write_wr(&ca, &sb, id, 4096);
@@ -206,20 +210,7 @@ fn a_nak_for_the_probed_packet_sends_it_again_at_once() {
     // and must not make the NAK look like one already under way (it did:
     // the NAK was ignored, and only the transport timer recovered, with
     // the window down to its minimum and a retry spent).
-    let mut sim = Sim::new(7, LinkConfig::default());
-    let a = sim.add_node(11, None);
-    let b = sim.add_node(12, None);
-    let (ca, sb) = connect(&mut sim, a, b, &opts());
-    let seen = Rc::new(Cell::new(0u32));
-    let s2 = seen.clone();
-    sim.drop_filter = Some(Box::new(move |d| {
-        if !is_write_only(d) {
-            return false;
-        }
-        let n = s2.get();
-        s2.set(n + 1);
-        n == 7 || n == 8
-    }));
+    let (mut sim, a, ca, sb) = lossy_pair(|n| n == 7 || n == 8);
     let start = sim.now;
     for id in 0..8 {
         let wr = write_wr(&ca, &sb, id, 4096);
@@ -378,14 +369,13 @@ fn a_flush_waits_for_the_atomic_before_it_so_a_lost_atomic_ack_is_answered_again
         false
     }));
     let start = sim.now;
-    let mut fa = SendWr::new(0, WrOpcode::AtomicFetchAndAdd);
-    fa.sg_list = vec![Sge {
-        addr: ca.va,
-        length: 8,
-        lkey: ca.key,
-    }];
-    fa.remote_addr = sb.va;
-    fa.rkey = RKey(sb.key);
+    let mut fa = SendWr::rdma(
+        0,
+        WrOpcode::AtomicFetchAndAdd,
+        Sge::new(ca.va, 8, ca.key),
+        sb.va,
+        RKey(sb.key),
+    );
     fa.compare_add = 5;
     let mut fl = SendWr::new(1, WrOpcode::Flush);
     fl.remote_addr = sb.va + 4096;

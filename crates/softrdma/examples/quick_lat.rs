@@ -1,7 +1,7 @@
 //! 8-byte RDMA WRITE ping-pong between two devices in one process, each
 //! side spinning on its last byte and driving progress itself (engine
 //! tuning aid; the real tool is `softrdma perf write-lat`).
-use softrdma::cm::{connect_rc, Listener};
+use softrdma::cm::{connect_rc, Connection, Listener};
 use softrdma::*;
 use std::time::Instant;
 
@@ -47,6 +47,23 @@ fn pong(
     Ok(lat)
 }
 
+/// [`pong`] over connection `c`, between two barriers (both sides start
+/// together, and neither leaves while the other still writes).
+fn ping_pong(
+    dev: &Device,
+    mr: &MemoryRegion,
+    c: &mut Connection,
+    cq: &CompletionQueue,
+    iters: u32,
+    first: bool,
+) -> Result<Vec<u64>> {
+    cm::barrier(&mut c.stream)?;
+    let remote = (c.remote.va, c.remote.rkey);
+    let lat = pong(dev, mr, &c.qp, cq, remote, iters, first)?;
+    cm::barrier(&mut c.stream)?;
+    Ok(lat)
+}
+
 fn main() -> Result<()> {
     let iters: u32 = std::env::args()
         .nth(1)
@@ -62,17 +79,7 @@ fn main() -> Result<()> {
         let mr = pd.alloc_mr(4096, access)?;
         let mut c =
             listener.accept_rc(&pd, &cq, QpType::Rc, Some(&mr), &ConnectOptions::default())?;
-        cm::barrier(&mut c.stream)?;
-        pong(
-            &dev,
-            &mr,
-            &c.qp,
-            &cq,
-            (c.remote.va, c.remote.rkey),
-            iters,
-            false,
-        )?;
-        cm::barrier(&mut c.stream)?;
+        ping_pong(&dev, &mr, &mut c, &cq, iters, false)?;
         Ok(())
     });
     let dev = Device::open_default()?;
@@ -87,17 +94,7 @@ fn main() -> Result<()> {
         Some(&mr),
         &ConnectOptions::default(),
     )?;
-    cm::barrier(&mut c.stream)?;
-    let mut lat = pong(
-        &dev,
-        &mr,
-        &c.qp,
-        &cq,
-        (c.remote.va, c.remote.rkey),
-        iters,
-        true,
-    )?;
-    cm::barrier(&mut c.stream)?;
+    let mut lat = ping_pong(&dev, &mr, &mut c, &cq, iters, true)?;
     srv.join().unwrap()?;
     lat.sort_unstable();
     let p = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)] as f64 / 1000.0;

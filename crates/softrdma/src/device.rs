@@ -647,21 +647,14 @@ impl Device {
 
     /// Waits up to `timeout` for an asynchronous event.
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        loop {
-            if let Some(e) = self.poll_async_event() {
-                return Ok(Some(e));
-            }
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                    Some(l) => Some(l),
-                    None => return Ok(None),
-                },
-                None => None,
-            };
-            self.about_to_block();
-            self.wait_async_event(left)?;
-        }
+        crate::event::take_blocking(
+            timeout,
+            || self.poll_async_event(),
+            |left| {
+                self.about_to_block();
+                self.wait_async_event(left)
+            },
+        )
     }
 
     /// Tells the device a program thread is about to block (on one of its

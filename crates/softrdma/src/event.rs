@@ -57,21 +57,14 @@ impl CompletionChannel {
     /// returns the CQ handle it is for (`ibv_get_cq_event`). `Ok(None)` on
     /// timeout.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<CqId>> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        loop {
-            if let Some(cq) = self.try_get_event() {
-                return Ok(Some(cq));
-            }
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                    Some(l) => Some(l),
-                    None => return Ok(None),
-                },
-                None => None,
-            };
-            self.about_to_block();
-            self.wait(left)?;
-        }
+        take_blocking(
+            timeout,
+            || self.try_get_event(),
+            |left| {
+                self.about_to_block();
+                self.wait(left)
+            },
+        )
     }
 
     /// Tells the device a program thread is about to block on this
@@ -145,5 +138,30 @@ impl AsyncQueue {
             self.fd.drain();
         }
         e
+    }
+}
+
+/// What `try_take` gives, trying again after each `block(time left)`
+/// (`None`: no limit; what it returns is not needed) until `timeout`
+/// passes (then `Ok(None)`); an error
+/// of `block` ends the wait. The loop of every blocking "get" call.
+pub(crate) fn take_blocking<T>(
+    timeout: Option<Duration>,
+    mut try_take: impl FnMut() -> Option<T>,
+    mut block: impl FnMut(Option<Duration>) -> Result<bool>,
+) -> Result<Option<T>> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        if let Some(x) = try_take() {
+            return Ok(Some(x));
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                Some(l) => Some(l),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        block(left)?;
     }
 }

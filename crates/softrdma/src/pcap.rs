@@ -22,7 +22,7 @@
 use crate::sync::Mutex;
 use softrdma_pcap::{linktype, PcapHeader};
 use softrdma_wire::icrc::solve_ipv4_id;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::IbPacket;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -128,14 +128,7 @@ impl PcapWriter {
             IpRepr::V4(v) => v.ttl = r.hop_limit,
             IpRepr::V6(v) => v.hop_limit = r.hop_limit,
         }
-        let mut d = DatagramRepr {
-            ip,
-            udp: UdpRepr {
-                src_port: r.src.port(),
-                dst_port: r.dst.port(),
-                checksum: 0,
-            },
-        };
+        let mut d = DatagramRepr::new(ip, r.src.port(), r.dst.port());
         if r.received {
             fix_ipv4_ident(&mut d, r.payload);
         }

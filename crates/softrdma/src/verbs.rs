@@ -675,8 +675,11 @@ impl SharedReceiveQueue {
     pub fn id(&self) -> SrqId {
         self.inner.id
     }
-    /// `ibv_post_srq_recv`.
-    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+    /// Runs `f` on the core with this SRQ's handle.
+    fn on_core<R>(
+        &self,
+        f: impl FnOnce(&mut softrdma_proto::Device, SrqId) -> VerbsResult<R>,
+    ) -> Result<R> {
         let id = self.inner.id;
         Ok(self
             .inner
@@ -684,30 +687,20 @@ impl SharedReceiveQueue {
             .inner
             .dev
             .shared()
-            .with_core(|c, _| c.post_srq_recv(id, wr))?)
+            .with_core(|c, _| f(c, id))?)
+    }
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.on_core(|c, id| c.post_srq_recv(id, wr))
     }
     /// Arms the limit event (0 disarms).
     pub fn set_limit(&self, limit: u32) -> Result<()> {
-        let id = self.inner.id;
-        Ok(self
-            .inner
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.modify_srq(id, None, Some(limit)))?)
+        self.on_core(|c, id| c.modify_srq(id, None, Some(limit)))
     }
     /// `ibv_modify_srq`: a new depth (resize; the posted receives stay)
     /// and/or the limit, checked and applied together.
     pub fn modify(&self, max_wr: Option<u32>, limit: Option<u32>) -> Result<()> {
-        let id = self.inner.id;
-        Ok(self
-            .inner
-            .pd
-            .inner
-            .dev
-            .shared()
-            .with_core(|c, _| c.modify_srq(id, max_wr, limit))?)
+        self.on_core(|c, id| c.modify_srq(id, max_wr, limit))
     }
     /// (max_wr, max_sge, limit, queued).
     pub fn query(&self) -> Result<(u32, u32, u32, u32)> {

@@ -449,10 +449,7 @@ fn a_nak_leaves_at_once_while_the_target_computes() {
     });
     go.wait();
     std::thread::sleep(Duration::from_millis(20));
-    let mut wr = SendWr::new(5, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![p.mr.sge(0, 8)];
-    wr.remote_addr = va;
-    wr.rkey = rkey;
+    let wr = SendWr::rdma(5, WrOpcode::RdmaWrite, p.mr.sge(0, 8), va, rkey);
     let t0 = Instant::now();
     p.qp.post_send(wr).unwrap();
     let w = wait_for(&p.cq, 5, Duration::from_secs(10));

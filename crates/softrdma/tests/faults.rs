@@ -24,15 +24,7 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(60);
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    softrdma_testkit::xorshift_bytes(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), n)
 }
 
 fn spec(s: &str) -> FaultSpec {
@@ -152,10 +144,13 @@ fn rc_is_exactly_once_and_byte_exact_under_loss_duplication_reordering_corruptio
     for i in 0..24u64 {
         let off = base + i as usize * wlen;
         c.mr.write(off, &pattern(1000 + i, wlen));
-        let mut wr = SendWr::new(i, WrOpcode::RdmaWrite);
-        wr.sg_list = vec![c.mr.sge(off, wlen as u32)];
-        wr.remote_addr = s.mr.addr() + off as u64;
-        wr.rkey = s.mr.rkey();
+        let wr = SendWr::rdma(
+            i,
+            WrOpcode::RdmaWrite,
+            c.mr.sge(off, wlen as u32),
+            s.mr.addr() + off as u64,
+            s.mr.rkey(),
+        );
         c.qp.post_send(wr).unwrap();
     }
     all_ok(&c.cq.wait(24, T).unwrap(), 24, "writes");
@@ -167,10 +162,13 @@ fn rc_is_exactly_once_and_byte_exact_under_loss_duplication_reordering_corruptio
     s.mr.write(rbase, &pattern(77, 24 * 16384));
     for i in 0..24u64 {
         let off = rbase + i as usize * 16384;
-        let mut wr = SendWr::new(i, WrOpcode::RdmaRead);
-        wr.sg_list = vec![c.mr.sge(off, 16384)];
-        wr.remote_addr = s.mr.addr() + off as u64;
-        wr.rkey = s.mr.rkey();
+        let wr = SendWr::rdma(
+            i,
+            WrOpcode::RdmaRead,
+            c.mr.sge(off, 16384),
+            s.mr.addr() + off as u64,
+            s.mr.rkey(),
+        );
         c.qp.post_send(wr).unwrap();
     }
     all_ok(&c.cq.wait(24, T).unwrap(), 24, "reads");
@@ -182,10 +180,13 @@ fn rc_is_exactly_once_and_byte_exact_under_loss_duplication_reordering_corruptio
     let counter = (4 << 20) - 8;
     s.mr.atomic_u64(counter).store(0, Ordering::SeqCst);
     for i in 0..ADDS {
-        let mut wr = SendWr::new(i, WrOpcode::AtomicFetchAndAdd);
-        wr.sg_list = vec![c.mr.sge((1 << 20) + (i as usize) * 8, 8)];
-        wr.remote_addr = s.mr.addr() + counter as u64;
-        wr.rkey = s.mr.rkey();
+        let mut wr = SendWr::rdma(
+            i,
+            WrOpcode::AtomicFetchAndAdd,
+            c.mr.sge((1 << 20) + (i as usize) * 8, 8),
+            s.mr.addr() + counter as u64,
+            s.mr.rkey(),
+        );
         wr.compare_add = 1;
         c.qp.post_send(wr).unwrap();
     }
@@ -368,16 +369,22 @@ fn a_read_answered_with_a_remote_access_error_fails_with_rem_access_err() {
     connect(&c, &s, &opts(), &opts());
     // A WRITE first: not a READ, untouched.
     c.mr.write(0, &pattern(1, 4096));
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![c.mr.sge(0, 4096)];
-    wr.remote_addr = s.mr.addr();
-    wr.rkey = s.mr.rkey();
+    let wr = SendWr::rdma(
+        1,
+        WrOpcode::RdmaWrite,
+        c.mr.sge(0, 4096),
+        s.mr.addr(),
+        s.mr.rkey(),
+    );
     c.qp.post_send(wr).unwrap();
     all_ok(&c.cq.wait(1, T).unwrap(), 1, "write");
-    let mut wr = SendWr::new(2, WrOpcode::RdmaRead);
-    wr.sg_list = vec![c.mr.sge(8192, 4096)];
-    wr.remote_addr = s.mr.addr();
-    wr.rkey = s.mr.rkey();
+    let wr = SendWr::rdma(
+        2,
+        WrOpcode::RdmaRead,
+        c.mr.sge(8192, 4096),
+        s.mr.addr(),
+        s.mr.rkey(),
+    );
     c.qp.post_send(wr).unwrap();
     let wc = c.cq.wait(1, T).unwrap();
     assert_eq!(wc.len(), 1);

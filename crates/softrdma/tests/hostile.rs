@@ -8,10 +8,10 @@
 //! the CLI's `hostile` tests; the core's rules, scripted, in softrdma-proto's.
 
 use softrdma::*;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::DatagramRepr;
 use softrdma_wire::{
-    AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PKey, PacketRepr, Psn, Qpn,
-    RKey, RethRepr, Syndrome,
+    AethRepr, AtomicEthRepr, BthRepr, IbPacket, Msn, NakCode, Opcode, PacketRepr, Psn, Qpn, RKey,
+    RethRepr, Syndrome,
 };
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -78,36 +78,16 @@ fn connect(a: &QueuePair, b: &QueuePair, given: bool, o: &ConnectOptions) -> (Ps
 /// Writes `p` as a datagram from `src` to `dst` (ICRC over the addresses
 /// and ports the receiver sees).
 fn forge(p: &PacketRepr<'_>, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-    let mut p = *p;
-    p.bth.pad_count = PacketRepr::pad_for(p.payload.len());
-    let mut buf = vec![0u8; p.buffer_len()];
-    let n = p.emit(&mut buf).unwrap();
-    let d = DatagramRepr {
-        ip: IpRepr::between(src.ip(), dst.ip(), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
-            checksum: 0,
-        },
-    };
-    let icrc = d.icrc(&buf[..n - 4]);
-    buf[n - 4..n].copy_from_slice(&icrc.to_le_bytes());
-    buf.truncate(n);
-    buf
+    DatagramRepr::between(src, dst)
+        .unwrap()
+        .udp_payload(p)
+        .unwrap()
 }
 
 fn bth(opcode: u8, qpn: Qpn, psn: Psn) -> BthRepr {
     BthRepr {
-        opcode: Opcode(opcode),
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn,
         ack_req: true,
-        psn,
+        ..BthRepr::new(Opcode(opcode), qpn, psn)
     }
 }
 

@@ -72,6 +72,17 @@ fn ok(wc: &[Wc], n: usize) {
     }
 }
 
+/// Posts a WRITE or READ of `len` bytes between the client's region at
+/// `local` and the server's at `remote`, and waits for its success.
+fn one_sided(c: &Side, id: u64, op: WrOpcode, local: usize, remote: u64, len: u32) {
+    let mut wr = SendWr::new(id, op);
+    wr.sg_list = vec![c.mr.sge(local, len)];
+    wr.remote_addr = c.conn.remote.va + remote;
+    wr.rkey = c.conn.remote.rkey;
+    c.conn.qp.post_send(wr).unwrap();
+    ok(&c.cq.wait(1, T).unwrap(), 1);
+}
+
 #[test]
 fn rc_send_write_read_atomics() {
     let (c, s) = pair(QpType::Rc, Mtu::M4096);
@@ -102,30 +113,23 @@ fn rc_send_write_read_atomics() {
     // WRITE 1 MiB to the server's region at offset 1 MiB.
     let w = pattern(2, 1 << 20);
     c.mr.write(1 << 20, &w);
-    let mut wr = SendWr::new(2, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![c.mr.sge(1 << 20, 1 << 20)];
-    wr.remote_addr = c.conn.remote.va + (1 << 20);
-    wr.rkey = c.conn.remote.rkey;
-    c.conn.qp.post_send(wr).unwrap();
-    ok(&c.cq.wait(1, T).unwrap(), 1);
+    one_sided(&c, 2, WrOpcode::RdmaWrite, 1 << 20, 1 << 20, 1 << 20);
     assert_eq!(s.mr.to_vec(1 << 20, 1 << 20), w);
 
     // READ it back into the client's region at 2 MiB.
-    let mut wr = SendWr::new(3, WrOpcode::RdmaRead);
-    wr.sg_list = vec![c.mr.sge(2 << 20, 1 << 20)];
-    wr.remote_addr = c.conn.remote.va + (1 << 20);
-    wr.rkey = c.conn.remote.rkey;
-    c.conn.qp.post_send(wr).unwrap();
-    ok(&c.cq.wait(1, T).unwrap(), 1);
+    one_sided(&c, 3, WrOpcode::RdmaRead, 2 << 20, 1 << 20, 1 << 20);
     assert_eq!(c.mr.to_vec(2 << 20, 1 << 20), w);
 
     // FETCH_ADD and COMPARE_SWAP on the server's first 8 bytes.
     s.mr.atomic_u64(3 << 20)
         .store(40, std::sync::atomic::Ordering::SeqCst);
-    let mut wr = SendWr::new(4, WrOpcode::AtomicFetchAndAdd);
-    wr.sg_list = vec![c.mr.sge(3 << 20, 8)];
-    wr.remote_addr = c.conn.remote.va + (3 << 20);
-    wr.rkey = c.conn.remote.rkey;
+    let mut wr = SendWr::rdma(
+        4,
+        WrOpcode::AtomicFetchAndAdd,
+        c.mr.sge(3 << 20, 8),
+        c.conn.remote.va + (3 << 20),
+        c.conn.remote.rkey,
+    );
     wr.compare_add = 2;
     c.conn.qp.post_send(wr.clone()).unwrap();
     let mut cas = wr.clone();
@@ -153,10 +157,13 @@ fn rc_send_write_read_atomics() {
     );
 
     // Bad rkey: remote access error, QP in error.
-    let mut bad = SendWr::new(6, WrOpcode::RdmaWrite);
-    bad.sg_list = vec![c.mr.sge(0, 8)];
-    bad.remote_addr = c.conn.remote.va;
-    bad.rkey = RKey(c.conn.remote.rkey.0 ^ 0x100);
+    let bad = SendWr::rdma(
+        6,
+        WrOpcode::RdmaWrite,
+        c.mr.sge(0, 8),
+        c.conn.remote.va,
+        RKey(c.conn.remote.rkey.0 ^ 0x100),
+    );
     c.conn.qp.post_send(bad).unwrap();
     let r = c.cq.wait(1, T).unwrap();
     assert_eq!(r[0].status, WcStatus::RemAccessErr);

@@ -37,19 +37,7 @@ fn ud_qp(dev: &Device, pd: &ProtectionDomain, qkey: u32) -> Member {
         .max_recv_wr(128)
         .build()
         .unwrap();
-    for (state, m) in [
-        (
-            QpState::Init,
-            AttrMask::required(QpType::Ud, QpState::Reset, QpState::Init).unwrap(),
-        ),
-        (QpState::Rtr, AttrMask::STATE),
-        (QpState::Rts, AttrMask::STATE.with(AttrMask::SQ_PSN)),
-    ] {
-        let a = QpAttr {
-            qp_state: state,
-            qkey: QKey(qkey),
-            ..Default::default()
-        };
+    for (a, m) in QpAttr::ud_to_rts(QKey(qkey)) {
         qp.modify(&a, m).unwrap();
     }
     let mr = pd.alloc_mr(128 * 1024, Access::LOCAL_WRITE).unwrap();

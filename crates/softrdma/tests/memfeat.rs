@@ -50,12 +50,14 @@ fn one(cq: &CompletionQueue) -> Wc {
     w[0]
 }
 
+/// Posts `wr` on `side`'s QP: the status of its completion.
+fn status_of(side: &Side, wr: SendWr) -> WcStatus {
+    side.qp.post_send(wr).unwrap();
+    one(&side.cq).status
+}
+
 fn rdma(op: WrOpcode, local: Sge, remote: u64, rkey: RKey) -> SendWr {
-    let mut wr = SendWr::new(7, op);
-    wr.sg_list = vec![local];
-    wr.remote_addr = remote;
-    wr.rkey = rkey;
-    wr
+    SendWr::rdma(7, op, local, remote, rkey)
 }
 
 fn rw() -> Access {
@@ -86,34 +88,41 @@ fn memory_windows_over_sockets() {
     assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::BindMw));
     assert_eq!(mw.rkey(), key);
     src.write(0, &[0x5a; 4096]);
-    a.qp.post_send(rdma(
-        WrOpcode::RdmaWrite,
-        src.sge(0, 4096),
-        win.addr() + 4096,
-        key,
-    ))
-    .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::Success);
+    assert_eq!(
+        status_of(
+            &a,
+            rdma(
+                WrOpcode::RdmaWrite,
+                src.sge(0, 4096),
+                win.addr() + 4096,
+                key,
+            )
+        ),
+        WcStatus::Success
+    );
     assert_eq!(win.to_vec(4096, 4096), vec![0x5a; 4096]);
     assert_eq!(win.to_vec(4095, 1), [0]);
-    a.qp.post_send(rdma(
-        WrOpcode::RdmaRead,
-        src.sge(4096, 4096),
-        win.addr() + 4096,
-        key,
-    ))
-    .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::Success);
+    assert_eq!(
+        status_of(
+            &a,
+            rdma(
+                WrOpcode::RdmaRead,
+                src.sge(4096, 4096),
+                win.addr() + 4096,
+                key,
+            )
+        ),
+        WcStatus::Success
+    );
     assert_eq!(src.to_vec(4096, 4096), vec![0x5a; 4096]);
     // One byte before the window: a remote access error.
-    a.qp.post_send(rdma(
-        WrOpcode::RdmaWrite,
-        src.sge(0, 8),
-        win.addr() + 4095,
-        key,
-    ))
-    .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::RemAccessErr);
+    assert_eq!(
+        status_of(
+            &a,
+            rdma(WrOpcode::RdmaWrite, src.sge(0, 8), win.addr() + 4095, key,)
+        ),
+        WcStatus::RemAccessErr
+    );
     assert_eq!(win.to_vec(4088, 8), [0; 8]);
     // The region cannot go while the window is bound (the Rust drop would
     // unbind it; deregister reports it).
@@ -156,9 +165,13 @@ fn type2_window_invalidated_by_the_peer() {
     assert_eq!(one(&a.cq).status, WcStatus::Success);
     let r = one(&b.cq);
     assert!(r.wc_flags.contains(WcFlags::WITH_INV) && r.imm_or_inv == key.0);
-    a.qp.post_send(rdma(WrOpcode::RdmaWrite, src.sge(0, 8), win.addr(), key))
-        .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::RemAccessErr);
+    assert_eq!(
+        status_of(
+            &a,
+            rdma(WrOpcode::RdmaWrite, src.sge(0, 8), win.addr(), key)
+        ),
+        WcStatus::RemAccessErr
+    );
 }
 
 #[test]
@@ -257,25 +270,33 @@ fn on_demand_region_survives_an_unmapped_page() {
     }
     .unwrap();
     src.write(0, &[0x77; 8192]);
-    a.qp.post_send(rdma(
-        WrOpcode::RdmaWrite,
-        src.sge(0, 8192),
-        odp.addr() + 100,
-        odp.rkey(),
-    ))
-    .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::Success);
+    assert_eq!(
+        status_of(
+            &a,
+            rdma(
+                WrOpcode::RdmaWrite,
+                src.sge(0, 8192),
+                odp.addr() + 100,
+                odp.rkey(),
+            )
+        ),
+        WcStatus::Success
+    );
     // SAFETY: our mapping, written by the device: a copy through a pointer.
     assert_eq!(unsafe { *m.0.add(100 + 8191) }, 0x77);
     m.unmap_page(2);
-    a.qp.post_send(rdma(
-        WrOpcode::RdmaWrite,
-        src.sge(0, 64),
-        odp.addr() + 2 * 4096 + 8,
-        odp.rkey(),
-    ))
-    .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::RemAccessErr);
+    assert_eq!(
+        status_of(
+            &a,
+            rdma(
+                WrOpcode::RdmaWrite,
+                src.sge(0, 64),
+                odp.addr() + 2 * 4096 + 8,
+                odp.rkey(),
+            )
+        ),
+        WcStatus::RemAccessErr
+    );
     assert_eq!(b.qp.state().unwrap(), QpState::Err);
     drop(odp);
 }

@@ -20,15 +20,7 @@ const LEN: usize = 16 << 20;
 const ADDS: u64 = 300;
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    softrdma_testkit::xorshift_bytes(seed, n)
 }
 
 fn opts() -> ConnectOptions {
@@ -122,10 +114,13 @@ fn netns_client_role() {
     let chunk = 256 << 10;
     let n = LEN / 2 / chunk;
     for k in 0..n {
-        let mut wr = SendWr::new(k as u64, WrOpcode::RdmaWrite);
-        wr.sg_list = vec![mr.sge(k * chunk, chunk as u32)];
-        wr.remote_addr = r.va + (k * chunk) as u64;
-        wr.rkey = r.rkey;
+        let wr = SendWr::rdma(
+            k as u64,
+            WrOpcode::RdmaWrite,
+            mr.sge(k * chunk, chunk as u32),
+            r.va + (k * chunk) as u64,
+            r.rkey,
+        );
         c.qp.post_send(wr).unwrap();
         if k >= 8 {
             check(cq.wait(1, t).unwrap(), 1);

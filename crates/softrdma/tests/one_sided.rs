@@ -9,8 +9,8 @@
 
 use softrdma::cm::{self, connect_rc, Listener};
 use softrdma::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use softrdma_testkit::wait_line;
+use std::io::{BufReader, Read, Write};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -70,47 +70,33 @@ fn target_role() {
     std::io::stdout().flush().unwrap();
 }
 
+/// A target role in `mode` and the initiator connected to it (the target
+/// said READY), with the target's output.
+fn start(
+    mode: &str,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+    Initiator,
+) {
+    let port = free_port();
+    let mut child = spawn_target(mode, port);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    wait_line(&mut out, "LISTENING");
+    let i = initiator(port);
+    wait_line(&mut out, "READY");
+    (child, out, i)
+}
+
 fn spawn_target(mode: &str, port: u16) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "target_role",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    softrdma_testkit::role_command("target_role")
         .env("SOFTRDMA_TEST_TARGET_PORT", port.to_string())
         .env("SOFTRDMA_TEST_TARGET_MODE", mode)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
-fn wait_line(r: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "target exited before {prefix}"
-        );
-        // The test harness prints "test target_role ... " without a
-        // newline first, so the marker may follow it on the same line.
-        if let Some(i) = line.find(prefix) {
-            return line[i..].to_string();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use softrdma_testkit::free_tcp_port as free_port;
 
 struct Initiator {
     dev: Device,
@@ -151,6 +137,16 @@ fn ok(i: &Initiator, n: usize) {
     assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
 }
 
+/// WRITEs the first half of the initiator's region to the start of the
+/// target's, and waits for its completion.
+fn write_half(i: &Initiator) {
+    let remote = i.conn.remote;
+    let sge = i.mr.sge(0, (LEN / 2) as u32);
+    let wr = SendWr::rdma(1, WrOpcode::RdmaWrite, sge, remote.va, remote.rkey);
+    i.conn.qp.post_send(wr).unwrap();
+    ok(i, 1);
+}
+
 /// State and wait channel of the target's test thread (the harness runs
 /// each test in a thread named after it).
 fn sleeping_in_pipe_read(pid: u32) -> (String, String) {
@@ -188,12 +184,7 @@ fn sleeping_in_pipe_read(pid: u32) -> (String, String) {
 
 #[test]
 fn write_read_atomics_land_while_the_target_blocks_in_read() {
-    let port = free_port();
-    let mut child = spawn_target("block", port);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    wait_line(&mut out, "LISTENING");
-    let i = initiator(port);
-    wait_line(&mut out, "READY");
+    let (mut child, mut out, i) = start("block");
     // Give the target time to enter read(), then check it is there.
     let pid = child.id();
     let mut seen = (String::new(), String::new());
@@ -211,26 +202,27 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
     let remote = i.conn.remote;
     // WRITE 512 KiB.
     i.mr.write(0, &pattern(3, LEN / 2));
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![i.mr.sge(0, (LEN / 2) as u32)];
-    wr.remote_addr = remote.va;
-    wr.rkey = remote.rkey;
-    i.conn.qp.post_send(wr).unwrap();
-    ok(&i, 1);
+    write_half(&i);
     // READ the target's pattern.
-    let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
-    rd.sg_list = vec![i.mr.sge(LEN / 2, (LEN / 2 - 64) as u32)];
-    rd.remote_addr = remote.va + (LEN / 2) as u64;
-    rd.rkey = remote.rkey;
+    let rd = SendWr::rdma(
+        2,
+        WrOpcode::RdmaRead,
+        i.mr.sge(LEN / 2, (LEN / 2 - 64) as u32),
+        remote.va + (LEN / 2) as u64,
+        remote.rkey,
+    );
     i.conn.qp.post_send(rd).unwrap();
     ok(&i, 1);
     assert_eq!(i.mr.to_vec(LEN / 2, LEN / 2 - 64), pattern(7, LEN / 2 - 64));
     // 100 FETCH_ADDs of 3, then a COMPARE_SWAP 1300 → 77.
     for k in 0..100u64 {
-        let mut fa = SendWr::new(10 + k, WrOpcode::AtomicFetchAndAdd);
-        fa.sg_list = vec![i.mr.sge(LEN - 64, 8)];
-        fa.remote_addr = remote.va + COUNTER as u64;
-        fa.rkey = remote.rkey;
+        let mut fa = SendWr::rdma(
+            10 + k,
+            WrOpcode::AtomicFetchAndAdd,
+            i.mr.sge(LEN - 64, 8),
+            remote.va + COUNTER as u64,
+            remote.rkey,
+        );
         fa.compare_add = 3;
         i.conn.qp.post_send(fa).unwrap();
         ok(&i, 1);
@@ -239,10 +231,13 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
             1000 + 3 * k
         );
     }
-    let mut cas = SendWr::new(200, WrOpcode::AtomicCmpAndSwp);
-    cas.sg_list = vec![i.mr.sge(LEN - 64, 8)];
-    cas.remote_addr = remote.va + COUNTER as u64;
-    cas.rkey = remote.rkey;
+    let mut cas = SendWr::rdma(
+        200,
+        WrOpcode::AtomicCmpAndSwp,
+        i.mr.sge(LEN - 64, 8),
+        remote.va + COUNTER as u64,
+        remote.rkey,
+    );
     cas.compare_add = 1300;
     cas.swap = 77;
     i.conn.qp.post_send(cas).unwrap();
@@ -261,22 +256,11 @@ fn write_read_atomics_land_while_the_target_blocks_in_read() {
 
 #[test]
 fn a_write_lands_while_the_target_spins_on_its_last_byte() {
-    let port = free_port();
-    let mut child = spawn_target("spin", port);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    wait_line(&mut out, "LISTENING");
-    let i = initiator(port);
-    wait_line(&mut out, "READY");
-    let remote = i.conn.remote;
+    let (mut child, mut out, i) = start("spin");
     let mut data = pattern(3, LEN / 2);
     data[LEN / 2 - 1] = 0xab;
     i.mr.write(0, &data);
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![i.mr.sge(0, (LEN / 2) as u32)];
-    wr.remote_addr = remote.va;
-    wr.rkey = remote.rkey;
-    i.conn.qp.post_send(wr).unwrap();
-    ok(&i, 1);
+    write_half(&i);
     let line = wait_line(&mut out, "LANDED");
     assert_eq!(line.trim(), "LANDED ok");
     let mut rest = String::new();

@@ -13,20 +13,8 @@ mod common;
 use common::{need_root, Namespaces};
 use softrdma::config::Source;
 use softrdma::{Device, DeviceOptions};
+use softrdma_testkit::ip;
 use std::process::Command;
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 #[test]
 #[ignore = "a role: port_mtu_follows_the_interface runs it in a namespace (with --ignored)"]

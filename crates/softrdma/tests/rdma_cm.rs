@@ -202,30 +202,15 @@ mod raw {
     pub fn send(s: &UdpSocket, dst: IpAddr, mad: &[u8]) {
         let src = s.local_addr().unwrap().ip();
         let bth = BthRepr {
-            opcode: Opcode(0x64),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::GSI,
             ack_req: true,
-            psn: Psn::new(0),
+            ..BthRepr::new(Opcode(0x64), Qpn::GSI, Psn::new(0))
         };
         let mut r = PacketRepr::new(bth, mad);
         r.deth = Some(DethRepr {
             qkey: QKey(GSI_QKEY),
             src_qp: Qpn::GSI,
         });
-        let d = DatagramRepr {
-            ip: IpRepr::between(src, dst, 0).unwrap(),
-            udp: softrdma_wire::ip::UdpRepr {
-                src_port: 4791,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(IpRepr::between(src, dst, 0).unwrap(), 4791, 4791);
         let mut buf = vec![0u8; 2048];
         let n = d.emit(&r, &mut buf).unwrap();
         let dg = RoceDatagram::new_checked(&buf[..n]).unwrap();

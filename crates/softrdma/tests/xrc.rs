@@ -40,13 +40,7 @@ fn connect(ini: &QueuePair, ini_dev: &Device, tgt: &XrcTgtQp, tgt_dev: &Device) 
     };
     // Every attribute a program passes: each type ignores what it has no
     // use for, as the kernel does.
-    let all = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
+    let all = AttrMask::RC_RTR;
     ini.modify(&rtr(tgt.qpn(), tgt_dev), all).unwrap();
     tgt.modify(&rtr(ini.qpn(), ini_dev), all).unwrap();
     let rts = QpAttr {
@@ -58,12 +52,7 @@ fn connect(ini: &QueuePair, ini_dev: &Device, tgt: &XrcTgtQp, tgt_dev: &Device) 
         max_rd_atomic: 8,
         ..Default::default()
     };
-    let all = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    let all = AttrMask::RC_RTS;
     ini.modify(&rts, all).unwrap();
     tgt.modify(&rts, all).unwrap();
 }
@@ -134,27 +123,36 @@ fn ini_to_tgt_through_the_named_srq() {
     }
     // WRITE, READ, FetchAdd: R_Keys of the SRQ's PD.
     src.write(0, b"written over xrc");
-    let mut wr = SendWr::new(20, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![src.sge(0, 16)];
-    wr.remote_addr = dst.addr() + 900_000;
-    wr.rkey = dst.rkey();
+    let mut wr = SendWr::rdma(
+        20,
+        WrOpcode::RdmaWrite,
+        src.sge(0, 16),
+        dst.addr() + 900_000,
+        dst.rkey(),
+    );
     wr.remote_srqn = n1;
     ini.post_send(wr).unwrap();
     one(&scq);
     assert_eq!(dst.to_vec(900_000, 16), b"written over xrc");
     dst.write(800_000, &[7u8; 5000]);
-    let mut wr = SendWr::new(21, WrOpcode::RdmaRead);
-    wr.sg_list = vec![src.sge(4096, 5000)];
-    wr.remote_addr = dst.addr() + 800_000;
-    wr.rkey = dst.rkey();
+    let mut wr = SendWr::rdma(
+        21,
+        WrOpcode::RdmaRead,
+        src.sge(4096, 5000),
+        dst.addr() + 800_000,
+        dst.rkey(),
+    );
     wr.remote_srqn = n0;
     ini.post_send(wr).unwrap();
     one(&scq);
     assert_eq!(src.to_vec(4096, 5000), vec![7u8; 5000]);
-    let mut wr = SendWr::new(22, WrOpcode::AtomicFetchAndAdd);
-    wr.sg_list = vec![src.sge(65536, 8)];
-    wr.remote_addr = dst.addr() + 700_000;
-    wr.rkey = dst.rkey();
+    let mut wr = SendWr::rdma(
+        22,
+        WrOpcode::AtomicFetchAndAdd,
+        src.sge(65536, 8),
+        dst.addr() + 700_000,
+        dst.rkey(),
+    );
     wr.compare_add = 41;
     wr.remote_srqn = n0;
     ini.post_send(wr).unwrap();
@@ -169,10 +167,13 @@ fn ini_to_tgt_through_the_named_srq() {
     // INI QP in error.
     let other_pd = b.alloc_pd().unwrap();
     let foreign = other_pd.alloc_mr(4096, access()).unwrap();
-    let mut wr = SendWr::new(23, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![src.sge(0, 16)];
-    wr.remote_addr = foreign.addr();
-    wr.rkey = foreign.rkey();
+    let mut wr = SendWr::rdma(
+        23,
+        WrOpcode::RdmaWrite,
+        src.sge(0, 16),
+        foreign.addr(),
+        foreign.rkey(),
+    );
     wr.remote_srqn = n0;
     ini.post_send(wr).unwrap();
     let wc = scq.wait(1, T).unwrap();
@@ -280,10 +281,13 @@ fn an_xrc_capture_decodes() {
     ini.post_send(wr).unwrap();
     one(&scq);
     one(&rcq);
-    let mut wr = SendWr::new(2, WrOpcode::RdmaRead);
-    wr.sg_list = vec![src.sge(4096, 100)];
-    wr.remote_addr = dst.addr();
-    wr.rkey = dst.rkey();
+    let mut wr = SendWr::rdma(
+        2,
+        WrOpcode::RdmaRead,
+        src.sge(4096, 100),
+        dst.addr(),
+        dst.rkey(),
+    );
     wr.remote_srqn = n;
     ini.post_send(wr).unwrap();
     one(&scq);

@@ -10,43 +10,28 @@
 //! ```
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use softrdma_wire::ip::UdpRepr;
 use softrdma_wire::{
-    BthRepr, DatagramRepr, IpRepr, Opcode, PKey, PacketRepr, Psn, Qpn, RKey, RethRepr, RoceDatagram,
+    BthRepr, DatagramRepr, Opcode, PacketRepr, Psn, Qpn, RKey, RethRepr, RoceDatagram,
 };
 use std::hint::black_box;
 
 const SIZES: [usize; 3] = [64, 1024, 4096];
 
 fn datagram() -> DatagramRepr {
-    DatagramRepr {
-        ip: IpRepr::between(
-            "198.18.0.2".parse().unwrap(),
-            "198.18.0.1".parse().unwrap(),
-            0,
-        )
-        .unwrap(),
-        udp: UdpRepr {
-            src_port: 49476,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    }
+    DatagramRepr::between(
+        "198.18.0.2:49476".parse().unwrap(),
+        "198.18.0.1:4791".parse().unwrap(),
+    )
+    .unwrap()
 }
 
 fn packet(payload: &[u8]) -> PacketRepr<'_> {
     let mut p = PacketRepr::new(
         BthRepr {
-            opcode: Opcode(0x0a), // RC_RDMA_WRITE_ONLY
-            solicited: false,
-            mig_req: false,
             pad_count: PacketRepr::pad_for(payload.len()),
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(0x11),
             ack_req: true,
-            psn: Psn::new(0x123456),
+            // RC_RDMA_WRITE_ONLY
+            ..BthRepr::new(Opcode(0x0a), Qpn::new(0x11), Psn::new(0x123456))
         },
         payload,
     );

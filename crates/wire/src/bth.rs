@@ -170,6 +170,25 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH for `opcode` to `dest_qp` at `psn`, everything else as RoCE v2
+    /// stacks send it by default: the default partition key, no solicited
+    /// event, MigReq, congestion bits or AckReq, pad count 0 (set fields
+    /// with struct update syntax: `BthRepr { ack_req: true, ..BthRepr::new(…) }`).
+    pub const fn new(opcode: Opcode, dest_qp: Qpn, psn: Psn) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: PKey::DEFAULT,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
     /// Parses a BTH view. Fails on TVer other than 0.
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<BthRepr> {
         bth.check_len()?;

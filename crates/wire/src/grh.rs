@@ -255,19 +255,16 @@ mod tests {
 
     #[test]
     fn ud_area_ipv4() {
-        let d = DatagramRepr {
-            ip: IpRepr::between(
+        let d = DatagramRepr::new(
+            IpRepr::between(
                 "198.18.0.2".parse().unwrap(),
                 "198.18.0.1".parse().unwrap(),
                 0,
             )
             .unwrap(),
-            udp: UdpRepr {
-                src_port: 1,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+            1,
+            4791,
+        );
         let area = ud_grh_area(&d, 100);
         assert!(area[..20].iter().all(|&b| b == 0));
         assert_eq!(area[20], 0x45);

@@ -297,6 +297,45 @@ impl DatagramRepr {
         Ok(total)
     }
 
+    /// IP header `ip` and a UDP header from `src_port` to `dst_port`
+    /// with checksum 0 (RoCE v2 senders may leave it 0; the ICRC covers
+    /// the payload).
+    pub const fn new(ip: IpRepr, src_port: u16, dst_port: u16) -> DatagramRepr {
+        DatagramRepr {
+            ip,
+            udp: UdpRepr {
+                src_port,
+                dst_port,
+                checksum: 0,
+            },
+        }
+    }
+
+    /// The datagram a RoCE v2 peer at UDP endpoint `src` sends to `dst`
+    /// (traffic class 0, the UDP checksum left 0 as RoCE v2 allows).
+    /// Fails when the two addresses are of different families.
+    pub fn between(src: core::net::SocketAddr, dst: core::net::SocketAddr) -> Result<DatagramRepr> {
+        Ok(DatagramRepr::new(
+            IpRepr::between(src.ip(), dst.ip(), 0)?,
+            src.port(),
+            dst.port(),
+        ))
+    }
+
+    /// The UDP payload that carries `pkt` in this datagram: `pkt` with its
+    /// pad count set for its payload, then its ICRC over these headers —
+    /// a packet as a peer would send it (tests and tools forge with it).
+    pub fn udp_payload(&self, pkt: &PacketRepr<'_>) -> Result<std::vec::Vec<u8>> {
+        let mut p = *pkt;
+        p.bth.pad_count = PacketRepr::pad_for(p.payload.len());
+        let mut buf = std::vec![0u8; p.buffer_len()];
+        let n = p.emit(&mut buf)?;
+        buf.truncate(n);
+        let icrc = self.icrc(&buf[..n - ICRC_LEN]);
+        buf[n - ICRC_LEN..].copy_from_slice(&icrc.to_le_bytes());
+        Ok(buf)
+    }
+
     /// Parses the headers of a checked datagram.
     pub fn parse<T: AsRef<[u8]>>(d: &RoceDatagram<T>) -> DatagramRepr {
         let b = d.buffer.as_ref();

@@ -352,20 +352,13 @@ mod tests {
     use crate::ext::FethRepr;
     use crate::ext::Syndrome;
     use crate::opcode::Opcode;
-    use crate::types::{Msn, PKey, Psn, Qpn};
+    use crate::types::{Msn, Psn, Qpn};
 
     fn bth(op: u8, pad: u8) -> BthRepr {
         BthRepr {
-            opcode: Opcode(op),
-            solicited: false,
-            mig_req: false,
             pad_count: pad,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(0x11),
             ack_req: true,
-            psn: Psn::new(5),
+            ..BthRepr::new(Opcode(op), Qpn::new(0x11), Psn::new(5))
         }
     }
 

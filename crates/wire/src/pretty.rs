@@ -297,7 +297,6 @@ mod tests {
     use super::*;
     use crate::bth::BthRepr;
     use crate::ext::{AethRepr, RethRepr, Syndrome};
-    use crate::ip::UdpRepr;
     use crate::opcode::Opcode;
     use crate::packet::PacketRepr;
     use crate::types::{Msn, Psn, Qpn, RKey};
@@ -368,16 +367,8 @@ mod tests {
     fn qp1_sends_get_the_mad_appended() {
         let mad = unhex(&RPING_REQ);
         let bth = BthRepr {
-            opcode: Opcode(0x64),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::GSI,
             ack_req: true,
-            psn: Psn::new(1),
+            ..BthRepr::new(Opcode(0x64), Qpn::GSI, Psn::new(1))
         };
         let mut p = PacketRepr::new(bth, &mad);
         p.deth = Some(crate::ext::DethRepr {
@@ -400,30 +391,19 @@ mod tests {
 
     #[test]
     fn prints_a_write_and_an_ack() {
-        let d = DatagramRepr {
-            ip: IpRepr::between(
+        let d = DatagramRepr::new(
+            IpRepr::between(
                 "198.18.0.2".parse().unwrap(),
                 "198.18.0.1".parse().unwrap(),
                 0,
             )
             .unwrap(),
-            udp: UdpRepr {
-                src_port: 49476,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+            49476,
+            4791,
+        );
         let bth = BthRepr {
-            opcode: Opcode(0x0a),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(0x21),
             ack_req: true,
-            psn: Psn::new(0x8530ff),
+            ..BthRepr::new(Opcode(0x0a), Qpn::new(0x21), Psn::new(0x8530ff))
         };
         let data = [0u8; 64];
         let mut p = PacketRepr::new(bth, &data);

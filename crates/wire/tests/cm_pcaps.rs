@@ -213,18 +213,9 @@ fn rping_over_ipv6() {
 #[test]
 fn attribute_ids_are_the_spec_values() {
     assert_eq!(
-        [
-            attr::REQ,
-            attr::MRA,
-            attr::REJ,
-            attr::REP,
-            attr::RTU,
-            attr::DREQ,
-            attr::DREP,
-            attr::SIDR_REQ,
-            attr::SIDR_REP
-        ],
+        attr::CONNECTION,
         [0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]
     );
+    assert_eq!((attr::REQ, attr::DREP, attr::SIDR_REP), (0x10, 0x16, 0x18));
     assert_eq!(MsgRef::REP.0, 1);
 }

@@ -62,17 +62,7 @@ fn reserved(attr_id: u16) -> Vec<(usize, u8)> {
     r
 }
 
-const ATTRS: [u16; 9] = [
-    attr::REQ,
-    attr::MRA,
-    attr::REJ,
-    attr::REP,
-    attr::RTU,
-    attr::DREQ,
-    attr::DREP,
-    attr::SIDR_REQ,
-    attr::SIDR_REP,
-];
+const ATTRS: [u16; 9] = attr::CONNECTION;
 
 /// A MAD of the CM class with the attribute and random everything else.
 fn cm_mad(attr_id: u16, mut bytes: Vec<u8>) -> Vec<u8> {

@@ -7,8 +7,9 @@
 #![allow(dead_code)]
 
 pub use crate::libs::{profile_dir, serial};
+use softrdma_testkit::{ip, netns_del};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// `softrdma exec --lib` with this build's libraries (libs.rs).
@@ -101,131 +102,25 @@ pub fn plain(ns: Option<&str>, argv: &[String]) -> Command {
 }
 
 /// A program running in a process group of its own, its output (stdout and
-/// stderr) into a file.
-pub struct Proc {
-    pub child: Child,
-    pub out: PathBuf,
-    pub tag: String,
-    start: Instant,
-    reaped: bool,
-}
-
-impl Drop for Proc {
-    /// A test that fails half-way leaves nothing behind.
-    fn drop(&mut self) {
-        if !self.reaped {
-            kill_group(self.child.id(), "KILL");
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A finished program.
-#[derive(Debug)]
-pub struct Done {
-    pub status: Option<i32>,
-    pub out: String,
-    pub secs: f64,
-    pub tag: String,
-}
-
-impl Done {
-    pub fn ok(&self) -> bool {
-        self.status == Some(0)
-    }
-
-    /// Panics with the output unless it exited 0.
-    pub fn expect_ok(&self) -> &Self {
-        assert!(
-            self.ok(),
-            "{} exited {:?} after {:.1} s:\n{}",
-            self.tag,
-            self.status,
-            self.secs,
-            self.out
-        );
-        self
-    }
-}
-
-pub fn kill_group(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args([&format!("-{sig}"), "--", &format!("-{pid}")])
-        .stderr(Stdio::null())
-        .status();
-}
+/// stderr) into a file (softrdma-testkit's).
+pub use softrdma_testkit::{Done, Proc};
 
 pub fn spawn(cmd: Command, tag: &str) -> Proc {
-    let (child, out) = crate::libs::spawn_logged(cmd, "softrdma-apps-out", tag, true);
-    Proc {
-        child,
-        out,
-        tag: tag.to_string(),
-        start: Instant::now(),
-        reaped: false,
-    }
+    Proc::spawn(cmd, "softrdma-apps-out", tag, true)
 }
 
-impl Proc {
-    pub fn text(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-
-    pub fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Waits up to `limit` from its start; then kills the whole group.
-    pub fn wait(mut self, limit: Duration) -> Done {
-        let status = loop {
-            match self.child.try_wait().expect("wait") {
-                Some(s) => break Some(s.code().unwrap_or(-1)),
-                None if self.start.elapsed() >= limit => break None,
-                None => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
-        kill_group(self.child.id(), "KILL");
-        let _ = self.child.wait();
-        self.reaped = true;
-        Done {
-            status,
-            out: self.text(),
-            secs: self.start.elapsed().as_secs_f64(),
-            tag: self.tag.clone(),
-        }
-    }
-
-    /// Sends `sig` to the group, then waits as [`Proc::wait`].
-    pub fn stop(self, sig: &str, limit: Duration) -> Done {
-        kill_group(self.child.id(), sig);
-        let t = self.start.elapsed() + limit;
-        self.wait(t)
-    }
-
-    /// Waits until the output contains `what` (true), or the process
-    /// ends or `limit` passes (false).
-    pub fn wait_for(&mut self, what: &str, limit: Duration) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if self.text().contains(what) {
-                return true;
-            }
-            if !self.running() {
-                return self.text().contains(what);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
-    }
+/// What the application tests add to [`Proc`].
+pub trait WaitListening {
+    fn wait_listening(&mut self, ns: Option<&str>, limit: Duration) -> bool;
 }
 
-impl Proc {
+impl WaitListening for Proc {
     /// Waits until this process (the program itself: `ip netns exec` and
     /// `softrdma exec` both exec) has a listening TCP socket in namespace
     /// `ns` (true), or it ends or `limit` passes (false). For programs that
     /// say they wait for a client before they listen (uDAPL's scm provider
     /// opens its TCP port in a thread of its own).
-    pub fn wait_listening(&mut self, ns: Option<&str>, limit: Duration) -> bool {
+    fn wait_listening(&mut self, ns: Option<&str>, limit: Duration) -> bool {
         let pid = format!("pid={},", self.child.id());
         let argv: Vec<String> = ["ss", "-Hltnp"].iter().map(|s| s.to_string()).collect();
         let t = Instant::now();
@@ -257,19 +152,6 @@ pub struct Netns {
     pub addrs_b: Vec<String>,
 }
 
-fn ip(args: &[&str]) {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {} (root and iproute2 needed)",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 impl Netns {
     pub fn new(net: u8, addrs: usize, mtu: Option<u32>) -> Netns {
         require_root();
@@ -287,10 +169,7 @@ impl Netns {
                 .collect(),
         };
         for x in [&n.a, &n.b] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", x])
-                .stderr(Stdio::null())
-                .status();
+            netns_del(x);
             ip(&["netns", "add", x]);
         }
         let (va, vb) = (format!("srap{id}va"), format!("srap{id}vb"));
@@ -323,10 +202,7 @@ impl Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         for x in [&self.a, &self.b] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", x])
-                .stderr(Stdio::null())
-                .status();
+            netns_del(x);
         }
     }
 }

@@ -105,7 +105,7 @@ impl Tgtd {
     /// would have killed it) and stops it (it ignores SIGTERM).
     fn stop(mut self) -> Done {
         let alive = self.proc.running();
-        let d = self.proc.stop("KILL", Duration::from_secs(10));
+        let d = self.proc.stop(libc::SIGKILL, Duration::from_secs(10));
         assert!(
             alive,
             "tgtd died during the test (exit {:?}):\n{}",
@@ -214,7 +214,7 @@ pub(crate) fn iser_suite(tns: Option<&str>, taddr: &str, ins: Option<&str>, iadd
         "iscsi-perf",
     );
     let seen = p.wait_for("00:00:02 -", Duration::from_secs(60));
-    let d = p.stop("INT", Duration::from_secs(20));
+    let d = p.stop(libc::SIGINT, Duration::from_secs(20));
     assert!(
         seen && d.out.contains("finished."),
         "iscsi-perf:\n{}",

@@ -160,6 +160,6 @@ fn qemu_rdma_live_migration() {
     );
     drop(sq);
     drop(dq);
-    src.stop("KILL", Duration::from_secs(10));
-    dst.stop("KILL", Duration::from_secs(10));
+    src.stop(libc::SIGKILL, Duration::from_secs(10));
+    dst.stop(libc::SIGKILL, Duration::from_secs(10));
 }

@@ -5,32 +5,18 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-
-/// `target/<profile>`: two levels up from the test (`…/deps/<test>-…`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
+pub use softrdma_testkit::profile_dir;
+use std::path::PathBuf;
+use std::process::Command;
 
 /// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME`.
 pub fn newest(name: &str) -> PathBuf {
-    let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [prof.join(name), prof.join("deps").join(name)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing in {}: cargo build the workspace",
-                prof.display()
-            )
-        })
+    softrdma_testkit::newest_built(name).unwrap_or_else(|| {
+        panic!(
+            "{name} is missing in {}: cargo build the workspace",
+            profile_dir().display()
+        )
+    })
 }
 
 /// `target/<profile>/DIR` for `softrdma exec --lib`: this build's
@@ -57,24 +43,6 @@ pub fn lib_dir(dir: &str, rdmacm: bool) -> PathBuf {
         }
     }
     dir
-}
-
-/// Starts `cmd` with its stdout and stderr in
-/// `target/<profile>/DIR/<pid>-TAG.txt` (the directory made if missing),
-/// in a process group of its own when `group` (to kill it whole); returns
-/// the child and the file.
-pub fn spawn_logged(mut cmd: Command, dir: &str, tag: &str, group: bool) -> (Child, PathBuf) {
-    use std::os::unix::process::CommandExt;
-    let dir = profile_dir().join(dir);
-    let _ = std::fs::create_dir_all(&dir);
-    let out = dir.join(format!("{}-{tag}.txt", std::process::id()));
-    let f = std::fs::File::create(&out).expect("output file");
-    cmd.stdout(f.try_clone().expect("dup")).stderr(f);
-    if group {
-        cmd.process_group(0);
-    }
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
-    (child, out)
 }
 
 /// Held while a test runs: one at a time with the other interop tests.
@@ -114,4 +82,34 @@ pub fn require_root(why: &str) {
         })
         .unwrap_or_default();
     assert_eq!(uid, "0", "these tests must run as root (CI does): {why}");
+}
+
+/// Fails unless `softrdma exec` finds this build's library: next to the
+/// `softrdma` binary, where building the workspace (`cargo build`, or
+/// the tests of softrdma-ibverbs) puts it.
+pub fn require_built_library(softrdma_bin: &str) {
+    let dir = std::path::Path::new(softrdma_bin).parent().unwrap();
+    assert!(
+        dir.join("libibverbs.so").exists() || dir.join("deps/libibverbs.so").exists(),
+        "softrdma's libibverbs.so is not built in {}: cargo build -p softrdma-ibverbs \
+         (the workspace test run builds it)",
+        dir.display()
+    );
+}
+
+/// Whether something listens on TCP `port` (any address; looking at /proc
+/// does not use up a server's single accept).
+pub fn listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            // sl local_address rem_address st: the local port, state 0A.
+            t.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| format!("{a} ").contains(&hex))
+                    && l.split_whitespace().nth(3) == Some("0A")
+            })
+        })
+    })
 }

@@ -2,6 +2,7 @@
 //! peer, UCT over IPv6.
 
 use super::*;
+use softrdma_testkit::{ip, netns_del};
 
 /// Two network namespaces ("hosts") joined by a veth pair, MTU 9000.
 pub(crate) struct Netns {
@@ -9,19 +10,6 @@ pub(crate) struct Netns {
     pub(crate) b: String,
     pub(crate) addr_a: String,
     pub(crate) addr_b: String,
-}
-
-pub(crate) fn ip(args: &[&str]) {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        o.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 impl Netns {
@@ -37,10 +25,7 @@ impl Netns {
         };
         let (va, vb) = (format!("sru{id}va"), format!("sru{id}vb"));
         for x in [&n.a, &n.b] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", x])
-                .stderr(Stdio::null())
-                .status();
+            netns_del(x);
             ip(&["netns", "add", x]);
         }
         ip(&[
@@ -58,7 +43,7 @@ impl Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         for x in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", x]).status();
+            netns_del(x);
         }
     }
 }

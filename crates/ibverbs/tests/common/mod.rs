@@ -2,21 +2,12 @@
 
 #![allow(dead_code)]
 
+pub use softrdma_testkit::profile_dir;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The build directory of the library: `target/<profile>`, two levels up
-/// from this test executable (`target/<profile>/deps/interop-…`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
 
 /// A directory holding `libibverbs.so.1` and `librdmacm.so.1` → our
 /// `libibverbs.so`, for `LD_LIBRARY_PATH`.
@@ -32,17 +23,12 @@ pub fn lib_dir() -> PathBuf {
         return PathBuf::from(d);
     }
     let prof = profile_dir();
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let so = [prof.join("libibverbs.so"), prof.join("deps/libibverbs.so")]
-        .into_iter()
-        .filter(|p| p.exists())
-        .max_by_key(|p| mtime(p))
-        .unwrap_or_else(|| {
-            panic!(
-                "libibverbs.so is missing in {}: build the library (cargo build -p softrdma-ibverbs)",
-                prof.display()
-            )
-        });
+    let so = softrdma_testkit::newest_built("libibverbs.so").unwrap_or_else(|| {
+        panic!(
+            "libibverbs.so is missing in {}: build the library (cargo build -p softrdma-ibverbs)",
+            prof.display()
+        )
+    });
     let rel = so.strip_prefix(&prof).expect("inside the profile dir");
     let target = Path::new("..").join(rel);
     let dir = prof.join("softrdma-ibverbs-lib");

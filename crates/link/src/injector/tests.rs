@@ -6,7 +6,7 @@ use super::*;
 use softrdma_config::faults::FaultSpec;
 use softrdma_wire::ext::{NakCode, RethRepr};
 use softrdma_wire::opcode::Position;
-use softrdma_wire::{PKey, RKey, RoceDatagram};
+use softrdma_wire::{RKey, RoceDatagram};
 
 const LOCAL: &str = "10.0.0.1:4791";
 const PEER: &str = "10.0.0.2";
@@ -24,16 +24,8 @@ fn rc(op: Operation, pos: Position, qpn: u32, psn: u32, len: usize) -> Vec<u8> {
     let payload = vec![0xab; len];
     let mut r = PacketRepr::new(
         BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
             pad_count: PacketRepr::pad_for(len),
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(qpn),
-            ack_req: false,
-            psn: Psn::new(psn),
+            ..BthRepr::new(opcode, Qpn::new(qpn), Psn::new(psn))
         },
         &payload,
     );
@@ -272,14 +264,11 @@ fn responder() -> impl FnMut(Qpn) -> Option<Responder> {
 /// The answer parsed, its ICRC checked in the datagram it goes in.
 fn check_answer(a: &AnswerPacket, psn: u32, want: Syndrome) {
     assert_eq!(a.dst, SocketAddr::new(peer(), 4791));
-    let d = DatagramRepr {
-        ip: IpRepr::between(local().ip(), peer(), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: 4791,
-            dst_port: 4791,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(
+        IpRepr::between(local().ip(), peer(), 0).unwrap(),
+        4791,
+        4791,
+    );
     let mut whole = vec![0u8; d.header_len() + a.data.len()];
     d.emit_headers(&mut whole, a.data.len()).unwrap();
     whole[d.header_len()..].copy_from_slice(&a.data);
@@ -446,16 +435,8 @@ fn atomic(op: Operation, qpn: u32, psn: u32) -> Vec<u8> {
     let opcode = Opcode::find(Transport::Rc, op, Position::Only, false, false).unwrap();
     let mut r = PacketRepr::new(
         BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(qpn),
             ack_req: true,
-            psn: Psn::new(psn),
+            ..BthRepr::new(opcode, Qpn::new(qpn), Psn::new(psn))
         },
         &[],
     );

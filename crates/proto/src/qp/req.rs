@@ -9,7 +9,7 @@ use crate::limits::{ACK_REQ_EVERY_PKTS, MAX_INFLIGHT_PKTS};
 use crate::memory::{Piece, Revoked, SgList, Span};
 use crate::verbs::*;
 use crate::Instant;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::{
     AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, PacketRepr, Psn, QKey, RethRepr,
 };
@@ -156,14 +156,7 @@ pub(crate) fn build_packet(
     let Ok(ip) = IpRepr::between(ctx.local_ip, av.dest, av.traffic_class) else {
         return Ok(None);
     };
-    let d = DatagramRepr {
-        ip,
-        udp: UdpRepr {
-            src_port: ctx.udp_src_port,
-            dst_port: av.dest_port,
-            checksum: 0,
-        },
-    };
+    let d = DatagramRepr::new(ip, ctx.udp_src_port, av.dest_port);
     let pad = repr.bth.pad_count as usize;
     let tx = |gather| Transmit {
         dst: std::net::SocketAddr::new(av.dest, av.dest_port),

@@ -22,7 +22,7 @@
 //   three requests.
 
 use softrdma_proto::*;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::{DatagramRepr, IpRepr};
 use softrdma_wire::{IbPacket, Operation, PacketRepr, Psn, Qpn, RKey, Transport};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -252,19 +252,8 @@ impl Target {
                 // are ignored, as by the kernel).
                 QpType::Rc | QpType::XrcSend | QpType::XrcRecv => [
                     base.with(AttrMask::ACCESS_FLAGS),
-                    AttrMask::STATE
-                        .with(AttrMask::AV)
-                        .with(AttrMask::PATH_MTU)
-                        .with(AttrMask::DEST_QPN)
-                        .with(AttrMask::RQ_PSN)
-                        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                        .with(AttrMask::MIN_RNR_TIMER),
-                    AttrMask::STATE
-                        .with(AttrMask::SQ_PSN)
-                        .with(AttrMask::TIMEOUT)
-                        .with(AttrMask::RETRY_CNT)
-                        .with(AttrMask::RNR_RETRY)
-                        .with(AttrMask::MAX_QP_RD_ATOMIC),
+                    AttrMask::RC_RTR,
+                    AttrMask::RC_RTS,
                 ],
                 QpType::Uc => [
                     base.with(AttrMask::ACCESS_FLAGS),
@@ -300,11 +289,7 @@ impl Target {
                 let off = (n * RECVS + k) * RECV_LEN;
                 let wr = RecvWr {
                     wr_id: off as u64,
-                    sg_list: vec![Sge {
-                        addr: local.va + off as u64,
-                        length: RECV_LEN as u32,
-                        lkey: local.key,
-                    }],
+                    sg_list: vec![Sge::new(local.va + off as u64, RECV_LEN as u32, local.key)],
                 };
                 dev.post_recv(now, q, wr).unwrap();
                 allowed.push((R_LOCAL, off, off + RECV_LEN));
@@ -315,31 +300,26 @@ impl Target {
         // The device's own requests: WRITE (from the read-only region), READ
         // and FETCH_ADD into the local region.
         let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
-        w.sg_list = vec![Sge {
-            addr: regions[R_READ].va,
-            length: 64,
-            lkey: regions[R_READ].key,
-        }];
+        w.sg_list = vec![Sge::new(regions[R_READ].va, 64, regions[R_READ].key)];
         w.remote_addr = 0x7000;
         w.rkey = RKey(0x1234);
         dev.post_send(now, rc, w).unwrap();
         let mut r = SendWr::new(2, WrOpcode::RdmaRead);
-        r.sg_list = vec![Sge {
-            addr: local.va + READ_AT as u64,
-            length: READ_LEN as u32,
-            lkey: local.key,
-        }];
+        r.sg_list = vec![Sge::new(
+            local.va + READ_AT as u64,
+            READ_LEN as u32,
+            local.key,
+        )];
         r.remote_addr = 0x8000;
         r.rkey = RKey(0x1234);
         dev.post_send(now, rc, r).unwrap();
-        let mut f = SendWr::new(3, WrOpcode::AtomicFetchAndAdd);
-        f.sg_list = vec![Sge {
-            addr: local.va + FADD_AT as u64,
-            length: 8,
-            lkey: local.key,
-        }];
-        f.remote_addr = 0x9000;
-        f.rkey = RKey(0x1234);
+        let mut f = SendWr::rdma(
+            3,
+            WrOpcode::AtomicFetchAndAdd,
+            Sge::new(local.va + FADD_AT as u64, 8, local.key),
+            0x9000,
+            RKey(0x1234),
+        );
         f.compare_add = 5;
         dev.post_send(now, rc, f).unwrap();
         let snapshots = regions.iter().map(|r| r.mem.snapshot()).collect();
@@ -374,14 +354,7 @@ impl Target {
         let Ok(ip_repr) = IpRepr::between(src, ip(DEV_IP), 0) else {
             return;
         };
-        let d = DatagramRepr {
-            ip: ip_repr,
-            udp: UdpRepr {
-                src_port: 4791,
-                dst_port: 4791,
-                checksum: 0,
-            },
-        };
+        let d = DatagramRepr::new(ip_repr, 4791, 4791);
         let n = ib.len();
         let icrc = d.icrc(&ib[..n - 4]);
         ib[n - 4..].copy_from_slice(&icrc.to_le_bytes());
@@ -435,14 +408,11 @@ impl Target {
             let b = &self.buf[..tx.len];
             assert_eq!(tx.dst, SocketAddr::new(ip(PEER_IP), 4791), "destination");
             let pkt = IbPacket::new_checked(b).expect("the device sends valid packets");
-            let d = DatagramRepr {
-                ip: IpRepr::between(ip(DEV_IP), ip(PEER_IP), tx.traffic_class).unwrap(),
-                udp: UdpRepr {
-                    src_port: self.dev.config().udp_src_port,
-                    dst_port: 4791,
-                    checksum: 0,
-                },
-            };
+            let d = DatagramRepr::new(
+                IpRepr::between(ip(DEV_IP), ip(PEER_IP), tx.traffic_class).unwrap(),
+                self.dev.config().udp_src_port,
+                4791,
+            );
             assert_eq!(
                 d.icrc(pkt.icrc_covered()),
                 pkt.icrc(),

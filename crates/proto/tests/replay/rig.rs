@@ -349,11 +349,7 @@ pub(crate) fn run(case: Case) -> Outcome {
                 next_slot += 1;
                 let wr = RecvWr {
                     wr_id: slot,
-                    sg_list: vec![Sge {
-                        addr: RECV_VA + slot * RECV_SLOT as u64,
-                        length: len,
-                        lkey: recv_key,
-                    }],
+                    sg_list: vec![Sge::new(RECV_VA + slot * RECV_SLOT as u64, len, recv_key)],
                 };
                 dev.post_recv(now, qpn, wr).unwrap();
                 *outstanding.entry(b).or_default() += 1;

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use softrdma_proto::*;
-use softrdma_wire::ip::{DatagramRepr, IpRepr, UdpRepr};
+use softrdma_wire::ip::DatagramRepr;
 use softrdma_wire::*;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -245,14 +245,11 @@ impl Rig {
             assert_eq!(tx.dst.ip(), ip(PEER_IP));
             let b = &buf[..tx.len];
             // Every packet the device sends has a valid ICRC.
-            let d = DatagramRepr {
-                ip: IpRepr::between(ip(DEV_IP), ip(PEER_IP), 0).unwrap(),
-                udp: UdpRepr {
-                    src_port: 4791,
-                    dst_port: 4791,
-                    checksum: 0,
-                },
-            };
+            let d = DatagramRepr::between(
+                SocketAddr::new(ip(DEV_IP), 4791),
+                SocketAddr::new(ip(PEER_IP), 4791),
+            )
+            .unwrap();
             let pkt = IbPacket::new_checked(b).expect("device sent a valid packet");
             assert_eq!(
                 d.icrc(pkt.icrc_covered()),
@@ -283,11 +280,7 @@ impl Rig {
     pub fn post_recv(&mut self, id: u64, off: u64, len: u32) {
         let wr = RecvWr {
             wr_id: id,
-            sg_list: vec![Sge {
-                addr: VA + off,
-                length: len,
-                lkey: self.key,
-            }],
+            sg_list: vec![Sge::new(VA + off, len, self.key)],
         };
         self.dev.post_recv(self.now, self.qpn, wr).unwrap();
     }
@@ -320,16 +313,8 @@ impl Rig {
     /// A BTH from the peer to the device's QP.
     pub fn bth(&self, opcode: u8, psn: Psn) -> BthRepr {
         BthRepr {
-            opcode: Opcode(opcode),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: self.qpn,
             ack_req: true,
-            psn,
+            ..BthRepr::new(Opcode(opcode), self.qpn, psn)
         }
     }
 
@@ -369,21 +354,10 @@ pub fn encode(p: &PacketRepr<'_>, src: IpAddr, dst: IpAddr) -> Vec<u8> {
 
 /// Encodes a packet between two UDP endpoints with its ICRC.
 pub fn encode_from(p: &PacketRepr<'_>, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-    let mut p = *p;
-    p.bth.pad_count = PacketRepr::pad_for(p.payload.len());
-    let mut buf = vec![0u8; p.buffer_len()];
-    let n = p.emit(&mut buf).unwrap();
-    let d = DatagramRepr {
-        ip: IpRepr::between(src.ip(), dst.ip(), 0).unwrap(),
-        udp: UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
-            checksum: 0,
-        },
-    };
-    let icrc = d.icrc(&buf[..n - 4]);
-    buf[n - 4..].copy_from_slice(&icrc.to_le_bytes());
-    buf
+    DatagramRepr::between(src, dst)
+        .unwrap()
+        .udp_payload(p)
+        .unwrap()
 }
 
 pub fn poll(dev: &mut Device, cq: CqId) -> Vec<Wc> {
@@ -406,4 +380,27 @@ pub fn pattern(seed: u8, n: usize) -> Vec<u8> {
 
 pub fn ack_syn() -> Syndrome {
     Syndrome::ACK
+}
+
+/// A WRITE ONLY from the rig's peer: `data` to `va` under `rkey`.
+pub fn write_only(r: &Rig, psn: Psn, va: u64, rkey: u32, data: &[u8]) -> PacketRepr<'static> {
+    let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
+    let mut p = PacketRepr::new(r.bth(0x0a, psn), data);
+    p.reth = Some(RethRepr {
+        va,
+        rkey: RKey(rkey),
+        dma_len: data.len() as u32,
+    });
+    p
+}
+
+/// A READ REQUEST from the rig's peer: `len` bytes at `va` under `rkey`.
+pub fn read_req(r: &Rig, psn: Psn, va: u64, rkey: u32, len: u32) -> PacketRepr<'static> {
+    let mut p = PacketRepr::new(r.bth(0x0c, psn), &[]);
+    p.reth = Some(RethRepr {
+        va,
+        rkey: RKey(rkey),
+        dma_len: len,
+    });
+    p
 }

@@ -1,4 +1,7 @@
-//! Connection management in the simulator: several [`Cm`]s on a virtual
+//! Connection management in the simulator: several devices' part of the
+//! rdma_cm layer ([`softrdma_cm::rdma::DeviceCm`]: the real CM, the shared
+//! CM listeners, requests held for a listener; [`softrdma_cm::rdma::Listener`]:
+//! which rdma_cm listener takes a request, its backlog) on a virtual
 //! clock, their MADs carried by a seeded link that loses, duplicates,
 //! reorders, corrupts (a corrupted MAD fails the ICRC and is dropped) and
 //! delays them, and a driver model per node that connects, accepts,
@@ -9,7 +12,7 @@
 //!
 //! - exactly one ESTABLISHED on each side of every connection that both
 //!   sides accepted (the client's successful RTU, the server's
-//!   [`Event::Established`]), none on any other;
+//!   [`softrdma_cm::Event::Established`]), none on any other;
 //! - a connection to a service nobody listens on is rejected with reason 8,
 //!   one the server declines with 28 and its private data, one to a node
 //!   that never answers ends UNREACHABLE; SIDR likewise;
@@ -40,11 +43,13 @@ mod world;
 use crate::net::{LinkConfig, NetStats};
 pub use report::{ConnLog, Report, SidrLog};
 pub use scenario::*;
-use softrdma_cm::{Cm, CmConfig, Instant};
+use softrdma_cm::rdma::{DeviceCm, Listener, Transport};
+use softrdma_cm::{CmConfig, Instant};
 use softrdma_link::Rng;
+use softrdma_wire::cm::PortSpace;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::net::{IpAddr, Ipv4Addr};
-use world::{Action, Node, Owner, World, MS};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use world::{Action, Node, World, MS};
 
 /// Plays a scenario to the end.
 pub fn run(sc: &Scenario) -> Report {
@@ -76,18 +81,22 @@ pub fn run(sc: &Scenario) -> Report {
             [key_rng.next_u64(), key_rng.next_u64()],
         );
         let mut node = Node {
-            cm: Cm::new(cfg),
+            dev: DeviceCm::new(cfg, ip),
             ip,
             up: sc.dead_node != Some(i),
-            listeners: Vec::new(),
+            listeners: BTreeMap::new(),
         };
-        for sid in [RC_SERVICE, UD_SERVICE] {
-            if let Ok(id) = node.cm.listen(sid) {
-                node.listeners.push(id);
+        // Two wildcard rdma_cm listeners (`rdma_listen` on 0.0.0.0, the
+        // default backlog): RC on RC_SERVICE's port, UD on UD_SERVICE's.
+        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        for (num, ps, port, transport) in [
+            (1, PortSpace::Tcp, RC_PORT, Transport::Rc),
+            (2, PortSpace::Udp, UD_PORT, Transport::Ud),
+        ] {
+            let l = Listener::new(ps, SocketAddr::new(any, port), true, None, transport, 0);
+            if node.dev.listen(Instant(0), l.service_id()).is_ok() {
+                node.listeners.insert(num, l);
             }
-        }
-        for &id in &node.listeners {
-            w.owners.insert((i, id), Owner::Listener);
         }
         w.nodes.push(node);
     }
@@ -110,7 +119,7 @@ pub fn run(sc: &Scenario) -> Report {
     w.report.net = w.net;
     w.report.end = w.now;
     for (i, n) in w.nodes.iter().enumerate() {
-        let c = n.cm.counters();
+        let c = n.dev.cm.counters();
         let t = &mut w.report.cm;
         t.rx_mads += c.rx_mads;
         t.rx_dropped += c.rx_dropped;
@@ -125,18 +134,18 @@ pub fn run(sc: &Scenario) -> Report {
         if !n.up {
             continue;
         }
-        if let Err(e) = n.cm.check_invariants() {
+        if let Err(e) = n.dev.cm.check_invariants() {
             w.report.violations.push(format!("node {i}: {e}"));
         }
-        w.report.leftover_ids += n.cm.id_count();
-        for id in n.cm.ids() {
+        w.report.leftover_ids += n.dev.cm.id_count();
+        for id in n.dev.cm.ids() {
             w.report.leftovers.push(format!(
                 "node {i} {id} {:?} held for {:?}",
-                n.cm.state(id),
+                n.dev.cm.state(id),
                 w.owners.get(&(i, id))
             ));
         }
-        if !n.cm.is_quiescent() {
+        if !n.dev.cm.is_quiescent() {
             w.report.not_quiescent.push(i);
         }
     }

@@ -70,6 +70,9 @@ pub struct Report {
     pub leftovers: Vec<String>,
     /// Virtual time at the end.
     pub end: Instant,
+    /// rdma_cm events the layer reported for the CM's events
+    /// (`softrdma_cm::rdma::report`), each checked against its CM event.
+    pub rdma_events: u64,
 }
 
 impl Report {

@@ -4,20 +4,22 @@
 
 use super::{Report, Scenario};
 use crate::net::{LinkConfig, NetStats};
-use softrdma_cm::{Cm, CmId, Instant};
+use softrdma_cm::rdma::{DeviceCm, IdState, Listener};
+use softrdma_cm::{CmId, Instant};
 use softrdma_link::{fate, Rates, Rng};
 use softrdma_wire::Qpn;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::IpAddr;
 
-/// A node: one CM at one address.
+/// A node: one device's part of the rdma_cm layer (its CM, its shared
+/// CM listeners, the requests it holds for a listener) at one address.
 pub(super) struct Node {
-    pub(super) cm: Cm,
+    pub(super) dev: DeviceCm,
     pub(super) ip: IpAddr,
     pub(super) up: bool,
-    /// Listener ids.
-    pub(super) listeners: Vec<CmId>,
+    /// The rdma_cm listeners, by number.
+    pub(super) listeners: BTreeMap<u64, Listener>,
 }
 
 /// Which plan an id belongs to.
@@ -27,15 +29,28 @@ pub(super) enum Owner {
     ConnServer(usize),
     SidrClient(usize),
     SidrServer(usize),
-    Listener,
 }
 
 /// Per-id bookkeeping of the driver model.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct IdLog {
     pub(super) outcomes: u32,
     pub(super) disconnects: u32,
     pub(super) timewait_exits: u32,
+    /// The id's rdma_cm state, moved by the layer's `report`.
+    pub(super) st: IdState,
+}
+
+impl Default for IdLog {
+    /// Every id of a run connects (`rdma_connect`, or a request's id).
+    fn default() -> IdLog {
+        IdLog {
+            outcomes: 0,
+            disconnects: 0,
+            timewait_exits: 0,
+            st: IdState::Connect,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -102,7 +117,7 @@ impl World<'_> {
     /// Everything the CMs want to send, onto the link.
     pub(super) fn flush(&mut self) {
         for from in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[from].cm.poll_transmit() {
+            while let Some(t) = self.nodes[from].dev.cm.poll_transmit() {
                 if !self.nodes[from].up {
                     continue;
                 }
@@ -173,7 +188,7 @@ impl World<'_> {
             .nodes
             .iter()
             .filter(|n| n.up)
-            .filter_map(|n| n.cm.poll_timeout())
+            .filter_map(|n| n.dev.deadline())
             .min();
         [wire, act, timers].into_iter().flatten().min()
     }
@@ -191,20 +206,16 @@ impl World<'_> {
             };
             self.net.delivered += 1;
             if self.nodes[f.to].up {
+                // Held (a request nobody listens for yet) or to the CM.
                 self.nodes[f.to]
-                    .cm
-                    .handle_mad(self.now, f.src, f.src_qpn, &f.mad);
+                    .dev
+                    .receive(self.now, f.src, f.src_qpn, &f.mad);
                 self.drain_events(f.to);
             }
         }
         for i in 0..self.nodes.len() {
-            if self.nodes[i].up
-                && self.nodes[i]
-                    .cm
-                    .poll_timeout()
-                    .is_some_and(|d| d <= self.now)
-            {
-                self.nodes[i].cm.handle_timeout(self.now);
+            if self.nodes[i].up && self.nodes[i].dev.deadline().is_some_and(|d| d <= self.now) {
+                self.nodes[i].dev.handle_timeout(self.now);
                 self.drain_events(i);
             }
         }
@@ -219,7 +230,7 @@ impl World<'_> {
 
     pub(super) fn destroy(&mut self, node: usize, id: CmId) {
         let now = self.now;
-        if self.nodes[node].cm.destroy(now, id).is_err() {
+        if self.nodes[node].dev.cm.destroy(now, id).is_err() {
             self.violation(format!("destroy of {id} on node {node} failed"));
         }
         self.owners.remove(&(node, id));
@@ -235,7 +246,7 @@ impl World<'_> {
     }
 
     pub(super) fn drain_events(&mut self, node: usize) {
-        while let Some(e) = self.nodes[node].cm.poll_event() {
+        while let Some(e) = self.nodes[node].dev.cm.poll_event() {
             self.on_event(node, e);
         }
     }

@@ -100,11 +100,7 @@ pub(super) fn post_ops(
             }
             Kind::FetchAdd | Kind::CmpSwap => {
                 p.c_mem.fill_from(coff, &[0xee; 8]);
-                wr.sg_list = vec![Sge {
-                    addr: p.c_va + coff as u64,
-                    length: 8,
-                    lkey: p.c_key,
-                }];
+                wr.sg_list = vec![Sge::new(p.c_va + coff as u64, 8, p.c_key)];
             }
         }
         match op.kind {

@@ -133,11 +133,7 @@ pub(super) fn split_sges(rng: &mut Rng, va: u64, len: usize, lkey: u32) -> Vec<S
         return if rng.chance(0.5) {
             Vec::new()
         } else {
-            vec![Sge {
-                addr: va,
-                length: 0,
-                lkey,
-            }]
+            vec![Sge::new(va, 0, lkey)]
         };
     }
     let parts = 1 + rng.below(3) as usize;
@@ -148,11 +144,7 @@ pub(super) fn split_sges(rng: &mut Rng, va: u64, len: usize, lkey: u32) -> Vec<S
     let mut out = Vec::new();
     let mut start = 0;
     for c in cuts.into_iter().chain(std::iter::once(len)) {
-        out.push(Sge {
-            addr: va + start as u64,
-            length: (c - start) as u32,
-            lkey,
-        });
+        out.push(Sge::new(va + start as u64, (c - start) as u32, lkey));
         start = c;
     }
     out

@@ -6,25 +6,9 @@
 #![allow(dead_code)]
 
 use softrdma::Access;
-use std::io::BufRead;
+#[allow(unused_imports)] // each test binary uses its own part
+pub use softrdma_testkit::{is_root, sh, wait_line};
 use std::process::{Child, Command, Stdio};
-
-/// Runs a command; its stderr in the error.
-pub fn sh(args: &[&str]) -> std::result::Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
 
 /// Network namespaces, deleted when this goes.
 pub struct Namespaces(pub Vec<String>);
@@ -35,16 +19,6 @@ impl Drop for Namespaces {
             let _ = sh(&["ip", "netns", "del", n]);
         }
     }
-}
-
-/// True when running as root (reads /proc, no libc call needed).
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        .unwrap_or(false)
 }
 
 /// Whether the test may build namespaces: root and iproute2. Without them
@@ -68,36 +42,13 @@ pub fn role(ns: &str, name: &str, envs: &[(&str, String)]) -> Child {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns])
         .arg(exe)
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(softrdma_testkit::role_args(name))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     for (k, v) in envs {
         c.env(k, v);
     }
     c.spawn().unwrap()
-}
-
-/// The rest of the first line with `marker` a role prints (from `marker`
-/// on); panics if the role ends first.
-pub fn wait_line(r: &mut impl BufRead, marker: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "role exited before {marker}"
-        );
-        if let Some(i) = line.find(marker) {
-            return line[i..].trim().to_string();
-        }
-    }
 }
 
 /// Local write and every remote access.

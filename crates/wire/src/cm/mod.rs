@@ -76,6 +76,10 @@ pub mod attr {
     pub const LAP: u16 = 0x0019;
     /// Alternate path response (not used over RoCE).
     pub const APR: u16 = 0x001a;
+
+    /// The messages of connection establishment, release and SIDR that
+    /// RoCE carries (IBA 12.6, 12.11), in attribute-ID order.
+    pub const CONNECTION: [u16; 9] = [REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ, SIDR_REP];
 }
 
 /// Private data bytes of each message (Linux `IB_CM_*_PRIVATE_DATA_SIZE`).
