@@ -24,7 +24,8 @@ Rows (two processes unless the name says --loopback):
   two processes sharing one device address (SAME_HOST_ADDR, default
   127.64.10.1), the path on (SOFTRDMA_SAME_HOST=shm) vs off (=udp, through
   the device process and the kernel) vs the peers (kernel UDP busy-poll
-  ping-pong, UCX over TCP tag_bw).
+  ping-pong, UCX over TCP tag_bw), and UCX over softrdma (rc_verbs) with the
+  path on vs UCX over TCP: tag_bw 1 MiB and tag_lat 8 B.
 
 Units: GB/s = 10^9 bytes/s (ucx_perftest's and perftest's "MB/s" are MiB/s
 and are converted). Latencies are one-way, half the round trip.
@@ -179,13 +180,16 @@ def sr_lat(same_host=None):
 
 
 # --------------------------------------------------------------------- UCX --
-def ucx(test, size, iters, over="tcp"):
-    """ucx_perftest between two processes -> (GB/s or None, typical us, CPU-s/GB)."""
+def ucx(test, size, iters, over="tcp", same_host=None):
+    """ucx_perftest between two processes -> (GB/s or None, typical us, CPU-s/GB).
+    same_host: SOFTRDMA_SAME_HOST for UCX over softrdma (None: the default, on)."""
     p = port()
     if over == "tcp":
         env, pre = {"UCX_TLS": "tcp"}, []
     else:
         env, pre = {"UCX_TLS": "rc_v,self", "UCX_NET_DEVICES": "softrdma0:1"}, [SR, "exec", "--"]
+        if same_host:
+            env["SOFTRDMA_SAME_HOST"] = same_host
     base = pre + ["ucx_perftest", "-t", test, "-s", str(size), "-n", str(iters), "-p", str(p)]
     r = pair(base, base[: len(pre)] + ["ucx_perftest", "127.0.0.1"] + base[len(pre) + 1 :], env=env, tcp_port=p)
     final = [l for l in r.out.splitlines() if l.startswith("Final:")]
@@ -353,6 +357,14 @@ def main():
         t.pair("same-host WRITE 1 MiB, path off (GB/s)", [o[0] for o in off], [p[0] for p in peer2], "UCX tcp tag_bw", None)
         on2, off2 = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: sr_bw("write-bw", 1048576, "udp"))
         t.pair("same-host WRITE 1 MiB, on vs off (GB/s)", [o[0] for o in on2], [o[0] for o in off2], "the path off (udp)", None)
+        # UCX over softrdma (rc_verbs) with the path on, both ranks on one
+        # shared address (softrdma exec's), vs UCX over TCP.
+        for name, test, size, iters, idx, target, hb in [
+            ("same-host UCX tag_bw 1 MiB over softrdma, path on (GB/s)", "tag_bw", 1048576, 2000, 0, 1.0, True),
+            ("same-host UCX tag_lat 8 B over softrdma, path on (us)", "tag_lat", 8, 50000, 1, 1.0, False),
+        ]:
+            ours, peer = alternate(lambda: ucx(test, size, iters, "softrdma", "shm"), lambda: ucx(test, size, iters))
+            t.pair(name, [o[idx] for o in ours], [p[idx] for p in peer], "UCX over TCP", target, hb)
 
     t.print()
 
