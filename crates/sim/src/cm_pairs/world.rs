@@ -167,6 +167,14 @@ impl World<'_> {
                 let data = self.buf[..tx.len].to_vec();
                 self.sim
                     .send(from, tx.dst, tx.traffic_class, tx.hop_limit, data);
+                if self.sim.print {
+                    // The Sim printed the packet (and its fate); what it carries.
+                    eprintln!(
+                        "{:>12}   {}",
+                        "MAD",
+                        softrdma_wire::pretty::mad_line(&t.mad)
+                    );
+                }
             }
         }
     }
