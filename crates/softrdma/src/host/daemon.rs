@@ -294,8 +294,7 @@ impl Host {
             ever |= any;
             // (A connection still in its handshake keeps it: a program
             // joining as the last member leaves.)
-            if !any && self.pending.is_empty() && (ever || started.elapsed() > FIRST_MEMBER_WAIT)
-            {
+            if !any && self.pending.is_empty() && (ever || started.elapsed() > FIRST_MEMBER_WAIT) {
                 // The last member left: so does the device. A program
                 // connecting just now finds the name free and starts a
                 // new device process.
