@@ -25,13 +25,16 @@ Rows (two processes unless the name says --loopback):
   127.64.10.1), the path on (SOFTRDMA_SAME_HOST=shm) vs off (=udp, through
   the device process and the kernel) vs the peers (kernel UDP busy-poll
   ping-pong, UCX over TCP tag_bw), and UCX over softrdma (rc_verbs) with the
-  path on vs UCX over TCP: tag_bw 1 MiB and tag_lat 8 B.
+  path on vs UCX over TCP: tag_bw 1 MiB and tag_lat 8 B;
+- Open MPI, 2 ranks on one host, NetPIPE (NPopenmpi) at 1 MiB: pml ucx over
+  softrdma (rc_verbs, the same-host path on) vs pml ucx over TCP and vs
+  Open MPI's own TCP BTL (ob1).
 
 Units: GB/s = 10^9 bytes/s (ucx_perftest's and perftest's "MB/s" are MiB/s
 and are converted). Latencies are one-way, half the round trip.
 
 Environment: ROUNDS (default 3), DURATION seconds per point (default 3),
-ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx, samehost), SR (the softrdma
+ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx, samehost, mpi), SR (the softrdma
 binary; default target/release/softrdma).
 """
 
@@ -237,6 +240,30 @@ def sr_qps(qps):
     return gbps(res["bw_average_mib_s"])
 
 
+def netpipe(over):
+    """NetPIPE between 2 Open MPI ranks on this host at 1 MiB: GB/s, the mean
+    of its three points (1 MiB - 3, 1 MiB, 1 MiB + 3). `over`: "softrdma"
+    (pml ucx, rc_verbs, under `softrdma exec`), "ucx-tcp" (pml ucx over
+    UCX's TCP transport) or "ob1-tcp" (Open MPI's TCP BTL)."""
+    mpirun = ["mpirun", "--allow-run-as-root", "-np", "2", "--mca", "mtl", "^ofi"]
+    if over == "softrdma":
+        cmd = [SR, "exec", "--"] + mpirun + ["--mca", "pml", "ucx", "--mca", "btl", "self",
+                                              "-x", "UCX_TLS=rc_v,self", "-x", "UCX_NET_DEVICES=softrdma0:1"]
+    elif over == "ucx-tcp":
+        cmd = mpirun + ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
+                        "--mca", "btl", "self", "-x", "UCX_TLS=tcp,self"]
+    else:
+        cmd = mpirun + ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "np.out")
+        subprocess.run(cmd + ["NPopenmpi", "-l", "1048576", "-u", "1048576", "-o", out],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180, check=True)
+        mbps = [float(l.split()[1]) for l in open(out) if l.strip()]
+    if not mbps:
+        raise RuntimeError(f"NetPIPE over {over} printed nothing")
+    return statistics.mean(mbps) / 8e3
+
+
 # ------------------------------------------------------------------ report --
 def med(v):
     return statistics.median(v) if v else float("nan")
@@ -365,6 +392,14 @@ def main():
         ]:
             ours, peer = alternate(lambda: ucx(test, size, iters, "softrdma", "shm"), lambda: ucx(test, size, iters))
             t.pair(name, [o[idx] for o in ours], [p[idx] for p in peer], "UCX over TCP", target, hb)
+
+    if want("mpi"):
+        if not shutil.which("NPopenmpi"):
+            sys.exit("NPopenmpi missing: apt-get install -y netpipe-openmpi")
+        ours, peer = alternate(lambda: netpipe("softrdma"), lambda: netpipe("ucx-tcp"))
+        t.pair("Open MPI 2 ranks NetPIPE 1 MiB (GB/s)", ours, peer, "pml ucx over TCP", 1.0)
+        ours, peer = alternate(lambda: netpipe("softrdma"), lambda: netpipe("ob1-tcp"))
+        t.pair("  same vs Open MPI's TCP BTL (GB/s)", ours, peer, "ob1 btl tcp", 1.0)
 
     t.print()
 
