@@ -24,13 +24,17 @@ Rows (two processes unless the name says --loopback):
   two processes sharing one device address (SAME_HOST_ADDR, default
   127.64.10.1), the path on (SOFTRDMA_SAME_HOST=shm) vs off (=udp, through
   the device process and the kernel) vs the peers (kernel UDP busy-poll
-  ping-pong, UCX over TCP tag_bw).
+  ping-pong, UCX over TCP tag_bw), and UCX over softrdma (rc_verbs) with the
+  path on vs UCX over TCP: tag_bw 1 MiB and tag_lat 8 B;
+- Open MPI, 2 ranks on one host, NetPIPE (NPopenmpi) at 1 MiB: pml ucx over
+  softrdma (rc_verbs, the same-host path on) vs pml ucx over TCP and vs
+  Open MPI's own TCP BTL (ob1).
 
 Units: GB/s = 10^9 bytes/s (ucx_perftest's and perftest's "MB/s" are MiB/s
 and are converted). Latencies are one-way, half the round trip.
 
 Environment: ROUNDS (default 3), DURATION seconds per point (default 3),
-ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx, samehost), SR (the softrdma
+ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx, samehost, mpi), SR (the softrdma
 binary; default target/release/softrdma).
 """
 
@@ -179,13 +183,16 @@ def sr_lat(same_host=None):
 
 
 # --------------------------------------------------------------------- UCX --
-def ucx(test, size, iters, over="tcp"):
-    """ucx_perftest between two processes -> (GB/s or None, typical us, CPU-s/GB)."""
+def ucx(test, size, iters, over="tcp", same_host=None):
+    """ucx_perftest between two processes -> (GB/s or None, typical us, CPU-s/GB).
+    same_host: SOFTRDMA_SAME_HOST for UCX over softrdma (None: the default, on)."""
     p = port()
     if over == "tcp":
         env, pre = {"UCX_TLS": "tcp"}, []
     else:
         env, pre = {"UCX_TLS": "rc_v,self", "UCX_NET_DEVICES": "softrdma0:1"}, [SR, "exec", "--"]
+        if same_host:
+            env["SOFTRDMA_SAME_HOST"] = same_host
     base = pre + ["ucx_perftest", "-t", test, "-s", str(size), "-n", str(iters), "-p", str(p)]
     r = pair(base, base[: len(pre)] + ["ucx_perftest", "127.0.0.1"] + base[len(pre) + 1 :], env=env, tcp_port=p)
     final = [l for l in r.out.splitlines() if l.startswith("Final:")]
@@ -231,6 +238,30 @@ def perftest_bw(qps):
 def sr_qps(qps):
     res, _, _ = sr_two("write-bw", ["-s", "4096", "-q", str(qps)])
     return gbps(res["bw_average_mib_s"])
+
+
+def netpipe(over):
+    """NetPIPE between 2 Open MPI ranks on this host at 1 MiB: GB/s, the mean
+    of its three points (1 MiB - 3, 1 MiB, 1 MiB + 3). `over`: "softrdma"
+    (pml ucx, rc_verbs, under `softrdma exec`), "ucx-tcp" (pml ucx over
+    UCX's TCP transport) or "ob1-tcp" (Open MPI's TCP BTL)."""
+    mpirun = ["mpirun", "--allow-run-as-root", "-np", "2", "--mca", "mtl", "^ofi"]
+    if over == "softrdma":
+        cmd = [SR, "exec", "--"] + mpirun + ["--mca", "pml", "ucx", "--mca", "btl", "self",
+                                              "-x", "UCX_TLS=rc_v,self", "-x", "UCX_NET_DEVICES=softrdma0:1"]
+    elif over == "ucx-tcp":
+        cmd = mpirun + ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
+                        "--mca", "btl", "self", "-x", "UCX_TLS=tcp,self"]
+    else:
+        cmd = mpirun + ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "np.out")
+        subprocess.run(cmd + ["NPopenmpi", "-l", "1048576", "-u", "1048576", "-o", out],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180, check=True)
+        mbps = [float(l.split()[1]) for l in open(out) if l.strip()]
+    if not mbps:
+        raise RuntimeError(f"NetPIPE over {over} printed nothing")
+    return statistics.mean(mbps) / 8e3
 
 
 # ------------------------------------------------------------------ report --
@@ -353,6 +384,22 @@ def main():
         t.pair("same-host WRITE 1 MiB, path off (GB/s)", [o[0] for o in off], [p[0] for p in peer2], "UCX tcp tag_bw", None)
         on2, off2 = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: sr_bw("write-bw", 1048576, "udp"))
         t.pair("same-host WRITE 1 MiB, on vs off (GB/s)", [o[0] for o in on2], [o[0] for o in off2], "the path off (udp)", None)
+        # UCX over softrdma (rc_verbs) with the path on, both ranks on one
+        # shared address (softrdma exec's), vs UCX over TCP.
+        for name, test, size, iters, idx, target, hb in [
+            ("same-host UCX tag_bw 1 MiB over softrdma, path on (GB/s)", "tag_bw", 1048576, 2000, 0, 1.0, True),
+            ("same-host UCX tag_lat 8 B over softrdma, path on (us)", "tag_lat", 8, 50000, 1, 1.0, False),
+        ]:
+            ours, peer = alternate(lambda: ucx(test, size, iters, "softrdma", "shm"), lambda: ucx(test, size, iters))
+            t.pair(name, [o[idx] for o in ours], [p[idx] for p in peer], "UCX over TCP", target, hb)
+
+    if want("mpi"):
+        if not shutil.which("NPopenmpi"):
+            sys.exit("NPopenmpi missing: apt-get install -y netpipe-openmpi")
+        ours, peer = alternate(lambda: netpipe("softrdma"), lambda: netpipe("ucx-tcp"))
+        t.pair("Open MPI 2 ranks NetPIPE 1 MiB (GB/s)", ours, peer, "pml ucx over TCP", 1.0)
+        ours, peer = alternate(lambda: netpipe("softrdma"), lambda: netpipe("ob1-tcp"))
+        t.pair("  same vs Open MPI's TCP BTL (GB/s)", ours, peer, "ob1 btl tcp", 1.0)
 
     t.print()
 

@@ -9,9 +9,17 @@
 //! opened). A target stopped with SIGSTOP while 24 MiB of WRITEs come fills
 //! its ring: refused datagrams are loss, recovered once it runs again. A
 //! target killed with SIGKILL mid-stream leaves the initiator with an
-//! error completion (retry exceeded).
+//! error completion (retry exceeded) and lets go of its rings.
 //!
-//! Addresses 127.64.x.y. About 2 s.
+//! Rings do not outlive their peers: a target that served short-lived
+//! initiators (half of them killed, half closing normally) ends with no
+//! ring mapped; a parent killed while a forked child holds copies of its
+//! descriptors is seen dead all the same (pidfd), and a forked child that
+//! exits does not disturb its parent's rings. The device process never
+//! waits for a connection that does not speak, and an offer of a ring
+//! that meets the member's full ring is not lost.
+//!
+//! Addresses 127.64.x.y and 127.42.x.y. About 2 s.
 
 use softrdma::cm::{connect_rc, Listener};
 use softrdma::*;
@@ -41,11 +49,35 @@ fn env(k: &str) -> String {
 fn counters(dev: &Device) -> String {
     match dev.same_host_counters() {
         Some(c) => format!(
-            "COUNTERS sent={} received={} refused={} paths={}",
-            c.sent, c.received, c.refused, c.paths
+            "COUNTERS sent={} received={} refused={} paths={} out={} in={}",
+            c.sent, c.received, c.refused, c.paths, c.rings_out, c.rings_in
         ),
         None => "COUNTERS none".into(),
     }
+}
+
+/// Mappings of same-host path rings in this process.
+fn path_maps() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("softrdma-path"))
+        .count()
+}
+
+/// Waits (bounded) until this process maps no ring of the path and its
+/// counters say so; prints both.
+fn say_rings_freed(dev: &Device) {
+    let deadline = std::time::Instant::now() + T;
+    while std::time::Instant::now() < deadline {
+        let c = dev.same_host_counters().unwrap();
+        if c.rings_out == 0 && c.rings_in == 0 && path_maps() == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    say(&format!("MAPS {}", path_maps()));
+    say(&counters(dev));
 }
 
 fn say(s: &str) {
@@ -73,7 +105,26 @@ fn target_role() {
     mr.write(LEN / 2, &pattern(7, LEN / 2 - 8192));
     mr.atomic_u64(COUNTER).store(1000, Ordering::SeqCst);
     let l = Listener::bind(&format!("{ip}:{port}")).unwrap();
+    say(&format!("HOST {}", dev.host_pid().unwrap()));
     say("LISTENING");
+    let mode = env("SH_MODE");
+    if mode == "serve" {
+        // Short-lived initiators one after another; their connections
+        // (and QPs) stay: only the peers go.
+        let n: usize = env("SH_N").parse().unwrap();
+        let mut conns = Vec::new();
+        for _ in 0..n {
+            conns.push(
+                l.accept_rc(&pd, &cq, QpType::Rc, Some(&mr), &ConnectOptions::default())
+                    .unwrap(),
+            );
+            say("ACCEPTED");
+        }
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        say_rings_freed(&dev);
+        return;
+    }
     let conn = l
         .accept_rc(&pd, &cq, QpType::Rc, Some(&mr), &ConnectOptions::default())
         .unwrap();
@@ -83,12 +134,48 @@ fn target_role() {
             sg_list: vec![mr.sge(SEND_AT, SEND_LEN as u32)],
         })
         .unwrap();
-    say("READY");
+    say(&format!("READY {}", conn.qp.qpn().value()));
     // Sleep in read() while the initiator works.
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
+    if line.trim() == "fork" {
+        // A child that never uses softrdma and exits through exit(3)
+        // (the atexit handlers run in it), while the rings are in use.
+        // SAFETY: the child calls only async-signal-safe functions and
+        // exit, as a program that forks and execs or exits would.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: plain calls in the child.
+            unsafe {
+                libc::usleep(50_000);
+                libc::exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        say("FORKED");
+        line.clear();
+        std::io::stdin().read_line(&mut line).unwrap();
+    } else if line.trim() == "fork-and-stay" {
+        // A child that holds copies of every descriptor and mapping and
+        // outlives us (the test kills us): never uses softrdma.
+        // SAFETY: as above; the child only sleeps.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: plain calls in the child.
+            unsafe {
+                libc::sleep(30);
+                libc::_exit(0);
+            }
+        }
+        say(&format!("CHILD {pid}"));
+        line.clear();
+        std::io::stdin().read_line(&mut line).unwrap();
+    }
     // (Only the "ops" run SENDs.)
-    let n = usize::from(env("SH_MODE") == "ops");
+    let n = usize::from(mode == "ops" || mode == "fork");
     let wc = cq.wait(n, T).unwrap();
     let recv_ok = wc.len() == 1 && wc[0].status == WcStatus::Success && wc[0].byte_len == 4096;
     let written = mr.to_vec(0, LEN / 2) == pattern(3, LEN / 2);
@@ -112,6 +199,11 @@ fn initiator_role() {
     let cq = dev.create_cq(256, None).unwrap();
     let mr = pd.alloc_mr(LEN, access()).unwrap();
     let mut opts = ConnectOptions::default();
+    if mode == "offer" || mode == "late" {
+        // 4.096 µs × 2^17 ≈ 0.5 s, 7 retries: the target stopped for a
+        // while is not given up on.
+        opts.timeout = 17;
+    }
     if mode == "kill" {
         // 4.096 µs × 2^10 ≈ 4 ms, 3 retries: a dead peer is seen soon.
         opts.timeout = 10;
@@ -132,10 +224,18 @@ fn initiator_role() {
         assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
     };
     match mode.as_str() {
-        "ops" => {
+        "ops" | "fork" => {
             mr.write(0, &pattern(3, LEN / 2));
             write(1, LEN / 2);
             ok(1);
+            if mode == "fork" {
+                // The rings exist both ways: the target forks now.
+                say("PHASE1");
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).unwrap();
+                write(1, LEN / 2);
+                ok(1);
+            }
             let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
             rd.sg_list = vec![mr.sge(LEN / 2, (LEN / 2 - 8192) as u32)];
             rd.remote_addr = remote.va + (LEN / 2) as u64;
@@ -171,7 +271,7 @@ fn initiator_role() {
             ok(1);
             say("DONE");
         }
-        "flood" => {
+        "flood" | "offer" | "late" => {
             // 24 × 1 MiB while the target is stopped: more than its ring.
             say("STREAMING");
             let mut line = String::new();
@@ -180,8 +280,32 @@ fn initiator_role() {
             for k in 0..24 {
                 write(k, LEN / 2);
             }
+            // (The path was asked for when the first one was posted.)
+            say("POSTED");
             ok(24);
+            if mode == "late" {
+                // The way to the target is looked for again after 1 s.
+                std::thread::sleep(Duration::from_millis(1300));
+                write(100, LEN / 2);
+                ok(1);
+            }
             say("DONE");
+        }
+        "short" => {
+            // One WRITE (rings both ways), then gone: closing normally,
+            // or killed by the test after it says so.
+            mr.write(0, &pattern(3, 4096));
+            write(1, 64 * 1024);
+            ok(1);
+            say(&counters(&dev));
+            if env("SH_END") == "kill" {
+                say("KILL ME");
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).unwrap();
+                panic!("not killed");
+            }
+            drop(conn);
+            return;
         }
         "kill" => {
             say("STREAMING");
@@ -197,6 +321,9 @@ fn initiator_role() {
                     break;
                 }
             }
+            // The dead target's rings are let go of.
+            say_rings_freed(&dev);
+            return;
         }
         m => panic!("mode {m}"),
     }
@@ -226,8 +353,9 @@ fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
 
 use softrdma_testkit::free_tcp_port as free_port;
 
-/// `COUNTERS sent=… received=… refused=… paths=…` → the four numbers.
-fn parse_counters(line: &str) -> Option<[u64; 4]> {
+/// `COUNTERS sent=… received=… refused=… paths=… out=… in=…` → the six
+/// numbers.
+fn parse_counters(line: &str) -> Option<[u64; 6]> {
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)
@@ -237,6 +365,9 @@ fn parse_counters(line: &str) -> Option<[u64; 4]> {
 }
 
 struct Pair {
+    target_qpn: u32,
+    /// The target's device process.
+    host_pid: i32,
     target: Child,
     tout: BufReader<std::process::ChildStdout>,
     init: Child,
@@ -275,6 +406,7 @@ fn pair_with(
     tv.extend_from_slice(extra);
     let mut target = role("target_role", same_host, &tv);
     let mut tout = BufReader::new(target.stdout.take().unwrap());
+    let host_pid = wait_line(&mut tout, "HOST")[5..].parse().unwrap();
     wait_line(&mut tout, "LISTENING");
     let mut iv = vec![
         ("SH_ADDR", init_ip.to_string()),
@@ -284,8 +416,11 @@ fn pair_with(
     iv.extend_from_slice(extra);
     let mut init = role("initiator_role", same_host, &iv);
     let iout = BufReader::new(init.stdout.take().unwrap());
-    wait_line(&mut tout, "READY");
+    let ready = wait_line(&mut tout, "READY");
+    let target_qpn = ready[6..].parse().unwrap();
     Pair {
+        target_qpn,
+        host_pid,
         target,
         tout,
         init,
@@ -427,9 +562,318 @@ fn a_killed_target_leaves_the_initiator_with_an_error_completion() {
     let _ = p.target.wait();
     let e = wait_line(&mut p.iout, "ERROR");
     assert!(e.starts_with("ERROR RetryExcErr"), "{e}");
+    assert_eq!(wait_line(&mut p.iout, "MAPS"), "MAPS 0");
     let ic = wait_line(&mut p.iout, "COUNTERS");
-    assert!(parse_counters(&ic).is_some_and(|c| c[0] > 0), "{ic}");
+    let c = parse_counters(&ic).unwrap();
+    assert!(c[0] > 0 && c[3] == 1, "{ic}");
+    assert_eq!((c[4], c[5]), (0, 0), "rings of a dead peer kept: {ic}");
     let mut rest = String::new();
     let _ = p.iout.read_to_string(&mut rest);
     assert!(p.init.wait().unwrap().success());
+}
+
+#[test]
+fn a_path_answer_that_comes_too_late_does_not_keep_the_sender_on_udp() {
+    // The target's device process is stopped while the initiator asks it
+    // for the path: the initiator gives up waiting (its ring closed),
+    // goes through UDP, and gets the path when it asks again.
+    let mut p = pair("shm", "late", "127.42.6.1", "127.42.6.2");
+    wait_line(&mut p.iout, "STREAMING");
+    let host: i32 = p.host_pid;
+    // SAFETY: the device process our target started (same user).
+    assert_eq!(unsafe { libc::kill(host, libc::SIGSTOP) }, 0);
+    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    wait_line(&mut p.iout, "POSTED");
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(host, libc::SIGCONT) }, 0);
+    wait_line(&mut p.iout, "DONE");
+    let ic = wait_line(&mut p.iout, "COUNTERS");
+    let i = parse_counters(&ic).unwrap();
+    // The last WRITE (128 packets) went through the path.
+    assert!(i[0] >= 128 && i[3] == 1 && i[4] == 1, "{ic}");
+    p.target
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"check\n")
+        .unwrap();
+    let check = wait_line(&mut p.tout, "CHECK");
+    assert!(check.starts_with("CHECK written=true"), "{check}");
+    assert!(p.init.wait().unwrap().success());
+    assert!(p.target.wait().unwrap().success());
+}
+
+#[test]
+fn rings_of_short_lived_peers_are_freed_whether_they_close_or_die() {
+    const N: usize = 6;
+    let port = free_port();
+    let target_ip = "127.42.1.1";
+    let mut target = role(
+        "target_role",
+        "shm",
+        &[
+            ("SH_ADDR", target_ip.to_string()),
+            ("SH_PORT", port.to_string()),
+            ("SH_MODE", "serve".to_string()),
+            ("SH_N", N.to_string()),
+        ],
+    );
+    let mut tout = BufReader::new(target.stdout.take().unwrap());
+    wait_line(&mut tout, "LISTENING");
+    for k in 0..N {
+        // Half on the target's address (its device process), half on
+        // another (a device process that leaves with its only member);
+        // half killed, half closing their device.
+        let ip = if k % 2 == 0 { target_ip } else { "127.42.1.2" };
+        let end = if k < N / 2 { "kill" } else { "close" };
+        let mut init = role(
+            "initiator_role",
+            "shm",
+            &[
+                ("SH_ADDR", ip.to_string()),
+                ("SH_TARGET", format!("{target_ip}:{port}")),
+                ("SH_MODE", "short".to_string()),
+                ("SH_END", end.to_string()),
+            ],
+        );
+        let mut iout = BufReader::new(init.stdout.take().unwrap());
+        wait_line(&mut tout, "ACCEPTED");
+        let ic = wait_line(&mut iout, "COUNTERS");
+        let c = parse_counters(&ic).unwrap();
+        assert!(c[0] > 0 && c[1] > 0 && c[3] == 1, "initiator {k}: {ic}");
+        if end == "kill" {
+            wait_line(&mut iout, "KILL ME");
+            signal(&init, libc::SIGKILL);
+            let _ = init.wait();
+        } else {
+            assert!(init.wait().unwrap().success());
+        }
+    }
+    target.stdin.take().unwrap().write_all(b"check\n").unwrap();
+    assert_eq!(wait_line(&mut tout, "MAPS"), "MAPS 0");
+    let tc = wait_line(&mut tout, "COUNTERS");
+    let c = parse_counters(&tc).unwrap();
+    assert_eq!(c[3], N as u64, "a path to each initiator: {tc}");
+    assert_eq!((c[4], c[5]), (0, 0), "rings kept: {tc}");
+    assert!(target.wait().unwrap().success());
+}
+
+#[test]
+fn a_forked_child_that_exits_leaves_its_parents_rings_alone() {
+    let mut p = pair("shm", "fork", "127.42.4.1", "127.42.4.2");
+    wait_line(&mut p.iout, "PHASE1");
+    let mut tin = p.target.stdin.take().unwrap();
+    tin.write_all(b"fork\n").unwrap();
+    wait_line(&mut p.tout, "FORKED");
+    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    wait_line(&mut p.iout, "DONE");
+    let ic = wait_line(&mut p.iout, "COUNTERS");
+    tin.write_all(b"check\n").unwrap();
+    let check = wait_line(&mut p.tout, "CHECK");
+    assert_eq!(check, "CHECK written=true counter=77 send=true");
+    let tc = wait_line(&mut p.tout, "COUNTERS");
+    assert!(p.init.wait().unwrap().success());
+    assert!(p.target.wait().unwrap().success());
+    // The same rings before and after the fork, nothing refused.
+    assert_path_carried(&ic, &tc);
+    for c in [&ic, &tc] {
+        let v = parse_counters(c).unwrap();
+        assert_eq!(v[2], 0, "refused: {c}");
+        assert_eq!((v[4], v[5]), (1, 1), "{c}");
+    }
+}
+
+#[test]
+fn a_parent_killed_while_its_forked_child_lives_is_seen_dead() {
+    let mut p = pair("shm", "kill", "127.42.5.1", "127.42.5.2");
+    wait_line(&mut p.iout, "STREAMING");
+    let mut tin = p.target.stdin.take().unwrap();
+    tin.write_all(b"fork-and-stay\n").unwrap();
+    let child: i32 = wait_line(&mut p.tout, "CHILD")[6..].parse().unwrap();
+    signal(&p.target, libc::SIGKILL);
+    let _ = p.target.wait();
+    let e = wait_line(&mut p.iout, "ERROR");
+    assert!(e.starts_with("ERROR RetryExcErr"), "{e}");
+    assert_eq!(wait_line(&mut p.iout, "MAPS"), "MAPS 0");
+    let ic = wait_line(&mut p.iout, "COUNTERS");
+    let c = parse_counters(&ic).unwrap();
+    assert_eq!((c[4], c[5]), (0, 0), "rings of a dead peer kept: {ic}");
+    // The child held every descriptor all along.
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(child, 0) } == 0;
+    // SAFETY: the target's child (reparented): ours to end.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    assert!(alive, "the forked child was gone before the check");
+    assert!(p.init.wait().unwrap().success());
+}
+
+/// A plain socket connected to a device's rendezvous name (non-blocking),
+/// saying nothing.
+fn silent_connection(ip: &str, port: u16) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let ns = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let name = format!("softrdma-device/{uid}/{ns:x}/{ip}/{port}");
+    // SAFETY: plain socket calls on a descriptor we own; the address is a
+    // zeroed sockaddr_un with the abstract name written in bounds.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
+        assert!(fd >= 0);
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut a: libc::sockaddr_un = std::mem::zeroed();
+        a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (i, b) in name.bytes().enumerate() {
+            a.sun_path[i + 1] = b as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+        use std::os::fd::AsRawFd;
+        let r = libc::connect(
+            fd.as_raw_fd(),
+            &a as *const libc::sockaddr_un as *const libc::sockaddr,
+            len as libc::socklen_t,
+        );
+        (r == 0).then_some(fd)
+    }
+}
+
+#[test]
+fn connections_that_never_speak_do_not_stop_the_device_process() {
+    // Path off: every datagram goes through the device process, and the
+    // initiator joins it (on the target's address) while connections that
+    // say nothing keep arriving.
+    let ip = "127.42.2.1";
+    let port = free_port();
+    let mut target = role(
+        "target_role",
+        "udp",
+        &[
+            ("SH_ADDR", ip.to_string()),
+            ("SH_PORT", port.to_string()),
+            ("SH_MODE", "ops".to_string()),
+        ],
+    );
+    let mut tout = BufReader::new(target.stdout.take().unwrap());
+    wait_line(&mut tout, "LISTENING");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let staller = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while !s2.load(Ordering::SeqCst) {
+            if let Some(c) = silent_connection(ip, 4791) {
+                held.push(c);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        held.len()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut init = role(
+        "initiator_role",
+        "udp",
+        &[
+            ("SH_ADDR", ip.to_string()),
+            ("SH_TARGET", format!("{ip}:{port}")),
+            ("SH_MODE", "ops".to_string()),
+        ],
+    );
+    let mut iout = BufReader::new(init.stdout.take().unwrap());
+    // (The initiator first: one that cannot join exits, and says so.)
+    wait_line(&mut iout, "DONE");
+    wait_line(&mut tout, "READY");
+    stop.store(true, Ordering::SeqCst);
+    let held = staller.join().unwrap();
+    assert!(held > 0, "no silent connection was made");
+    target.stdin.take().unwrap().write_all(b"check\n").unwrap();
+    let check = wait_line(&mut tout, "CHECK");
+    assert_eq!(check, "CHECK written=true counter=77 send=true");
+    assert!(init.wait().unwrap().success());
+    assert!(target.wait().unwrap().success());
+}
+
+#[test]
+fn an_offer_that_meets_a_full_member_ring_is_not_lost() {
+    let dir = std::env::temp_dir().join(format!("softrdma-samehost-offer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace");
+    let ip = "127.42.3.1";
+    let mut p = pair_with(
+        "shm",
+        "offer",
+        ip,
+        ip,
+        &[("SOFTRDMA_HOST_TRACE", trace.display().to_string())],
+    );
+    wait_line(&mut p.iout, "STREAMING");
+    // The target stops; datagrams for its QP fill its device-process
+    // ring (8 MiB) from a plain UDP socket.
+    signal(&p.target, libc::SIGSTOP);
+    let sock = std::net::UdpSocket::bind("127.42.3.9:0").unwrap();
+    let mut d = vec![0u8; 4000];
+    d[0] = 0x04; // RC SEND ONLY; garbage after the BTH (a bad ICRC).
+    d[5..8].copy_from_slice(&p.target_qpn.to_be_bytes()[1..]);
+    for k in 0..6000 {
+        let _ = sock.send_to(&d, (ip, 4791));
+        if k % 64 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Now the initiator's first WRITE asks for the path: the device
+    // process offers the target its ring while the target's ring is full.
+    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    wait_line(&mut p.iout, "POSTED");
+    std::thread::sleep(Duration::from_millis(100));
+    signal(&p.target, libc::SIGCONT);
+    wait_line(&mut p.iout, "DONE");
+    let ic = wait_line(&mut p.iout, "COUNTERS");
+    let i = parse_counters(&ic).unwrap();
+    assert_eq!(i[3], 1, "{ic}");
+    p.target
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"check\n")
+        .unwrap();
+    let check = wait_line(&mut p.tout, "CHECK");
+    assert!(check.starts_with("CHECK written=true"), "{check}");
+    let tc = wait_line(&mut p.tout, "COUNTERS");
+    let t = parse_counters(&tc).unwrap();
+    assert!(t[1] > 0, "the target never read the path: {tc}");
+    assert!(p.init.wait().unwrap().success());
+    assert!(p.target.wait().unwrap().success());
+    // The target's ring was full indeed (the device process says so when
+    // the target leaves).
+    let deadline = std::time::Instant::now() + T;
+    let refused = loop {
+        let text = std::fs::read_to_string(&trace).unwrap_or_default();
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("pid {} left", p.target.id())))
+            .map(str::to_string);
+        if let Some(l) = line {
+            let r: u64 = l
+                .split("ring refused ")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no leave line:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(refused > 0, "the target's ring never filled");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -83,6 +83,11 @@ fn clean_env(c: &mut Command) {
     if let Ok(v) = std::env::var("TEST_SOFTRDMA_LOG") {
         c.env("SOFTRDMA_LOG", v);
     }
+    // `TEST_SOFTRDMA_HOST_TRACE=FILE`: the device processes' and
+    // members' trace (joins, leaves, ring counters, late loops).
+    if let Ok(v) = std::env::var("TEST_SOFTRDMA_HOST_TRACE") {
+        c.env("SOFTRDMA_HOST_TRACE", v);
+    }
 }
 
 /// Runs `cmd` in a process group of its own (ip netns exec, a launcher

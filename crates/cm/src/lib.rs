@@ -86,6 +86,7 @@ pub mod idgen;
 pub mod limits;
 pub mod negotiate;
 pub mod params;
+pub mod rdma;
 
 pub use crate::cm::{Cm, CmConfig, Counters, IdInfo, State, Transmit};
 pub use event::{ConnectRequest, Event, Rejected, RepReceived, SidrReply, SidrRequest, Unanswered};

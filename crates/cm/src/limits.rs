@@ -86,6 +86,34 @@ pub const fn cm_ack_timeout(ca_ack_delay: u8, packet_life_time: u8) -> u8 {
     }
 }
 
+/// How long the rdma_cm layer holds a REQ or SIDR_REQ for a service ID
+/// nobody listens on before the CM answers it (REJ 8, SIDR_REP
+/// "unsupported"), in case a listener comes: then it is handed over at
+/// once. Programs that agree out of band that the server is ready
+/// (perftest's `-R` handshake) let the client connect right after the
+/// server's last message, while the server is still between that message
+/// and `rdma_listen`; Linux, whose address and route resolution take
+/// longer, rarely loses that race, a softrdma client on the same host
+/// often would. The only difference a peer sees: a REJ 8 comes this much
+/// later. Not Linux's: softrdma's own.
+pub const PARK_NS: u64 = 200_000_000;
+
+/// Requests the rdma_cm layer holds at most per device (more go to the CM
+/// at once).
+pub const PARK_MAX: usize = 64;
+
+/// How often at most the rdma_cm layer reports requests refused for their
+/// source's half-open limit ([`MAX_HALF_OPEN_PER_SOURCE`]).
+pub const REFUSED_REPORT_EVERY_NS: u64 = 1_000_000_000;
+
+/// The largest backlog of an rdma_cm listener (`rdma_listen` with a
+/// backlog ≤ 0 or above it gets this one).
+pub const MAX_BACKLOG: u32 = 1024;
+
+/// Lowest and highest ephemeral port of rdma_cm's port spaces (Linux's
+/// default `net.ipv4.ip_local_port_range`).
+pub const EPHEMERAL_PORTS: (u16, u16) = (32768, 60999);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,13 @@
 //! sees the other; a producer that finds `asleep` set clears it and
 //! writes the consumer's eventfd (once per sleep).
 //!
+//! Two more shared words, outside the record stream so that a full ring
+//! never loses them: a "raised" flag the producer sets to ask for the
+//! consumer's attention (the device process's "rings were offered to
+//! you", which must not be a record a full ring would refuse) and the
+//! "closed" bits each end sets when it is done with the ring (an orderly
+//! close; a process that dies sets nothing, which is what pidfds are for).
+//!
 //! The consumer never trusts the producer's bytes: every length is checked
 //! against the area, and a malformed ring reads as empty from then on.
 
@@ -190,13 +197,18 @@ impl AsFd for Shm {
     }
 }
 
-const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRNG1");
+const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRNG2");
 const OFF_MAGIC: usize = 0;
 const OFF_CAP_LOG2: usize = 8;
 const OFF_TAIL: usize = 64;
 const OFF_HEAD: usize = 128;
 const OFF_ASLEEP: usize = 192;
 const OFF_REFUSED: usize = 256;
+const OFF_CLOSED: usize = 320;
+const OFF_RAISED: usize = 384;
+/// `OFF_CLOSED` bit of the producer, and of the consumer.
+const CLOSED_PRODUCER: u32 = 1;
+const CLOSED_CONSUMER: u32 = 2;
 /// Bytes before the data area.
 const HEADER: usize = 4096;
 /// Record header: length and tag.
@@ -226,6 +238,8 @@ pub struct Ring {
     seen: u64,
     /// The consumer found the ring malformed: it reads as empty.
     broken: bool,
+    /// This end produces (made by [`Ring::create`]).
+    producer: bool,
 }
 
 fn pad8(n: usize) -> usize {
@@ -248,6 +262,7 @@ impl Ring {
             own: 0,
             seen: 0,
             broken: false,
+            producer: true,
         })
     }
 
@@ -268,6 +283,7 @@ impl Ring {
             own: head,
             seen: head,
             broken: false,
+            producer: false,
             shm,
         })
     }
@@ -391,6 +407,16 @@ impl Ring {
         asleep.load(Ordering::SeqCst) != 0 && asleep.swap(0, Ordering::SeqCst) != 0
     }
 
+    /// Producer: asks for the consumer's attention with a flag beside the
+    /// records (never refused, however full the ring: see
+    /// [`Self::take_raised`]). Returns whether the consumer sleeps (the
+    /// caller writes its eventfd), as [`Self::publish`].
+    pub fn raise(&mut self) -> bool {
+        self.shm.u32_at(OFF_RAISED).store(1, Ordering::SeqCst);
+        let asleep = self.shm.u32_at(OFF_ASLEEP);
+        asleep.load(Ordering::SeqCst) != 0 && asleep.swap(0, Ordering::SeqCst) != 0
+    }
+
     /// Records refused because the ring was full (or too large).
     pub fn refused_count(&self) -> u64 {
         self.shm.u64_at(OFF_REFUSED).load(Ordering::Relaxed)
@@ -429,6 +455,19 @@ impl Ring {
     /// [`Self::pop`] without freeing: call [`Self::release`] after a
     /// batch.
     pub fn pop_unreleased(&mut self, buf: &mut [u8]) -> Option<(u32, usize)> {
+        self.pop_split_unreleased(&mut [], buf)
+    }
+
+    /// [`Self::pop_unreleased`] of a record that starts with a header of
+    /// `head.len()` bytes: the header goes to `head`, the rest to the
+    /// start of `buf` (no second copy to move a body behind its header).
+    /// Returns the tag and the body's length (without the header); a
+    /// record shorter than the header fills only its start.
+    pub fn pop_split_unreleased(
+        &mut self,
+        head: &mut [u8],
+        buf: &mut [u8],
+    ) -> Option<(u32, usize)> {
         loop {
             if self.broken {
                 return None;
@@ -458,12 +497,15 @@ impl Ring {
             if tag == TAG_PAD {
                 continue;
             }
-            if len > buf.len() {
+            let h = len.min(head.len());
+            if len - h > buf.len() {
                 self.refused();
                 continue;
             }
-            self.shm.read(HEADER + at + REC_HDR, &mut buf[..len]);
-            return Some((tag, len));
+            self.shm.read(HEADER + at + REC_HDR, &mut head[..h]);
+            self.shm
+                .read(HEADER + at + REC_HDR + h, &mut buf[..len - h]);
+            return Some((tag, len - h));
         }
     }
 
@@ -473,15 +515,53 @@ impl Ring {
     }
 
     /// About to sleep: sets the "asleep" flag and returns whether the ring
-    /// is still empty (if not, do not sleep; call [`Self::awake`]).
+    /// is still empty and not raised (if not, do not sleep; call
+    /// [`Self::awake`]).
     pub fn prepare_sleep(&self) -> bool {
         self.shm.u32_at(OFF_ASLEEP).store(1, Ordering::SeqCst);
-        self.broken || self.shm.u64_at(OFF_TAIL).load(Ordering::SeqCst) == self.own
+        let raised = self.shm.u32_at(OFF_RAISED).load(Ordering::SeqCst) != 0;
+        !raised && (self.broken || self.shm.u64_at(OFF_TAIL).load(Ordering::SeqCst) == self.own)
+    }
+
+    /// Consumer: takes the producer's "attention" flag (see
+    /// [`Self::raise`]): whether it was set.
+    pub fn take_raised(&self) -> bool {
+        let r = self.shm.u32_at(OFF_RAISED);
+        r.load(Ordering::Relaxed) != 0 && r.swap(0, Ordering::SeqCst) != 0
     }
 
     /// Back from sleep (or decided not to): producers need not wake us.
     pub fn awake(&self) {
         self.shm.u32_at(OFF_ASLEEP).store(0, Ordering::Relaxed);
+    }
+
+    // ---- both ends ----
+
+    /// This end is done with the ring (an orderly close: the other end
+    /// lets go of it too once it sees [`Self::peer_closed`]). A producer
+    /// publishes first; whether the consumer sleeps is returned (wake it:
+    /// it then sees the close soon).
+    pub fn close(&mut self) -> bool {
+        let bit = if self.producer {
+            self.shm.u64_at(OFF_TAIL).store(self.own, Ordering::SeqCst);
+            CLOSED_PRODUCER
+        } else {
+            CLOSED_CONSUMER
+        };
+        self.shm.u32_at(OFF_CLOSED).fetch_or(bit, Ordering::SeqCst);
+        let asleep = self.shm.u32_at(OFF_ASLEEP);
+        self.producer && asleep.load(Ordering::SeqCst) != 0 && asleep.swap(0, Ordering::SeqCst) != 0
+    }
+
+    /// Whether the other end closed the ring ([`Self::close`]). A
+    /// consumer still reads what was published before.
+    pub fn peer_closed(&self) -> bool {
+        let bit = if self.producer {
+            CLOSED_CONSUMER
+        } else {
+            CLOSED_PRODUCER
+        };
+        self.shm.u32_at(OFF_CLOSED).load(Ordering::SeqCst) & bit != 0
     }
 
     /// The consumer found garbage: the ring reads as empty for good.
@@ -591,6 +671,56 @@ mod tests {
         assert_eq!(p.push(7, &[b"y"]), Ok(false));
         assert!(!c.prepare_sleep(), "not empty: must not sleep");
         c.awake();
+    }
+
+    #[test]
+    fn a_raised_flag_survives_a_full_ring_and_closes_are_seen_by_the_other_end() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        while p.push(1, &[&[0u8; 1000]]).is_ok() {}
+        while p.push(1, &[b"x"]).is_ok() {}
+        assert!(p.refused_count() >= 2, "full");
+        assert!(!c.take_raised());
+        assert!(!c.prepare_sleep(), "records wait");
+        c.awake();
+        let mut buf = [0u8; 1024];
+        while c.pop(&mut buf).is_some() {}
+        // Empty: may sleep, until raised (the sleeper is reported once).
+        assert!(c.prepare_sleep());
+        assert!(p.raise(), "the consumer sleeps: wake it");
+        assert!(!c.prepare_sleep(), "raised: must not sleep");
+        c.awake();
+        assert!(c.take_raised());
+        assert!(!c.take_raised(), "taken once");
+        // Closing: each end sees the other's, not its own.
+        assert!(!p.peer_closed() && !c.peer_closed());
+        p.push(1, &[b"last"]).unwrap();
+        assert!(!p.close(), "nobody asleep");
+        assert!(c.peer_closed() && !p.peer_closed());
+        assert_eq!(
+            c.pop(&mut buf),
+            Some((1, 4)),
+            "what came before the close is read"
+        );
+        c.close();
+        assert!(p.peer_closed());
+    }
+
+    #[test]
+    fn split_pops_put_the_header_apart() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let mut c = Ring::attach(dup(&p)).unwrap();
+        p.push(5, &[b"HEAD", b"body bytes"]).unwrap();
+        p.push(6, &[b"HE"]).unwrap();
+        let mut h = [0u8; 4];
+        let mut b = [0u8; 16];
+        assert_eq!(c.pop_split_unreleased(&mut h, &mut b), Some((5, 10)));
+        assert_eq!((&h, &b[..10]), (b"HEAD", &b"body bytes"[..]));
+        // Shorter than the header: its start only, no body.
+        assert_eq!(c.pop_split_unreleased(&mut h, &mut b), Some((6, 0)));
+        assert_eq!(&h[..2], b"HE");
+        c.release();
+        assert_eq!(c.pop_split_unreleased(&mut h, &mut b), None);
     }
 
     #[test]

@@ -378,9 +378,20 @@ impl PidFd {
         Ok(PidFd(unsafe { OwnedFd::from_raw_fd(r as RawFd) }))
     }
 
+    /// A pidfd another process passed (`SCM_RIGHTS`).
+    pub fn from_fd(fd: OwnedFd) -> PidFd {
+        PidFd(fd)
+    }
+
     /// Whether the process has exited (zombie or reaped).
     pub fn exited(&self) -> bool {
         poll_fd(self.0.as_raw_fd(), libc::POLLIN, Some(Instant::now())).unwrap_or(true)
+    }
+}
+
+impl AsFd for PidFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 

@@ -86,6 +86,11 @@ pub const BUDGET_GRANT_PKTS: u32 = 32;
 /// when no acknowledgement came for this long): at least this, however
 /// short the measured round trip (a loaded host's scheduling delays).
 pub const PROBE_MIN_NS: u64 = 2_000_000;
+/// A QP's probe floor grows (doubles) with each spurious probe up to
+/// this: past a quarter of the transport timer the QP no longer probes
+/// (at perftest's `timeout` 14, 67 ms: from 32 ms on), until a loss
+/// brings the floor back to [`PROBE_MIN_NS`].
+pub const PROBE_FLOOR_MAX_NS: u64 = 64_000_000;
 /// The probe's timeout before a QP measured a round trip.
 pub const PROBE_INIT_NS: u64 = 10_000_000;
 /// Smallest in-flight window after losses.

@@ -140,6 +140,10 @@ pub struct Sim {
     /// When set, every datagram (UDP payload) for which it returns true is
     /// dropped: targeted losses.
     pub drop_filter: Option<DropFilter>,
+    /// When set, every datagram (UDP payload) is delayed by the extra ns
+    /// it returns: targeted lateness (an ACK held up by a peer that does
+    /// not run).
+    pub delay_filter: Option<DelayFilter>,
     /// Datagrams on their way to each node.
     queued: Vec<usize>,
     /// Per node: until when it is paused (see [`Sim::pause`]).
@@ -147,14 +151,17 @@ pub struct Sim {
     /// Per node: datagrams that arrived while it was paused, in order.
     held: Vec<std::collections::VecDeque<(RecvMeta, Vec<u8>)>>,
     /// When a paused node resumes, its due timers run before it receives
-    /// what arrived meanwhile (the engine's program-driven progress,
-    /// `progress_inline`, runs timers first); otherwise the other way
-    /// round (the simulator's order for a running node).
+    /// what arrived meanwhile (the engine's order before issue 22's fix:
+    /// a program thread's poll ran timers first); otherwise the other
+    /// way round (the simulator's order for a running node, and the
+    /// engine's: it reads the socket before it runs a due timer).
     pub timers_first_after_pause: bool,
 }
 
 /// See [`Sim::drop_filter`].
 pub type DropFilter = Box<dyn FnMut(&[u8]) -> bool>;
+/// See [`Sim::delay_filter`].
+pub type DelayFilter = Box<dyn FnMut(&[u8]) -> u64>;
 
 impl Sim {
     /// An empty network with a seed for the link's dice.
@@ -171,6 +178,7 @@ impl Sim {
             print: std::env::var_os("SOFTRDMA_SIM_TRACE").is_some(),
             rx_queue_limit: None,
             drop_filter: None,
+            delay_filter: None,
             queued: Vec::new(),
             paused_until: Vec::new(),
             held: Vec::new(),
@@ -229,8 +237,10 @@ impl Sim {
         self.inflight.push(at.0, (to, meta), data);
     }
 
-    /// Hands one datagram to the link.
-    fn send(&mut self, from: usize, dst: SocketAddr, tclass: u8, hop: u8, mut data: Vec<u8>) {
+    /// Hands one datagram (a UDP payload) from node `from` to the link, as
+    /// [`Sim::flush`] does for what a device transmits; the CM runs
+    /// (`cm_pairs`) send their MADs, built by [`Device::emit_gsi`], this way.
+    pub fn send(&mut self, from: usize, dst: SocketAddr, tclass: u8, hop: u8, mut data: Vec<u8>) {
         let src_ip = self.nodes[from].ip;
         if let Some(t) = &mut self.trace {
             t.push((self.now, src_ip, dst, data.clone()));
@@ -279,7 +289,7 @@ impl Sim {
             data[(bit / 8) as usize] ^= 1 << (bit % 8);
             self.stats.corrupted += 1;
         }
-        let delay = f.delay_ns;
+        let delay = f.delay_ns + self.delay_filter.as_mut().map_or(0, |f| f(&data));
         if f.reordered {
             self.stats.reordered += 1;
         }

@@ -48,6 +48,9 @@ fn lossy_seeds() {
     let mut duplicates = 0;
     let (mut both_established, mut rej8, mut rej28, mut unreachable, mut goodbyes) =
         (0, 0, 0, 0, 0);
+    let mut rdma_events = 0;
+    let mut ephemeral = 0;
+    let (mut gsi_rx, mut icrc_errors) = (0, 0);
     for seed in 0..256 {
         let sc = scenario(seed);
         let r = run_checked(&sc);
@@ -58,7 +61,17 @@ fn lossy_seeds() {
         retransmits += r.cm.tx_retransmits;
         mras += r.cm.tx_mra;
         duplicates += r.cm.rx_duplicates;
+        rdma_events += r.rdma_events;
+        gsi_rx += r.gsi_rx;
+        icrc_errors += r.icrc_errors;
         for (p, l) in sc.conns.iter().zip(&r.conns) {
+            // The client's id bound an ephemeral port (the layer's Ports),
+            // which its REQ's cma header carried (checked by the run).
+            if let Some(port) = l.client_port {
+                let (lo, hi) = softrdma_cm::limits::EPHEMERAL_PORTS;
+                assert!((lo..=hi).contains(&port), "seed {seed}: port {port}");
+                ephemeral += 1;
+            }
             if l.client_established == 1 && l.server_established == 1 {
                 both_established += 1;
             }
@@ -89,6 +102,19 @@ fn lossy_seeds() {
     assert!(
         retransmits > 0 && mras > 0 && duplicates > 0,
         "retransmits {retransmits} MRAs {mras} duplicates {duplicates}"
+    );
+    // The rdma_cm layer reported the CM's events (each checked in the run).
+    assert!(rdma_events > 10_000, "{rdma_events}");
+    assert!(ephemeral > 10_000, "{ephemeral}");
+    // The MADs travelled as RoCE packets: QP 1 received them, and the
+    // receiving devices' ICRC check caught the corrupted ones (a flipped
+    // bit in a field the ICRC masks, e.g. the BTH's FECN/BECN, passes;
+    // a corrupted packet the link duplicates fails twice).
+    eprintln!("QP 1 received {gsi_rx}, ICRC errors {icrc_errors}");
+    assert!(gsi_rx > 100_000, "{gsi_rx}");
+    assert!(
+        icrc_errors > corrupted / 2 && icrc_errors <= corrupted + duplicated,
+        "ICRC errors {icrc_errors}, corrupted {corrupted}"
     );
     // Every kind of ending occurred.
     assert!(both_established > 3000, "{both_established}");

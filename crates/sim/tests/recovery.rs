@@ -407,3 +407,111 @@ fn a_flush_waits_for_the_atomic_before_it_so_a_lost_atomic_ack_is_answered_again
         c.timeouts
     );
 }
+
+/// The requester's node is paused (a loaded host does not run it) past
+/// its probe timeout, while the ACK of its last packet arrives. When it
+/// runs again, the ACK waits in its socket and the probe's deadline has
+/// passed: read first, the ACK stops the probe; timers first, a probe
+/// goes out for a packet that has long been acknowledged (a duplicate
+/// the responder ACKs again). The engine reads the socket before it runs
+/// a due timer (`Shared::poll_timers`; a program thread's poll no longer
+/// runs timers first): no probe in a lossless run.
+#[test]
+fn a_paused_requester_reads_the_waiting_ack_before_its_timers_no_probe() {
+    let probes = |timers_first: bool| {
+        let mut sim = Sim::new(7, LinkConfig::default());
+        sim.timers_first_after_pause = timers_first;
+        let a = sim.add_node(11, None);
+        let b = sim.add_node(12, None);
+        let (ca, sb) = connect(&mut sim, a, b, &opts());
+        let start = sim.now;
+        let mut wr = write_wr(&ca, &sb, 0, 4096);
+        wr.flags = SendFlags::SIGNALED;
+        sim.nodes[a].dev.post_send(start, ca.qpn, wr).unwrap();
+        // Sent; paused longer than any probe timeout before its ACK.
+        sim.flush();
+        sim.pause(a, start.add_ns(4 * limits::PROBE_INIT_NS));
+        let mut wcs = Vec::new();
+        let done = sim.run_until(start.add_ns(10 * RTO_NS), |s| {
+            wcs.extend(drain_cq(s, a, ca.send_cq));
+            !wcs.is_empty()
+        });
+        assert!(done, "the WRITE completed");
+        assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
+        let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+        eprintln!("timers first {timers_first}: {c:?}");
+        assert_eq!(c.timeouts, 0, "{c:?}");
+        c.tail_probes
+    };
+    assert_eq!(probes(false), 0, "ACK read first: no probe");
+    // The order the engine had: a probe for nothing lost.
+    assert_eq!(probes(true), 1, "timers first: a spurious probe");
+}
+
+/// A lossless link where one ACK in 20 is late by more than the probe
+/// timeout, as on a loaded host whose peer does not run for a few ms: a
+/// probe then sends again a packet that was not lost (the responder
+/// answers it as a duplicate). Each probe found spurious (a late ACK
+/// acknowledging nothing new once the probe's own came) doubles the QP's
+/// probe floor: a handful of probes, not one per late ACK (before: 26
+/// probes for 26 late ACKs, all of them duplicates; after: 4).
+#[test]
+fn late_acks_on_a_lossless_link_stop_drawing_probes() {
+    let mut sim = Sim::new(3, LinkConfig::default());
+    let a = sim.add_node(21, None);
+    let b = sim.add_node(22, None);
+    let (ca, sb) = connect(&mut sim, a, b, &opts());
+    let late = Rc::new(Cell::new(0u64));
+    let l2 = late.clone();
+    let mut acks = 0u64;
+    sim.delay_filter = Some(Box::new(move |d| {
+        let is_ack = IbPacket::new_checked(d).is_ok_and(|p| p.bth().opcode() == Opcode(0x11));
+        if !is_ack {
+            return 0;
+        }
+        acks += 1;
+        if acks.is_multiple_of(20) {
+            l2.set(l2.get() + 1);
+            6_000_000
+        } else {
+            0
+        }
+    }));
+    let (depth, total) = (4u64, 2000u64);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let limit = sim.now.add_ns(1000 * RTO_NS);
+    while done < total {
+        while posted < total && posted - done < depth {
+            let mut wr = write_wr(&ca, &sb, posted, 4096);
+            wr.wr_id = posted;
+            wr.flags = SendFlags::SIGNALED;
+            let now = sim.now;
+            sim.nodes[a].dev.post_send(now, ca.qpn, wr).unwrap();
+            posted += 1;
+        }
+        assert!(sim.step(limit), "time ran out: {done}/{total} completed");
+        for w in drain_cq(&mut sim, a, ca.send_cq) {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            done += 1;
+        }
+    }
+    let c = sim.nodes[a].dev.qp_counters(ca.qpn).unwrap();
+    let r = sim.nodes[b].dev.qp_counters(sb.qpn).unwrap();
+    eprintln!(
+        "{} late ACKs: probes {}, duplicates at the responder {}, timeouts {}, NAKs {}, stale {}",
+        late.get(),
+        c.tail_probes,
+        r.duplicate_requests,
+        c.timeouts,
+        c.seq_nak_rcvd,
+        c.stale_responses
+    );
+    assert!(late.get() >= 20, "ACKs were late: {}", late.get());
+    assert_eq!(c.seq_nak_rcvd + c.timeouts, 0, "nothing was lost: {c:?}");
+    assert!(
+        c.tail_probes <= 4,
+        "{} probes for {} late ACKs",
+        c.tail_probes,
+        late.get()
+    );
+}

@@ -687,6 +687,13 @@ impl Device {
     pub fn progress(&self) -> usize {
         self.shared().progress_inline()
     }
+
+    /// For tests of the poll path: how many times the device's core lock
+    /// was taken, (by anything but CQ polls, by CQ polls), since it opened.
+    #[doc(hidden)]
+    pub fn lock_counts(&self) -> (u64, u64) {
+        self.shared().lock_counts()
+    }
 }
 
 /// Unwinds out of a call on a parent's device in a forked child (the C

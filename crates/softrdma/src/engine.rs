@@ -193,6 +193,20 @@ pub(crate) struct Shared {
     fault_log: bool,
     /// The faults this device injected were said (at close or exit).
     faults_said: AtomicBool,
+    /// Core lock acquisitions other than CQ polls' (`lock_core`): the
+    /// core may have changed since a CQ poll that found its CQ empty
+    /// when this moved (see `poll_cq`).
+    core_gen: AtomicU64,
+    /// Core lock acquisitions by CQ polls (`poll_cq`), counted for tests
+    /// (`Device::lock_counts`).
+    cq_locks: AtomicU64,
+    /// A program thread's call left output in the core for its next
+    /// call (`leave_for_next_call`); cleared when the core's output is
+    /// sent (`after`). Lets an empty poll skip the core lock.
+    left_output: AtomicBool,
+    /// Datagrams wait in the send queue (the socket was full), as of the
+    /// last send (`send_locked`).
+    tx_backlog: AtomicBool,
 }
 
 /// Serial numbers of devices.
@@ -201,7 +215,7 @@ static SERIAL: AtomicU64 = AtomicU64::new(1);
 impl Drop for Shared {
     fn drop(&mut self) {
         // Refusals not yet reported (the last period's): reported now.
-        let core = self.core.lock();
+        let core = self.lock_core();
         let refused = core.refusals();
         if self.refusals.due(refused, None) {
             let c = core.counters();
@@ -304,6 +318,10 @@ impl Shared {
             rx_fault_due: AtomicU64::new(u64::MAX),
             fault_log,
             faults_said: AtomicBool::new(false),
+            core_gen: AtomicU64::new(0),
+            cq_locks: AtomicU64::new(0),
+            left_output: AtomicBool::new(false),
+            tx_backlog: AtomicBool::new(false),
         })
     }
 
@@ -315,6 +333,64 @@ impl Shared {
         softrdma_io::fork_generation() != self.generation
     }
 
+    /// Takes the core lock for anything but a CQ poll: the core may
+    /// change, and a CQ found empty before may not be any more.
+    fn lock_core(&self) -> MutexGuard<'_, Core> {
+        let core = lock(&self.core);
+        // Under the lock, before any change: a CQ poll that reads the
+        // old value ran before it (see `poll_cq`).
+        self.core_gen.fetch_add(1, Ordering::SeqCst);
+        core
+    }
+
+    fn try_lock_core(&self) -> Option<MutexGuard<'_, Core>> {
+        let core = self.core.try_lock()?;
+        self.core_gen.fetch_add(1, Ordering::SeqCst);
+        Some(core)
+    }
+
+    /// A CQ poll: `f` takes completions from the core. `empty_at` is the
+    /// CQ handle's mark: the value of `core_gen` when a poll last found
+    /// it empty. Completions are only added under the core lock, taken
+    /// through `lock_core`, which moves `core_gen` first: while it has
+    /// not moved, the CQ is still empty and the poll returns at once —
+    /// no lock, no clock. `room`: `f` may take completions (a poll for
+    /// none finds nothing whatever the CQ holds, and marks nothing).
+    pub fn poll_cq(
+        &self,
+        empty_at: &AtomicU64,
+        room: bool,
+        f: impl FnOnce(&mut Core) -> softrdma_proto::VerbsResult<usize>,
+    ) -> softrdma_proto::VerbsResult<usize> {
+        if empty_at.load(Ordering::SeqCst) == self.core_gen.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let mut core = lock(&self.core);
+        self.cq_locks.fetch_add(1, Ordering::Relaxed);
+        // Every change counted in it has ended (its lock was released).
+        let g = self.core_gen.load(Ordering::SeqCst);
+        let r = f(&mut core);
+        drop(core);
+        empty_at.store(
+            if room && matches!(r, Ok(0)) {
+                g
+            } else {
+                u64::MAX
+            },
+            Ordering::SeqCst,
+        );
+        r
+    }
+
+    /// (Core lock acquisitions other than CQ polls', CQ polls' core lock
+    /// acquisitions.)
+    pub fn lock_counts(&self) -> (u64, u64) {
+        (
+            self.core_gen.load(Ordering::SeqCst),
+            self.cq_locks.load(Ordering::SeqCst),
+        )
+    }
+
     /// The core's clock.
     pub fn now(&self) -> Instant {
         Instant(self.epoch.elapsed().as_nanos() as u64)
@@ -324,7 +400,7 @@ impl Shared {
     /// it produced. Every verb goes through here.
     pub fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         let now = self.now();
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         let r = f(&mut core, now);
         self.after(core, now);
         r
@@ -337,7 +413,7 @@ impl Shared {
     /// not one per request. Otherwise they are sent now.
     pub fn with_core_post<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         let now = self.now();
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         let r = f(&mut core, now);
         if self.app_active.load(Ordering::Relaxed) {
             self.leave_for_next_call(core, now);
@@ -361,6 +437,9 @@ impl Shared {
             return;
         }
         let left = core.wants_transmit();
+        if left {
+            self.left_output.store(true, Ordering::SeqCst);
+        }
         drop(core);
         if left {
             self.output_left();
@@ -403,10 +482,12 @@ impl Shared {
 
     /// Like [`Self::with_core`] for reads that produce nothing to send.
     pub fn peek_core<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
-        f(&lock(&self.core))
+        f(&self.lock_core())
     }
 
     fn after<'a>(&'a self, mut core: MutexGuard<'a, Core>, now: Instant) {
+        // What a program thread left for its next call leaves now.
+        self.left_output.store(false, Ordering::SeqCst);
         self.route_events(&mut core);
         // A new deadline earlier than the sleeping progress thread's wake-up
         // (a request just sent arms its retransmission timer): wake it.
@@ -422,7 +503,7 @@ impl Shared {
             drop(core);
             // Datagrams left from an earlier full socket (or held by the
             // send injector, now due).
-            if !lock(&self.tx).pending.is_empty() || self.tx_fault_due(now) {
+            if self.tx_backlog.load(Ordering::SeqCst) || self.tx_fault_due(now) {
                 self.send_pending();
             }
         }
@@ -439,7 +520,7 @@ impl Shared {
         if seq < self.release_wanted.load(Ordering::SeqCst) {
             return;
         }
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         self.route_events(&mut core);
     }
 
@@ -453,7 +534,7 @@ impl Shared {
     /// When this returns, nothing of softrdma reads or writes those bytes.
     pub fn dereg_mr(&self, key: u32) -> softrdma_proto::VerbsResult<()> {
         let now = self.now();
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         if let Some(region) = core.mr(key).map(|m| m.region.clone()) {
             let mut tx = lock(&self.tx);
             for d in tx.pending.iter_mut().filter(|d| d.reads(Some(&region))) {
@@ -476,7 +557,7 @@ impl Shared {
         change: softrdma_proto::Rereg,
     ) -> softrdma_proto::VerbsResult<u32> {
         let now = self.now();
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         if change.translation.is_some() {
             if let Some(region) = core.mr(key).map(|m| m.region.clone()) {
                 let mut tx = lock(&self.tx);
@@ -542,7 +623,7 @@ impl Shared {
 
     /// The MADs waiting in QP 1's queue.
     pub fn take_gsi(&self) -> Vec<GsiMad> {
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         std::iter::from_fn(|| core.poll_gsi()).collect()
     }
 
@@ -558,7 +639,7 @@ impl Shared {
         // a message arrived must not overtake that message's ACK, which
         // the peer may be waiting for before it listens.
         self.flush_now();
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         let mut tx = lock(&self.tx);
         for (dst, qpn, mad) in mads {
             if tx.pending.len() >= TX_QUEUE_MAX {
@@ -650,19 +731,29 @@ impl Shared {
         self.app_polls.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Reads the core without a clock read (CQ polls).
+    /// Changes the core without a clock read.
     pub fn peek_core_mut<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
-        f(&mut lock(&self.core))
+        f(&mut self.lock_core())
     }
 
     /// Progress driven by a program thread (polling a CQ, or
-    /// `Device::progress`): receive, run timers, send what is waiting. While
-    /// program threads do this, the progress thread stays out of their way.
+    /// `Device::progress`): send what is waiting, receive. While program
+    /// threads do this, the progress thread stays out of their way, and
+    /// runs the timers (every `APP_ACTIVE_NS`, after receiving what has
+    /// arrived: see `poll_timers`). When nothing waits and nothing
+    /// arrived, this is a few atomic loads and one receive system call
+    /// that finds the socket empty: no core lock, no clock read.
     pub fn progress_inline(&self) -> usize {
         self.note_app_poll();
         // First send what earlier calls left queued — posts, and the ACKs
-        // and responses of what they received — and run due timers.
-        self.poll_timers();
+        // and responses of what they received — and datagrams a full
+        // socket kept (and, with faults, what the send injector holds).
+        if self.left_output.load(Ordering::SeqCst)
+            || self.tx_backlog.load(Ordering::SeqCst)
+            || self.faulty
+        {
+            self.flush_now();
+        }
         // Then receive, without sending: the caller sees what landed (a
         // completion, a flag byte) before anything of ours goes out, and
         // what this produces leaves with its next call, batched with the
@@ -677,7 +768,7 @@ impl Shared {
     /// Sends everything the core has queued, now.
     pub fn flush_now(&self) {
         let now = self.now();
-        let core = lock(&self.core);
+        let core = self.lock_core();
         self.after(core, now);
     }
 
@@ -692,7 +783,7 @@ impl Shared {
             return;
         }
         for _ in 0..TRIES {
-            if let Some(core) = self.core.try_lock() {
+            if let Some(core) = self.try_lock_core() {
                 let now = self.now();
                 self.after(core, now);
                 break;
@@ -726,16 +817,49 @@ impl Shared {
     pub fn app_idle(&self) {
         self.app_active.store(false, Ordering::SeqCst);
         let now = self.now();
-        let core = lock(&self.core);
+        let core = self.lock_core();
         self.after(core, now);
         self.waker.wake();
     }
 
-    /// Runs due timers. Returns the next deadline.
-    fn poll_timers(&self) -> Option<Instant> {
+    /// While a program thread drives progress: runs the timers if one is
+    /// due, and otherwise leaves the core as it is — what the program's
+    /// calls left there waits for its next call, batched with it. (A look
+    /// changes nothing: no `core_gen` move, so the program's CQ polls
+    /// stay lock-free.)
+    fn timers_if_due(&self) {
         let now = self.now();
-        let mut core = lock(&self.core);
-        if core.poll_timeout().is_some_and(|d| d <= now) {
+        let due = lock(&self.core).poll_timeout().is_some_and(|d| d <= now);
+        if due {
+            self.poll_timers();
+        }
+    }
+
+    /// Runs due timers, after receiving what has arrived: an ACK waiting
+    /// in the socket must stop the probe or the retransmission it would
+    /// otherwise cause (a host that did not run this thread for longer
+    /// than the probe timeout finds both the deadline passed and the ACK
+    /// there). Returns the next deadline.
+    fn poll_timers(&self) -> Option<Instant> {
+        let due = |core: &Core, now: Instant| core.poll_timeout().is_some_and(|d| d <= now);
+        let now = self.now();
+        let core = self.lock_core();
+        if !due(&core, now) {
+            let next = core.poll_timeout();
+            self.after(core, now);
+            return next;
+        }
+        drop(core);
+        // Bounded: a peer that keeps sending does not hold the timers
+        // back for more than `ARRIVED_BATCHES` batches.
+        for _ in 0..ARRIVED_BATCHES {
+            if self.rx_batch(lock(&self.rx), &self.socket, None, RX_BATCH, true, true) == 0 {
+                break;
+            }
+        }
+        let now = self.now();
+        let mut core = self.lock_core();
+        if due(&core, now) {
             core.handle_timeout(now);
         }
         let next = core.poll_timeout();
@@ -789,7 +913,10 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         if polls != seen_polls {
             seen_polls = polls;
             shared.app_active.store(true, Ordering::SeqCst);
-            // The program receives MADs with its polls; CM timers are ours.
+            // The program receives MADs with its polls; timers are ours
+            // (an empty poll reads no clock), the transport's and the
+            // CM's.
+            shared.timers_if_due();
             shared.cm_timers(None);
             std::thread::sleep(Duration::from_nanos(APP_ACTIVE_NS));
             continue;
@@ -797,7 +924,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         if shared.app_active.swap(false, Ordering::SeqCst) {
             // The program stopped polling: send what its posts left queued.
             let now = shared.now();
-            let core = lock(&shared.core);
+            let core = shared.lock_core();
             shared.after(core, now);
         }
         let got = shared.poll_rx();
@@ -842,7 +969,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         // so is output a program thread left in the core for its next call
         // (`output_left`): the loop takes it over instead of sleeping.
         let (again, left) = {
-            let c = lock(&shared.core);
+            let c = shared.lock_core();
             (c.poll_timeout(), c.wants_transmit())
         };
         let cm = shared.cm_deadline.load(Ordering::SeqCst);

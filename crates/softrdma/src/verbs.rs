@@ -506,6 +506,8 @@ pub(crate) struct CqInner {
     pub(crate) dev: Device,
     id: CqId,
     channel: Option<CompletionChannel>,
+    /// When a poll last found the CQ empty (see `Shared::poll_cq`).
+    empty_at: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for CqInner {
@@ -540,7 +542,12 @@ pub const EMPTY_WC: Wc = Wc::EMPTY;
 impl CompletionQueue {
     pub(crate) fn new(dev: Device, id: CqId, channel: Option<CompletionChannel>) -> Self {
         CompletionQueue {
-            inner: Arc::new(CqInner { dev, id, channel }),
+            inner: Arc::new(CqInner {
+                dev,
+                id,
+                channel,
+                empty_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            }),
             id,
         }
     }
@@ -556,13 +563,14 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         let sh = self.inner.dev.shared();
         let id = self.id;
-        sh.note_app_poll();
-        let n = sh.peek_core_mut(|c| c.poll_cq(id, out))?;
+        let seen = &self.inner.empty_at;
+        let n = sh.poll_cq(seen, !out.is_empty(), |c| c.poll_cq(id, out))?;
         if n > 0 {
+            sh.note_app_poll();
             return Ok(n);
         }
         if sh.progress_inline() > 0 {
-            return Ok(sh.peek_core_mut(|c| c.poll_cq(id, out))?);
+            return Ok(sh.poll_cq(seen, !out.is_empty(), |c| c.poll_cq(id, out))?);
         }
         Ok(0)
     }
@@ -572,14 +580,18 @@ impl CompletionQueue {
     pub fn poll_stamped(&self, out: &mut [Wc], at: &mut [u64]) -> Result<usize> {
         let sh = self.inner.dev.shared();
         let id = self.id;
-        sh.note_app_poll();
+        let seen = &self.inner.empty_at;
         let mut stamps = [Instant(0); 16];
         let want = out.len().min(at.len()).min(stamps.len());
-        let mut n =
-            sh.peek_core_mut(|c| c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want]))?;
-        if n == 0 && sh.progress_inline() > 0 {
-            n =
-                sh.peek_core_mut(|c| c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want]))?;
+        let mut n = sh.poll_cq(seen, want > 0, |c| {
+            c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want])
+        })?;
+        if n > 0 {
+            sh.note_app_poll();
+        } else if sh.progress_inline() > 0 {
+            n = sh.poll_cq(seen, want > 0, |c| {
+                c.poll_cq_stamped(id, &mut out[..want], &mut stamps[..want])
+            })?;
         }
         for (t, s) in at.iter_mut().zip(&stamps[..n]) {
             *t = s.0;

@@ -23,6 +23,18 @@ pub(crate) fn mpi_program(mpicc: &str, name: &str, tag: &str) -> PathBuf {
     out
 }
 
+/// `SOFTRDMA_POLL_YIELD` of ranks that share their namespace's address:
+/// off. Ranks spinning on their CQs with `sched_yield` every 4th empty
+/// poll starved the device process of their group (Linux 6.18's EEVDF,
+/// the ranks and the device process in one session, i.e. one scheduler
+/// autogroup): with yield, Open MPI's 8 ranks per namespace failed 3 runs
+/// of 3 with RC retry exceeded, the device process's loop running up to
+/// 8.5 s after its 100 ms wait ended (`SOFTRDMA_HOST_TRACE`), and the 4
+/// ranks per namespace beside 8 CPU hogs failed 2 of 4 (late up to
+/// 9.3 s; 16 s with the device process in a session of its own);
+/// without, 2 of 2 passed each (late at most 0.6 s).
+const SHARED_YIELD: &str = "0";
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Mpi {
     OpenMpi,
@@ -87,10 +99,7 @@ impl Mpi {
                     v.push(e);
                 }
                 if per_host > 1 {
-                    // More spinning ranks than cores (README: fewer than 4
-                    // cores): ranks yield, so the device process that
-                    // hands them their packets runs.
-                    v.extend(s(&["-x", "SOFTRDMA_POLL_YIELD=1"]));
+                    v.extend(s(&["-x", &format!("SOFTRDMA_POLL_YIELD={}", SHARED_YIELD)]));
                 }
                 ("mpirun.openmpi", v)
             }
@@ -117,7 +126,7 @@ impl Mpi {
                     v.extend(["-genv".to_string(), k.to_string(), val]);
                 }
                 if per_host > 1 {
-                    v.extend(s(&["-genv", "SOFTRDMA_POLL_YIELD", "1"]));
+                    v.extend(s(&["-genv", "SOFTRDMA_POLL_YIELD", SHARED_YIELD]));
                 }
                 ("mpiexec.mpich", v)
             }

@@ -194,10 +194,19 @@ impl Qp {
                         progress = self.ack_through(psn);
                         if progress == 0 {
                             self.counters.stale_responses += 1;
+                            // A late ACK for what was outstanding when
+                            // the probe went, after the probe's own
+                            // answer: nothing was lost, the probe was not
+                            // needed.
+                            if self.req.probed.is_some_and(|p| !psn.before(p)) {
+                                self.probe_verdict(true);
+                            }
                         }
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.counters.seq_nak_rcvd += 1;
+                        // A loss: a probe was (or would have been) useful.
+                        self.probe_verdict(false);
                         progress = self.ack_through(psn.sub(1));
                         if progress > 0 {
                             self.on_progress(progress, ctx);
@@ -417,6 +426,7 @@ impl Qp {
                     return;
                 }
                 self.counters.timeouts += 1;
+                self.probe_verdict(false);
                 if self.req.retry_left == 0 {
                     self.fail_at(None, WcStatus::RetryExcErr);
                     self.complete_done(ctx);

@@ -54,6 +54,17 @@ pub(crate) struct Requester {
     pub probe_deadline: Option<Instant>,
     /// The next packet sent asks for an ACK (it is a probe).
     pub probe_pending: bool,
+    /// The oldest unacknowledged PSN when the last probe went, until an
+    /// answer tells whether the probe was needed.
+    pub probed: Option<Psn>,
+    /// The probe timeout's floor for this QP: [`PROBE_MIN_NS`], doubled
+    /// after each probe that proved spurious (its packet had been
+    /// acknowledged meanwhile: a peer or a host that did not run, no
+    /// loss), back to the minimum when a loss shows (a NAK after a probe,
+    /// a transport timeout).
+    ///
+    /// [`PROBE_MIN_NS`]: crate::limits::PROBE_MIN_NS
+    pub probe_floor_ns: u64,
     /// Smoothed round trip in ns (one timed packet at a time, never a
     /// retransmitted one: Karn's rule).
     pub srtt_ns: Option<u64>,
@@ -81,6 +92,8 @@ impl Default for Requester {
             budget_blocked: false,
             probe_deadline: None,
             probe_pending: false,
+            probed: None,
+            probe_floor_ns: crate::limits::PROBE_MIN_NS,
             srtt_ns: None,
             rttvar_ns: 0,
             rtt_sample: None,
@@ -98,6 +111,7 @@ impl Requester {
         self.retrans_deadline = None;
         self.probe_deadline = None;
         self.probe_pending = false;
+        self.probed = None;
         self.rtt_sample = None;
         self.rnr_deadline = None;
         self.rd_atomic_outstanding = 0;
@@ -657,15 +671,18 @@ impl Qp {
     /// How long the requester waits for an acknowledgement before it
     /// probes for a lost tail: the smoothed round trip plus the larger of
     /// itself and four mean deviations (RFC 6298's spread), at least
-    /// [`PROBE_MIN_NS`](crate::limits::PROBE_MIN_NS). `None` without a
-    /// transport timer, or when the timer itself comes nearly as soon
-    /// (within 4 probe timeouts).
+    /// the QP's floor (`probe_floor_ns`: [`PROBE_MIN_NS`], more after
+    /// spurious probes). `None` without a transport timer, or when the
+    /// timer itself comes nearly as soon (within 4 probe timeouts).
+    ///
+    /// [`PROBE_MIN_NS`]: crate::limits::PROBE_MIN_NS
     pub(crate) fn probe_timeout_ns(&self) -> Option<u64> {
-        use crate::limits::{PROBE_INIT_NS, PROBE_MIN_NS};
+        use crate::limits::PROBE_INIT_NS;
         let rto = crate::limits::ack_timeout_ns(self.attr.timeout)?;
-        let pto = self.req.srtt_ns.map_or(PROBE_INIT_NS, |s| {
+        let floor = self.req.probe_floor_ns;
+        let pto = self.req.srtt_ns.map_or(PROBE_INIT_NS.max(floor), |s| {
             s.saturating_add(s.max(self.req.rttvar_ns.saturating_mul(4)))
-                .max(PROBE_MIN_NS)
+                .max(floor)
         });
         (pto <= rto / 4).then_some(pto)
     }
@@ -708,6 +725,12 @@ impl Qp {
         }
         self.counters.tail_probes += 1;
         self.req.probe_pending = true;
+        // An ACK for the oldest packet unacknowledged now that comes
+        // after the probe's own answer was only late (the earliest probe
+        // not yet judged: a late ACK may come after later probes).
+        if self.req.probed.is_none() {
+            self.req.probed = self.oldest_unacked();
+        }
         // The probe is no go-back-N retry: `retrying_from` stays as it
         // was. Marked, a PSN sequence error NAK that names the probed
         // packet (it and its probe lost, a later packet arrived) would
@@ -716,6 +739,23 @@ impl Qp {
         let retrying = self.req.retrying_from;
         self.rewind_to(max);
         self.req.retrying_from = retrying;
+    }
+
+    /// The answer to a probe: `spurious` when it acknowledged nothing new
+    /// (the probed packet had been acknowledged meanwhile: nothing was
+    /// lost, the ACK was only late), and the QP waits longer before its
+    /// next probe; a loss (a NAK, a timeout) brings the floor back.
+    pub(crate) fn probe_verdict(&mut self, spurious: bool) {
+        use crate::limits::{PROBE_FLOOR_MAX_NS, PROBE_MIN_NS};
+        self.req.probed = None;
+        self.req.probe_floor_ns = if spurious {
+            self.req
+                .probe_floor_ns
+                .saturating_mul(2)
+                .min(PROBE_FLOOR_MAX_NS)
+        } else {
+            PROBE_MIN_NS
+        };
     }
 
     /// Go-back-N: the next packet sent is the one with `psn`.

@@ -5,12 +5,14 @@
 use super::world::{Action, IdLog, Owner, World};
 use super::{ClientPlan, ServerPlan, Teardown, RC_SERVICE, UD_SERVICE, UNHEARD_SERVICE};
 use softrdma_cm::negotiate::{self, ConnParam};
+use softrdma_cm::rdma::{self, Admission, EventType, Transport};
 use softrdma_cm::{
     CmId, Event, QpType, RejReason, ServiceId, SidrRepParams, SidrReqParams, SidrStatus, State,
     Unanswered,
 };
 use softrdma_wire::cm::{CmaHdrRepr, PortSpace};
 use softrdma_wire::{PKey, QKey, Qpn};
+use std::net::IpAddr;
 
 impl World<'_> {
     pub(super) fn on_event(&mut self, node: usize, e: Event) {
@@ -26,18 +28,34 @@ impl World<'_> {
                 }
             },
         };
+        if owner.is_some() {
+            self.rdma_report(node, &e);
+        }
         match e {
             Event::ConnectRequest(cr) => {
-                let qpn = cr.req().local_qpn.value();
+                // The rdma_cm layer's checks (`cma_ib_req_handler`): the
+                // listener of the request's address, its transport and
+                // backlog; the program takes the request at once.
+                let req = cr.req();
+                let transport = Transport::of_req(req.transport_service_type);
+                let sid = req.service_id;
+                if !self.admit(node, sid, cr.cma.map(|h| h.dst), transport) {
+                    self.violation(format!("a REQ no rdma_cm listener takes: {sid:?}"));
+                    let _ = self.nodes[node].dev.cm.destroy(now, cr.id);
+                    return;
+                }
+                let qpn = req.local_qpn.value();
                 let Some(&c) = self.conn_of_qpn.get(&qpn) else {
                     self.violation(format!("REQ of no plan: QPN {qpn:#x}"));
                     return;
                 };
                 self.owners.insert((node, cr.id), Owner::ConnServer(c));
                 self.ids.insert((node, cr.id), IdLog::default());
-                let cma_ok = cr
-                    .cma
-                    .is_some_and(|h| h.src == self.nodes[self.sc.conns[c].client].ip);
+                // The client's address and the port its id holds.
+                let cma_ok = cr.cma.is_some_and(|h| {
+                    h.src == self.nodes[self.sc.conns[c].client].ip
+                        && Some(h.src_port) == self.report.conns[c].client_port
+                });
                 if !cma_ok {
                     self.violation(format!("conn {c}: REQ without the client's cma header"));
                 }
@@ -55,6 +73,12 @@ impl World<'_> {
                 self.schedule(now.add_ms(delay), Action::ServerAnswer(c, cr.id));
             }
             Event::SidrRequest(sr) => {
+                let (sid, dst) = (sr.service_id, sr.cma.map(|h| h.dst));
+                if !self.admit(node, sid, dst, Some(Transport::Ud)) {
+                    self.violation(format!("a SIDR_REQ no rdma_cm listener takes: {sid:?}"));
+                    let _ = self.nodes[node].dev.cm.destroy(now, sr.id);
+                    return;
+                }
                 // The user data after the cma header names the plan.
                 let s = sr
                     .private_data
@@ -66,7 +90,7 @@ impl World<'_> {
                 }
                 self.owners
                     .insert((node, sr.id), Owner::SidrServer(s.unwrap_or(usize::MAX)));
-                let r = self.nodes[node].cm.sidr_reply(
+                let r = self.nodes[node].dev.cm.sidr_reply(
                     now,
                     sr.id,
                     &SidrRepParams {
@@ -157,7 +181,7 @@ impl World<'_> {
                 }
                 if let Event::DisconnectRequest { .. } = e {
                     // rdma_disconnect: the DREP.
-                    if let Err(err) = self.nodes[node].cm.disconnect(now, id, &[]) {
+                    if let Err(err) = self.nodes[node].dev.cm.disconnect(now, id, &[]) {
                         self.violation(format!("DREP for {id} failed: {err}"));
                     }
                 }
@@ -183,10 +207,75 @@ impl World<'_> {
         }
     }
 
+    /// The rdma_cm event the layer reports for `e` (the id's state moved
+    /// as `cma_ib_handler` moves it), checked against `e`: the event and
+    /// status the program would see, DISCONNECTED once.
+    fn rdma_report(&mut self, node: usize, e: &Event) {
+        let log = self.ids.entry((node, e.id())).or_default();
+        let first_disconnect = log.disconnects == 0;
+        let r = rdma::report(&mut log.st, None, e);
+        let got = r.as_ref().map(|r| (r.event, r.status));
+        let want = match e {
+            Event::RepReceived(_) => Some((EventType::ConnectResponse, 0)),
+            Event::Established { .. } => Some((EventType::Established, 0)),
+            Event::Rejected(r) => Some((EventType::Rejected, i32::from(r.reason.0))),
+            Event::Unreachable { .. } => Some((EventType::Unreachable, -rdma::ETIMEDOUT)),
+            Event::DisconnectRequest { .. } => {
+                first_disconnect.then_some((EventType::Disconnected, 0))
+            }
+            Event::Disconnected { timed_out, .. } => first_disconnect.then_some((
+                EventType::Disconnected,
+                if *timed_out { -rdma::ETIMEDOUT } else { 0 },
+            )),
+            Event::TimewaitExit { .. } => Some((EventType::TimewaitExit, 0)),
+            Event::SidrReply(r) if r.status == SidrStatus::SUCCESS => {
+                Some((EventType::Established, 0))
+            }
+            Event::SidrReply(r) => Some((EventType::Unreachable, i32::from(r.status.0))),
+            Event::ConnectRequest(_) | Event::SidrRequest(_) => None,
+        };
+        if got != want {
+            self.violation(format!("rdma_cm reports {got:?} for {e:?}, want {want:?}"));
+        }
+        if got.is_some() {
+            self.report.rdma_events += 1;
+        }
+    }
+
+    /// Whether an rdma_cm listener of `node` takes a request for `sid` to
+    /// `dst` asking for `transport` (the layer's `find` and `admit`; the
+    /// program takes it at once, so it never stays pending).
+    fn admit(
+        &mut self,
+        node: usize,
+        sid: ServiceId,
+        dst: Option<IpAddr>,
+        transport: Option<Transport>,
+    ) -> bool {
+        let n = &mut self.nodes[node];
+        let (Some(dst), Some(transport)) = (dst, transport) else {
+            return false;
+        };
+        let Some(num) = rdma::find(
+            n.listeners.iter().map(|(&k, l)| (k, l)),
+            node as u64,
+            sid,
+            dst,
+        ) else {
+            return false;
+        };
+        let l = n.listeners.get_mut(&num).expect("found");
+        let taken = l.admit(transport) == Admission::Take;
+        if taken {
+            l.taken();
+        }
+        taken
+    }
+
     /// After REJ: an idle id is destroyed; one in timewait waits for its
     /// exit.
     fn after_outcome(&mut self, node: usize, id: CmId) {
-        if self.nodes[node].cm.state(id) != Some(State::Timewait) {
+        if self.nodes[node].dev.cm.state(id) != Some(State::Timewait) {
             self.destroy(node, id);
         }
     }
@@ -200,7 +289,13 @@ impl World<'_> {
                     return;
                 }
                 let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
-                let port = 10_000 + c as u16;
+                // `rdma_resolve_addr` binds an ephemeral port.
+                let (num, port) = match self.nodes[p.client].bind(PortSpace::Tcp, src, 0) {
+                    Ok(x) => x,
+                    Err(e) => return self.violation(format!("conn {c}: bind: {e}")),
+                };
+                let held = Some((PortSpace::Tcp, port, num));
+                self.report.conns[c].client_port = Some(port);
                 let path = negotiate::rdma_cm_path(src, dst, port, 7174, 3, 0, 64);
                 let cma = CmaHdrRepr {
                     src_port: port,
@@ -220,15 +315,19 @@ impl World<'_> {
                 } else {
                     RC_SERVICE
                 };
-                let psn = self.nodes[p.client].cm.random_psn();
+                let psn = self.nodes[p.client].dev.cm.random_psn();
                 let params = match negotiate::req_params(&path, sid, &cma, QpType::Rc, psn, &conn) {
                     Ok(x) => x,
                     Err(e) => return self.violation(format!("req params: {e}")),
                 };
-                match self.nodes[p.client].cm.connect(now, &params) {
+                match self.nodes[p.client].dev.cm.connect(now, &params) {
                     Ok(id) => {
                         self.owners.insert((p.client, id), Owner::ConnClient(c));
-                        self.ids.insert((p.client, id), IdLog::default());
+                        let log = IdLog {
+                            port: held,
+                            ..IdLog::default()
+                        };
+                        self.ids.insert((p.client, id), log);
                         self.report.conns[c].client_id = Some(id);
                         if let ClientPlan::DestroyEarly { after_ms } = p.client_plan {
                             self.schedule(now.add_ms(after_ms), Action::ClientGiveUp(c));
@@ -243,8 +342,13 @@ impl World<'_> {
                     return;
                 }
                 let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
+                let (num, port) = match self.nodes[p.client].bind(PortSpace::Udp, src, 0) {
+                    Ok(x) => x,
+                    Err(e) => return self.violation(format!("SIDR {s}: bind: {e}")),
+                };
+                let held = Some((PortSpace::Udp, port, num));
                 let cma = CmaHdrRepr {
-                    src_port: 20_000 + s as u16,
+                    src_port: port,
                     src,
                     dst,
                 };
@@ -263,10 +367,14 @@ impl World<'_> {
                     Err(e) => return self.violation(format!("sidr params: {e}")),
                 };
                 let params: SidrReqParams = params;
-                match self.nodes[p.client].cm.sidr_request(now, &params) {
+                match self.nodes[p.client].dev.cm.sidr_request(now, &params) {
                     Ok(id) => {
                         self.owners.insert((p.client, id), Owner::SidrClient(s));
-                        self.ids.insert((p.client, id), IdLog::default());
+                        let log = IdLog {
+                            port: held,
+                            ..IdLog::default()
+                        };
+                        self.ids.insert((p.client, id), log);
                     }
                     Err(e) => self.violation(format!("sidr_request: {e}")),
                 }
@@ -278,7 +386,7 @@ impl World<'_> {
                     return;
                 }
                 let first = self.report.conns[c].server_ids.first() == Some(&id);
-                let cm = &mut self.nodes[node].cm;
+                let cm = &mut self.nodes[node].dev.cm;
                 let r = match (p.server_plan, first) {
                     (ServerPlan::Accept { .. }, true) => {
                         let conn = ConnParam {
@@ -305,7 +413,7 @@ impl World<'_> {
                 // An error: the id ended meanwhile (REJ "timeout" from a
                 // client that gave up), and its event destroys it. A reject
                 // leaves it idle: destroy it now.
-                if r.is_ok() && self.nodes[node].cm.state(id) == Some(State::Idle) {
+                if r.is_ok() && self.nodes[node].dev.cm.state(id) == Some(State::Idle) {
                     self.destroy(node, id);
                 }
             }
@@ -320,7 +428,7 @@ impl World<'_> {
                 }
                 match p.client_plan {
                     ClientPlan::Establish { .. } => {
-                        if self.nodes[node].cm.establish(now, id, &[]).is_ok() {
+                        if self.nodes[node].dev.cm.establish(now, id, &[]).is_ok() {
                             self.outcome(node, id, "ESTABLISHED (RTU)");
                             self.report.conns[c].client_established += 1;
                             let data = p.data_ms.min(p.hold_ms / 2);
@@ -343,6 +451,7 @@ impl World<'_> {
                     }
                     ClientPlan::Reject { .. } => {
                         if self.nodes[node]
+                            .dev
                             .cm
                             .reject(now, id, RejReason::CONSUMER_DEFINED, &[], &[])
                             .is_ok()
@@ -375,10 +484,10 @@ impl World<'_> {
                 let ids = self.report.conns[c].server_ids.clone();
                 for id in ids {
                     if matches!(
-                        self.nodes[node].cm.state(id),
+                        self.nodes[node].dev.cm.state(id),
                         Some(State::RepSent | State::MraRepRcvd)
                     ) {
-                        let _ = self.nodes[node].cm.notify_established(id);
+                        let _ = self.nodes[node].dev.cm.notify_established(id);
                         self.drain_events(node);
                     }
                 }
@@ -403,11 +512,11 @@ impl World<'_> {
                     if !self.nodes[node].up || !self.owners.contains_key(&(node, id)) {
                         continue;
                     }
-                    let st = self.nodes[node].cm.state(id);
+                    let st = self.nodes[node].dev.cm.state(id);
                     if destroy && st == Some(State::Established) {
                         self.destroy(node, id);
                     } else if st == Some(State::Established) {
-                        let _ = self.nodes[node].cm.disconnect(now, id, &[]);
+                        let _ = self.nodes[node].dev.cm.disconnect(now, id, &[]);
                     } else if matches!(st, Some(State::RepSent | State::MraRepRcvd)) {
                         // Not connected yet on this side (RTU on its way):
                         // try again later.
@@ -429,9 +538,9 @@ impl World<'_> {
                 };
                 if let Some((node, id)) = side {
                     if self.nodes[node].up && self.owners.contains_key(&(node, id)) {
-                        match self.nodes[node].cm.state(id) {
+                        match self.nodes[node].dev.cm.state(id) {
                             Some(State::Established) => {
-                                let _ = self.nodes[node].cm.disconnect(now, id, &[]);
+                                let _ = self.nodes[node].dev.cm.disconnect(now, id, &[]);
                             }
                             Some(State::RepSent | State::MraRepRcvd | State::DreqSent) => {
                                 self.schedule(now.add_ms(30_000), Action::Watchdog(c, server_side));
@@ -449,8 +558,11 @@ impl World<'_> {
                     if !self.nodes[n].up {
                         continue;
                     }
-                    for id in std::mem::take(&mut self.nodes[n].listeners) {
-                        self.destroy(n, id);
+                    let now = self.now;
+                    let node = &mut self.nodes[n];
+                    for (num, l) in std::mem::take(&mut node.listeners) {
+                        node.dev.unlisten(now, l.service_id());
+                        node.unbind(l.ps, l.bound.port(), num);
                     }
                 }
             }

@@ -35,6 +35,9 @@ pub struct ConnLog {
     pub accepted: bool,
     /// DREQs that ran out of retries, either side.
     pub dreq_timeouts: u32,
+    /// The ephemeral port the client's id bound (its cma header's source
+    /// port).
+    pub client_port: Option<u16>,
 }
 
 /// What happened to one SIDR plan.
@@ -70,6 +73,15 @@ pub struct Report {
     pub leftovers: Vec<String>,
     /// Virtual time at the end.
     pub end: Instant,
+    /// rdma_cm events the layer reported for the CM's events
+    /// (`softrdma_cm::rdma::report`), each checked against its CM event.
+    pub rdma_events: u64,
+    /// MADs the nodes' devices sent from QP 1 (`emit_gsi`), summed.
+    pub gsi_tx: u64,
+    /// MADs their QP 1 received, summed.
+    pub gsi_rx: u64,
+    /// Packets their ICRC check dropped (corrupted on the link), summed.
+    pub icrc_errors: u64,
 }
 
 impl Report {

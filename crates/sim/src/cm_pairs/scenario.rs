@@ -127,12 +127,16 @@ pub struct Scenario {
     pub close_listeners_ms: u64,
 }
 
+/// The port of the RC listener of every live node.
+pub const RC_PORT: u16 = 7174;
+/// The port of the UD listener of every live node.
+pub const UD_PORT: u16 = 7175;
 /// The RC service every live node listens on.
-pub const RC_SERVICE: ServiceId = ServiceId::rdma_cm(PortSpace::Tcp, 7174);
+pub const RC_SERVICE: ServiceId = ServiceId::rdma_cm(PortSpace::Tcp, RC_PORT);
 /// An RC service nobody listens on.
 pub const UNHEARD_SERVICE: ServiceId = ServiceId::rdma_cm(PortSpace::Tcp, 9999);
 /// The UD service of the SIDR plans.
-pub const UD_SERVICE: ServiceId = ServiceId::rdma_cm(PortSpace::Udp, 7175);
+pub const UD_SERVICE: ServiceId = ServiceId::rdma_cm(PortSpace::Udp, UD_PORT);
 
 impl Scenario {
     /// A random scenario: `nodes` nodes (at least 3), `conns` connections

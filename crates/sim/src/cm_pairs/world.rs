@@ -1,23 +1,68 @@
-//! The simulation state of a CM run: the nodes, the link that carries
-//! their MADs (the same dice as the packet link), the queue of actions
-//! and the step of the event loop.
+//! The simulation state of a CM run: the nodes, the simulated network
+//! ([`crate::Sim`], the transport runs' link) that carries their MADs as
+//! RoCE packets between the nodes' QP 1, the queue of actions and the
+//! step of the event loop.
 
 use super::{Report, Scenario};
-use crate::net::{LinkConfig, NetStats};
-use softrdma_cm::{Cm, CmId, Instant};
-use softrdma_link::{fate, Rates, Rng};
-use softrdma_wire::Qpn;
+use crate::net::Sim;
+use softrdma_cm::rdma::{Binding, DeviceCm, IdState, Listener, Ports};
+use softrdma_cm::{CmId, Instant};
+use softrdma_link::Rng;
+use softrdma_wire::cm::PortSpace;
+use softrdma_wire::mad::GSI_QKEY;
+use softrdma_wire::QKey;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::IpAddr;
 
-/// A node: one CM at one address.
+/// A node: one device's part of the rdma_cm layer (its CM, its shared
+/// CM listeners, the requests it holds for a listener) at one address;
+/// its RoCE device is the [`Sim`]'s node of the same index.
 pub(super) struct Node {
-    pub(super) cm: Cm,
+    pub(super) dev: DeviceCm,
     pub(super) ip: IpAddr,
     pub(super) up: bool,
-    /// Listener ids.
-    pub(super) listeners: Vec<CmId>,
+    /// The rdma_cm listeners, by number.
+    pub(super) listeners: BTreeMap<u64, Listener>,
+    /// The ports its rdma_cm ids hold (the layer's tables, as the
+    /// softrdma driver keeps them): the listeners' and the connecting
+    /// ids' ephemeral ones.
+    pub(super) ports: Ports,
+    /// Ports held, to find a leak when the run drains.
+    pub(super) ports_held: usize,
+    /// The next rdma_cm id number (the listeners are 1 and 2).
+    pub(super) next_num: u64,
+    /// Where an ephemeral port search starts (the driver's random draw).
+    pub(super) port_rng: Rng,
+}
+
+impl Node {
+    /// A new rdma_cm id `rdma_bind_addr`s `ip` and `port` (0: an
+    /// ephemeral one) in `ps`: its number and port.
+    pub(super) fn bind(
+        &mut self,
+        ps: PortSpace,
+        ip: IpAddr,
+        port: u16,
+    ) -> Result<(u64, u16), softrdma_cm::rdma::PortError> {
+        let num = self.next_num;
+        self.next_num += 1;
+        let b = Binding {
+            ip,
+            reuseaddr: false,
+            afonly: false,
+        };
+        let start = self.port_rng.next_u64() as u32;
+        let port = self.ports.take(ps, num, port, b, start)?;
+        self.ports_held += 1;
+        Ok((num, port))
+    }
+
+    /// Id `num` lets its port go.
+    pub(super) fn unbind(&mut self, ps: PortSpace, port: u16, num: u64) {
+        self.ports.release(ps, port, num);
+        self.ports_held -= 1;
+    }
 }
 
 /// Which plan an id belongs to.
@@ -27,15 +72,31 @@ pub(super) enum Owner {
     ConnServer(usize),
     SidrClient(usize),
     SidrServer(usize),
-    Listener,
 }
 
 /// Per-id bookkeeping of the driver model.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct IdLog {
     pub(super) outcomes: u32,
     pub(super) disconnects: u32,
     pub(super) timewait_exits: u32,
+    /// The id's rdma_cm state, moved by the layer's `report`.
+    pub(super) st: IdState,
+    /// The port it holds: space, port, rdma_cm id number.
+    pub(super) port: Option<(PortSpace, u16, u64)>,
+}
+
+impl Default for IdLog {
+    /// Every id of a run connects (`rdma_connect`, or a request's id).
+    fn default() -> IdLog {
+        IdLog {
+            outcomes: 0,
+            disconnects: 0,
+            timewait_exits: 0,
+            st: IdState::Connect,
+            port: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -52,30 +113,22 @@ pub(super) enum Action {
     CloseListeners,
 }
 
-pub(super) struct InFlight {
-    pub(super) to: usize,
-    pub(super) src: IpAddr,
-    pub(super) src_qpn: Qpn,
-    pub(super) mad: [u8; 256],
-}
-
 /// The simulation state.
 pub(super) struct World<'s> {
     pub(super) sc: &'s Scenario,
     pub(super) now: Instant,
     pub(super) nodes: Vec<Node>,
-    pub(super) rng: Rng,
-    pub(super) link: LinkConfig,
-    pub(super) net: NetStats,
-    pub(super) wire: BinaryHeap<Reverse<(Instant, u64)>>,
-    pub(super) in_flight: BTreeMap<u64, InFlight>,
+    /// The network: node `i`'s RoCE device (QP 1 carries its MADs) and
+    /// the link between them; its clock follows `now`.
+    pub(super) sim: Sim,
+    /// Where [`Device::emit_gsi`](softrdma_proto::Device::emit_gsi) writes.
+    pub(super) buf: Vec<u8>,
     pub(super) actions: BinaryHeap<Reverse<(Instant, u64)>>,
     pub(super) action_list: BTreeMap<u64, Action>,
     pub(super) seq: u64,
     pub(super) owners: BTreeMap<(usize, CmId), Owner>,
     pub(super) ids: BTreeMap<(usize, CmId), IdLog>,
     pub(super) report: Report,
-    pub(super) print: bool,
     /// QPN -> connection, for matching REQs to plans.
     pub(super) conn_of_qpn: BTreeMap<u32, usize>,
 }
@@ -89,93 +142,53 @@ impl World<'_> {
         self.actions.push(Reverse((at, self.seq)));
     }
 
-    pub(super) fn node_of(&self, ip: IpAddr) -> Option<usize> {
-        self.nodes.iter().position(|n| n.ip == ip)
-    }
-
     pub(super) fn violation(&mut self, s: String) {
         self.report
             .violations
             .push(format!("at {} ms: {s}", self.now.0 / MS));
     }
 
-    /// Everything the CMs want to send, onto the link.
+    /// Everything the CMs want to send: each MAD a UD SEND_ONLY from QP 1
+    /// built by the node's device, handed to the link.
     pub(super) fn flush(&mut self) {
+        self.sim.now = softrdma_proto::Instant(self.now.0);
         for from in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[from].cm.poll_transmit() {
+            while let Some(t) = self.nodes[from].dev.cm.poll_transmit() {
                 if !self.nodes[from].up {
                     continue;
                 }
-                self.send(from, t.dst, t.dst_qpn, t.mad);
+                let dev = &mut self.sim.nodes[from].dev;
+                let Some(tx) =
+                    dev.emit_gsi(t.dst, t.dst_qpn, QKey(GSI_QKEY), &t.mad, &mut self.buf)
+                else {
+                    self.violation(format!("node {from} cannot send a MAD to {}", t.dst));
+                    continue;
+                };
+                let data = self.buf[..tx.len].to_vec();
+                self.sim
+                    .send(from, tx.dst, tx.traffic_class, tx.hop_limit, data);
+                if self.sim.print {
+                    // The Sim printed the packet (and its fate); what it carries.
+                    eprintln!(
+                        "{:>12}   {}",
+                        "MAD",
+                        softrdma_wire::pretty::mad_line(&t.mad)
+                    );
+                }
             }
         }
     }
 
-    pub(super) fn send(&mut self, from: usize, dst: IpAddr, _dst_qpn: Qpn, mad: [u8; 256]) {
-        self.net.sent += 1;
-        let src = self.nodes[from].ip;
-        if self.print {
-            eprintln!(
-                "{:>10} ms {src} > {dst} {}",
-                self.now.0 / MS,
-                softrdma_wire::pretty::mad_line(&mad)
-            );
-        }
-        let Some(to) = self.node_of(dst) else {
-            self.net.no_route += 1;
-            return;
-        };
-        // The same dice as the simulator's packet link and the engine's
-        // injector (softrdma-link), thrown for the MAD's 256 bytes (its
-        // PSN-based reordering does not apply: MADs go through QP 1).
-        let rates = Rates {
-            reorder_every: 0,
-            ..self.link.rates()
-        };
-        let f = fate(&rates, &mut self.rng, &mad);
-        if f.lost {
-            self.net.lost += 1;
-            return;
-        }
-        if f.corrupt_bit.is_some() {
-            // The ICRC catches it; the receiver's transport drops it.
-            self.net.corrupted += 1;
-            return;
-        }
-        let delay = f.delay_ns;
-        if f.reordered {
-            self.net.reordered += 1;
-        }
-        if f.duplicate_after_ns.is_some() {
-            self.net.duplicated += 1;
-        }
-        let lags = [Some(0), f.duplicate_after_ns];
-        for extra in lags.into_iter().flatten() {
-            self.seq += 1;
-            self.in_flight.insert(
-                self.seq,
-                InFlight {
-                    to,
-                    src,
-                    src_qpn: Qpn::GSI,
-                    mad,
-                },
-            );
-            self.wire
-                .push(Reverse((self.now.add_ns(delay + extra), self.seq)));
-        }
-    }
-
     pub(super) fn next_time(&self) -> Option<Instant> {
-        let wire = self.wire.peek().map(|r| r.0 .0);
+        let net = self.sim.next_event().map(|t| Instant(t.0));
         let act = self.actions.peek().map(|r| r.0 .0);
         let timers = self
             .nodes
             .iter()
             .filter(|n| n.up)
-            .filter_map(|n| n.cm.poll_timeout())
+            .filter_map(|n| n.dev.deadline())
             .min();
-        [wire, act, timers].into_iter().flatten().min()
+        [net, act, timers].into_iter().flatten().min()
     }
 
     pub(super) fn step(&mut self) -> bool {
@@ -184,27 +197,24 @@ impl World<'_> {
             return false;
         };
         self.now = self.now.max(t);
-        while self.wire.peek().is_some_and(|r| r.0 .0 <= self.now) {
-            let Reverse((_, seq)) = self.wire.pop().expect("peeked");
-            let Some(f) = self.in_flight.remove(&seq) else {
-                continue;
-            };
-            self.net.delivered += 1;
-            if self.nodes[f.to].up {
-                self.nodes[f.to]
-                    .cm
-                    .handle_mad(self.now, f.src, f.src_qpn, &f.mad);
-                self.drain_events(f.to);
+        // The network delivers what is due (a corrupted packet fails the
+        // device's ICRC check), then each node's CM takes what its QP 1
+        // received, in order.
+        self.sim.step(softrdma_proto::Instant(self.now.0));
+        for i in 0..self.nodes.len() {
+            while let Some(m) = self.sim.nodes[i].dev.poll_gsi() {
+                if self.nodes[i].up {
+                    // Held (a request nobody listens for yet) or to the CM.
+                    self.nodes[i]
+                        .dev
+                        .receive(self.now, m.src, m.src_qpn, &m.mad);
+                    self.drain_events(i);
+                }
             }
         }
         for i in 0..self.nodes.len() {
-            if self.nodes[i].up
-                && self.nodes[i]
-                    .cm
-                    .poll_timeout()
-                    .is_some_and(|d| d <= self.now)
-            {
-                self.nodes[i].cm.handle_timeout(self.now);
+            if self.nodes[i].up && self.nodes[i].dev.deadline().is_some_and(|d| d <= self.now) {
+                self.nodes[i].dev.handle_timeout(self.now);
                 self.drain_events(i);
             }
         }
@@ -219,11 +229,13 @@ impl World<'_> {
 
     pub(super) fn destroy(&mut self, node: usize, id: CmId) {
         let now = self.now;
-        if self.nodes[node].cm.destroy(now, id).is_err() {
+        if self.nodes[node].dev.cm.destroy(now, id).is_err() {
             self.violation(format!("destroy of {id} on node {node} failed"));
         }
         self.owners.remove(&(node, id));
-        self.ids.remove(&(node, id));
+        if let Some((ps, port, num)) = self.ids.remove(&(node, id)).and_then(|l| l.port) {
+            self.nodes[node].unbind(ps, port, num);
+        }
     }
 
     pub(super) fn outcome(&mut self, node: usize, id: CmId, what: &str) {
@@ -235,7 +247,7 @@ impl World<'_> {
     }
 
     pub(super) fn drain_events(&mut self, node: usize) {
-        while let Some(e) = self.nodes[node].cm.poll_event() {
+        while let Some(e) = self.nodes[node].dev.cm.poll_event() {
             self.on_event(node, e);
         }
     }

@@ -96,7 +96,7 @@ impl Shared {
         let now = self.now();
         self.last_activity.store(now.0, Ordering::Relaxed);
         let mut count = 0;
-        let mut core = lock(&self.core);
+        let mut core = self.lock_core();
         let RxBufs {
             bufs,
             meta: metas,

@@ -46,6 +46,8 @@ impl Shared {
         };
         let mut paths = paths.lock();
         let now = std::time::Instant::now();
+        // Rings whose reader is gone are let go of (every REAP_EVERY).
+        paths.reap(now);
         let mut pieces: Vec<IoPiece<'_>> = Vec::with_capacity(4);
         let mut n = 0;
         for d in tx.pending.iter() {

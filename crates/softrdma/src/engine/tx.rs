@@ -57,7 +57,7 @@ impl Shared {
             if !more || full {
                 return;
             }
-            core = lock(&self.core);
+            core = self.lock_core();
         }
     }
 
@@ -71,6 +71,13 @@ impl Shared {
     /// Sends queued datagrams. Returns whether the socket is full, and the
     /// highest gather sequence number of the datagrams sent or dropped.
     pub(super) fn send_locked(&self, tx: &mut TxQueue) -> (bool, u64) {
+        let r = self.send_queued(tx);
+        self.tx_backlog
+            .store(!tx.pending.is_empty(), Ordering::SeqCst);
+        r
+    }
+
+    fn send_queued(&self, tx: &mut TxQueue) -> (bool, u64) {
         let mut released = 0;
         if tx.faults.is_some() {
             self.release_held_tx(tx, self.now(), false);

@@ -2,7 +2,7 @@
 //! the datagrams for its QPs, says goodbye for members that die, and
 //! leaves with the last member (see the module above).
 
-use super::msg::{self, MemberInfo, Reply, Request};
+use super::msg::{self, MemberInfo, PathRing, Reply, Request, RingGift};
 use super::route::{MemberId, Routes};
 use softrdma_io::{
     EventFd, PidFd, Poller, RecvMeta as IoMeta, Ring, SeqPacket, SocketConfig, Transmit, UdpSocket,
@@ -51,14 +51,20 @@ const RX_BUF: usize = 64 * 1024;
 pub(crate) const REC_HDR: usize = 24;
 /// Ring record tag of a datagram.
 pub(crate) const TAG_DATAGRAM: u32 = 1;
-/// Ring record tag (no body) telling a member that senders of the
-/// same-host path gave it rings: it takes them (`TakeRings`).
-pub(crate) const TAG_OFFER: u32 = 2;
-/// How long the device process waits for a path connection's second
-/// message (`GiveRing`), which its sender sends at once.
-const PATH_WAIT: Duration = Duration::from_millis(500);
+/// How long an accepted connection may take to say its first message
+/// (`Hello` or `OpenPath`, which its process sends at once) before the
+/// device process closes it. Never waited for: such connections are
+/// watched beside the others.
+const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
+/// Accepted connections that have not said their first message yet, at
+/// once; past that the oldest is closed.
+const MAX_PENDING: usize = 64;
+/// A loop of the device process that took longer than this (it was not
+/// scheduled, or something blocked it) is named in `SOFTRDMA_HOST_TRACE`.
+const TRACE_LATE: Duration = Duration::from_millis(250);
 
-/// Poller token of the listening socket.
+/// Poller token of the listening socket, and of the connections accepted
+/// that have not said their first message yet.
 const TOKEN_LISTEN: u32 = 2;
 /// First poller token of the members.
 const TOKEN_MEMBER0: u32 = 3;
@@ -91,7 +97,16 @@ struct Member {
     /// It takes part in the same-host path (not `SOFTRDMA_SAME_HOST=udp`).
     same_host: bool,
     /// Rings senders of the same-host path gave it, not yet taken.
-    offers: Vec<OwnedFd>,
+    offers: Vec<Offer>,
+}
+
+/// A ring a sender of the same-host path gave a member.
+struct Offer {
+    ring: OwnedFd,
+    sender: u64,
+    /// The sender's process (the member lets go of the ring when it
+    /// exits, whoever still holds copies of its descriptors).
+    pidfd: Option<PidFd>,
 }
 
 /// Writes the ring header of a datagram from `src`.
@@ -197,6 +212,11 @@ struct Host {
     unrouted: u64,
     /// Same-host path: (sender, member) pairs whose ring was given.
     path_rings: std::collections::HashSet<(u64, MemberId)>,
+    /// Connections accepted whose first message has not come yet, and
+    /// since when (watched with [`TOKEN_LISTEN`]).
+    pending: Vec<(SeqPacket, Instant)>,
+    /// How long they have ([`FIRST_MESSAGE_WAIT`]; longer in tests).
+    first_wait: Duration,
 }
 
 impl Host {
@@ -220,6 +240,8 @@ impl Host {
             meta: vec![IoMeta::default(); RX_BATCH],
             unrouted: 0,
             path_rings: Default::default(),
+            pending: Vec::new(),
+            first_wait: FIRST_MESSAGE_WAIT,
         })
     }
 
@@ -240,6 +262,7 @@ impl Host {
                         self.leave(slot);
                     }
                 }
+                self.drop_silent_pending();
             }
             if self.receive() > 0 {
                 last_rx = Instant::now();
@@ -249,9 +272,18 @@ impl Host {
             } else {
                 REAP_EVERY
             };
+            let slept = Instant::now();
             let r = self.poller.wait(Some(timeout))?;
+            let late = slept.elapsed().saturating_sub(timeout);
+            if late > TRACE_LATE {
+                trace(&format!(
+                    "device process {} ran {late:?} after its wait ended (timeout {timeout:?})",
+                    std::process::id()
+                ));
+            }
             if r.others & (1 << TOKEN_LISTEN) != 0 {
                 self.accept();
+                self.serve_pending();
             }
             for slot in 0..MAX_MEMBERS {
                 if r.others & (1u64 << (TOKEN_MEMBER0 as usize + slot)) != 0 {
@@ -260,7 +292,9 @@ impl Host {
             }
             let any = self.members.iter().any(Option::is_some);
             ever |= any;
-            if !any && (ever || started.elapsed() > FIRST_MEMBER_WAIT) {
+            // (A connection still in its handshake keeps it: a program
+            // joining as the last member leaves.)
+            if !any && self.pending.is_empty() && (ever || started.elapsed() > FIRST_MEMBER_WAIT) {
                 // The last member left: so does the device. A program
                 // connecting just now finds the name free and starts a
                 // new device process.
@@ -325,31 +359,82 @@ impl Host {
         total
     }
 
+    /// Accepts new connections: each is watched until its first message
+    /// comes (never waited for: a process stopped between its connect and
+    /// its first message must not stop the device's traffic).
     fn accept(&mut self) {
         while let Ok(Some(conn)) = self.listener.accept() {
-            let _ = self.welcome(conn);
+            match conn.peer_cred() {
+                // Another user's program: the abstract name is visible to
+                // every process of the namespace; the device is this
+                // user's.
+                Ok(c) if c.uid == self.euid => {}
+                _ => continue,
+            }
+            if self.pending.len() >= MAX_PENDING {
+                let (old, _) = self.pending.remove(0);
+                let _ = self.poller.remove(old.as_raw_fd());
+            }
+            if self.poller.add(conn.as_raw_fd(), TOKEN_LISTEN).is_ok() {
+                self.pending.push((conn, Instant::now()));
+            }
         }
     }
 
-    /// A new connection: checks who it is, reads its `Hello`, answers.
-    fn welcome(&mut self, conn: SeqPacket) -> io::Result<()> {
-        let cred = conn.peer_cred()?;
-        if cred.uid != self.euid {
-            // Another user's program: the abstract name is visible to
-            // every process of the namespace; the device is this user's.
-            return Ok(());
-        }
+    /// Reads the first message of the accepted connections that have one.
+    fn serve_pending(&mut self) {
+        let mut i = 0;
         let mut buf = vec![0u8; msg::MAX_MSG];
-        let mut fds = Vec::new();
-        let n = conn.recv_wait(&mut buf, &mut fds, Duration::from_secs(5))?;
-        let (version, comm, same_host) = match Request::decode(&buf[..n]) {
+        while i < self.pending.len() {
+            let mut fds = Vec::new();
+            let n = match self.pending[i].0.try_recv(&mut buf, &mut fds) {
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(Some(n)) => Some(n),
+                Err(_) => None,
+            };
+            let (conn, _) = self.pending.swap_remove(i);
+            let _ = self.poller.remove(conn.as_raw_fd());
+            if let Some(n) = n.filter(|&n| n > 0) {
+                let _ = self.first_message(conn, &buf[..n], fds);
+            }
+        }
+    }
+
+    /// Closes the accepted connections that said nothing for
+    /// [`FIRST_MESSAGE_WAIT`].
+    fn drop_silent_pending(&mut self) {
+        let wait = self.first_wait;
+        let (silent, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(_, t)| t.elapsed() >= wait);
+        for (conn, _) in silent {
+            let _ = self.poller.remove(conn.as_raw_fd());
+        }
+        self.pending = kept;
+    }
+
+    /// A new connection's first message: a member's `Hello` (answered
+    /// with `Welcome`) or a sender's `OpenPath`.
+    fn first_message(
+        &mut self,
+        conn: SeqPacket,
+        msg: &[u8],
+        mut fds: Vec<OwnedFd>,
+    ) -> io::Result<()> {
+        let cred = conn.peer_cred()?;
+        let (version, comm, same_host) = match Request::decode(msg) {
             Ok(Request::Hello {
                 version,
                 comm,
                 same_host,
                 ..
             }) => (version, comm, same_host),
-            Ok(Request::OpenPath { sender, qpn }) => return self.open_path(&conn, sender, qpn),
+            Ok(Request::OpenPath { sender, qpn }) => {
+                return self.open_path(&conn, cred.pid, sender, qpn, fds.pop())
+            }
             _ => return Ok(()),
         };
         let Some(slot) = self.members.iter().position(Option::is_none) else {
@@ -399,10 +484,18 @@ impl Host {
 
     /// A sender of the same-host path (a member of this or another device
     /// of this user in this namespace: the name and `SO_PEERCRED` said so)
-    /// asks who owns `qpn`; gives it the owner's wake-up eventfd and, on
-    /// its first path to that owner, takes the ring it writes into and
-    /// offers it to the owner.
-    fn open_path(&mut self, conn: &SeqPacket, sender: u64, qpn: u32) -> io::Result<()> {
+    /// asks who owns `qpn`; gives it the owner's wake-up eventfd and
+    /// pidfd and, on its first path to that owner, takes the ring it
+    /// offers (`ring`; without one it is told to ask again with one) and
+    /// offers it to the owner. Answers at once, whatever the sender does.
+    fn open_path(
+        &mut self,
+        conn: &SeqPacket,
+        pid: i32,
+        sender: u64,
+        qpn: u32,
+        ring: Option<OwnedFd>,
+    ) -> io::Result<()> {
         let owner = self.routes.owner_of(qpn).and_then(|id| {
             self.members
                 .iter()
@@ -411,40 +504,41 @@ impl Host {
         let Some(slot) = owner else {
             return conn.send(&Reply::Err(libc::ENOENT).encode(), &[]);
         };
+        let id = self.members[slot].as_ref().expect("owner").id;
+        let state = match ring {
+            // (A ring given when one was given before replaces it: the
+            // sender lost its end, e.g. our answer came too late; the
+            // member lets go of the old one when its producer closes it.)
+            None if self.path_rings.contains(&(sender, id)) => PathRing::Have,
+            Some(ring) => {
+                self.path_rings.insert((sender, id));
+                let m = self.members[slot].as_mut().expect("owner");
+                m.offers.push(Offer {
+                    ring,
+                    sender,
+                    pidfd: (pid > 0).then(|| PidFd::open(pid).ok()).flatten(),
+                });
+                // Told by the flag beside its ring's records (a full ring
+                // must not lose the offer); woken if it sleeps.
+                if m.ring.raise() {
+                    m.wake.signal();
+                }
+                PathRing::Taken
+            }
+            None => PathRing::Need,
+        };
         let m = self.members[slot].as_ref().expect("owner");
-        let id = m.id;
-        let need_ring = !self.path_rings.contains(&(sender, id));
+        let mut fds = vec![m.wake.as_fd()];
+        fds.extend(m.pidfd.as_ref().map(AsFd::as_fd));
         conn.send(
             &Reply::Path {
                 member: u64::from(id),
-                need_ring,
+                ring: state,
+                pidfd: fds.len() == 2,
             }
             .encode(),
-            &[m.wake.as_fd()],
-        )?;
-        if !need_ring {
-            return Ok(());
-        }
-        let mut buf = vec![0u8; msg::MAX_MSG];
-        let mut fds = Vec::new();
-        let n = conn.recv_wait(&mut buf, &mut fds, PATH_WAIT)?;
-        match (Request::decode(&buf[..n]), fds.pop()) {
-            (Ok(Request::GiveRing { sender: s, member }), Some(fd))
-                if s == sender && member == u64::from(id) =>
-            {
-                self.path_rings.insert((sender, id));
-                let m = self.members[slot].as_mut().expect("owner");
-                m.offers.push(fd);
-                // Told through its ring, in order with its datagrams; woken
-                // if it sleeps. (A full ring: it finds the offer with its
-                // next `TakeRings`, asked for by the next offer.)
-                if m.ring.push_unpublished(TAG_OFFER, &[]) && m.ring.publish() {
-                    m.wake.signal();
-                }
-                conn.send(&Reply::Ok.encode(), &[])
-            }
-            _ => Ok(()),
-        }
+            &fds,
+        )
     }
 
     /// Reads a member's requests; its end closing is its death.
@@ -504,21 +598,32 @@ impl Host {
                 }
                 Request::TakeRings => {
                     let m = self.members[slot].as_mut().expect("member");
-                    // At most MAX_FDS at a time: the member asks again
+                    // At most MAX_GIFTS at a time: the member asks again
                     // while it gets that many.
-                    let k = m.offers.len().min(softrdma_io::MAX_FDS);
-                    let rings: Vec<OwnedFd> = m.offers.drain(..k).collect();
-                    let fds: Vec<_> = rings.iter().map(|f| f.as_fd()).collect();
-                    let r = Reply::Rings(fds.len() as u32).encode();
+                    let k = m.offers.len().min(msg::MAX_GIFTS);
+                    let offers: Vec<Offer> = m.offers.drain(..k).collect();
+                    let mut fds = Vec::new();
+                    let mut gifts = Vec::new();
+                    for o in &offers {
+                        fds.push(o.ring.as_fd());
+                        fds.extend(o.pidfd.as_ref().map(AsFd::as_fd));
+                        gifts.push(RingGift {
+                            sender: o.sender,
+                            pidfd: o.pidfd.is_some(),
+                        });
+                    }
+                    let r = Reply::Rings(gifts).encode();
                     if m.ctl.send(&r, &fds).is_err() {
                         self.leave(slot);
                         return;
                     }
                     None
                 }
-                Request::OpenPath { .. } | Request::GiveRing { .. } => {
-                    Some(Reply::Err(libc::EINVAL))
+                Request::RingGone { sender } => {
+                    self.path_rings.remove(&(sender, id));
+                    None
                 }
+                Request::OpenPath { .. } => Some(Reply::Err(libc::EINVAL)),
                 Request::Bye => {
                     self.leave(slot);
                     return;
@@ -595,5 +700,120 @@ mod tests {
         }
         assert_eq!(parse_rec_header(&[0; REC_HDR]), None);
         assert_eq!(parse_rec_header(&[4; 3]), None);
+    }
+
+    /// A member's end of the handshake: its link and ring.
+    fn join(name: &[u8], same_host: bool) -> (SeqPacket, Ring, EventFd) {
+        let conn = SeqPacket::connect(name).unwrap();
+        let wake = EventFd::new().unwrap();
+        let hello = Request::Hello {
+            version: msg::VERSION,
+            same_host,
+            mtu: 0,
+            comm: "t".into(),
+        };
+        conn.send(&hello.encode(), &[wake.as_fd()]).unwrap();
+        let (reply, mut fds) = answer(&conn);
+        assert!(matches!(reply, Reply::Welcome { .. }), "{reply:?}");
+        assert_eq!(fds.len(), 2);
+        let ring = Ring::attach(fds.pop().unwrap()).unwrap();
+        (conn, ring, wake)
+    }
+
+    fn answer(conn: &SeqPacket) -> (Reply, Vec<OwnedFd>) {
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        // Long: the device process answers at once unless something
+        // blocks it (the defect this guards against blocked it 5 s).
+        let n = conn
+            .recv_wait(&mut buf, &mut fds, Duration::from_secs(60))
+            .expect("an answer");
+        (Reply::decode(&buf[..n]).expect("a reply"), fds)
+    }
+
+    fn ask(conn: &SeqPacket, req: &Request) -> Reply {
+        conn.send(&req.encode(), &[]).unwrap();
+        answer(conn).0
+    }
+
+    /// Connections that have not said who they are yet do not stop the
+    /// device process: while one stays silent after connecting, a
+    /// member's datagrams are routed, its requests answered and a path
+    /// opened; the silent one is still served when it speaks, and keeps
+    /// the device process alive until then. (It used to wait for a first
+    /// message inline, up to 5 s, routing nothing: a connecting process a
+    /// loaded machine did not schedule held every member of the address.)
+    /// No timing decides it: the first-message wait is an hour here and
+    /// the order of events is forced.
+    #[test]
+    fn connections_in_their_handshake_never_hold_the_device() {
+        let name = format!("softrdma-test/{}/handshake", std::process::id()).into_bytes();
+        let listener = SeqPacket::listen(&name).unwrap();
+        let socket =
+            UdpSocket::bind_with("127.41.0.1:0".parse().unwrap(), &SocketConfig::default())
+                .unwrap();
+        let dev = socket.local_addr();
+        let mut host = Host::new(listener, socket).unwrap();
+        host.first_wait = Duration::from_secs(3600);
+        let t = std::thread::spawn(move || host.run());
+
+        let (m, mut ring, _wake) = join(&name, true);
+        const QPN: u32 = 0x41_2345;
+        assert_eq!(ask(&m, &Request::ClaimQpn(QPN)), Reply::Ok);
+
+        // Silent: connected, nothing sent.
+        let silent = SeqPacket::connect(&name).unwrap();
+
+        // A datagram for the member's QP: routed into its ring.
+        let mut dgram = vec![0u8; 40];
+        dgram[0] = 0x04; // RC SEND only
+        dgram[5..8].copy_from_slice(&QPN.to_be_bytes()[1..]);
+        dgram[12] = 0xab;
+        let peer = std::net::UdpSocket::bind("127.41.0.2:0").unwrap();
+        peer.send_to(&dgram, dev).unwrap();
+        assert_eq!(ask(&m, &Request::Receive), Reply::Ok);
+        let mut buf = vec![0u8; 4096];
+        let (tag, len) = ring.pop(&mut buf).expect("the datagram in the ring");
+        assert_eq!(tag, TAG_DATAGRAM);
+        assert_eq!(&buf[REC_HDR..len], &dgram[..]);
+
+        // A path to the member's QP, opened with its ring.
+        let path = SeqPacket::connect(&name).unwrap();
+        let given = Ring::create("t", 4096).unwrap();
+        let open = Request::OpenPath {
+            sender: 7,
+            qpn: QPN,
+        };
+        path.send(&open.encode(), &[given.fd()]).unwrap();
+        let (r, _) = answer(&path);
+        assert!(
+            matches!(
+                r,
+                Reply::Path {
+                    ring: PathRing::Taken,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        // The member is told by the flag beside its ring.
+        assert!(ring.take_raised());
+
+        // The last member leaves; the silent connection keeps the device
+        // process, and is served when it speaks.
+        drop(m);
+        let hello = Request::Hello {
+            version: msg::VERSION,
+            same_host: false,
+            mtu: 0,
+            comm: "late".into(),
+        };
+        let wake = EventFd::new().unwrap();
+        silent.send(&hello.encode(), &[wake.as_fd()]).unwrap();
+        assert!(matches!(answer(&silent).0, Reply::Welcome { .. }));
+
+        // Its last member leaves: so does the device process.
+        drop((silent, path));
+        t.join().unwrap().unwrap();
     }
 }

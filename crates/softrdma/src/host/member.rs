@@ -2,12 +2,10 @@
 //! it if there is none), claims QP numbers and listeners, sends QP 1
 //! traffic through it, and reads its datagrams from the ring.
 
-use super::daemon::{
-    parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM, TAG_OFFER,
-};
+use super::daemon::{parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM};
 use super::msg::{self, MemberInfo, Reply, Request};
 use crate::sync::Mutex;
-use softrdma_io::{EventFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
+use softrdma_io::{EventFd, PidFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
 use std::ffi::OsString;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +29,7 @@ pub(crate) struct Member {
     pub host_pid: i32,
     /// Rings of the same-host path: other processes' devices (or this
     /// one's) write our datagrams there, one ring per sender.
-    inbound: Mutex<Vec<Ring>>,
+    inbound: Mutex<Inbound>,
     /// The device process said senders gave us rings.
     offered: AtomicBool,
     /// Datagrams received through the same-host path.
@@ -40,9 +38,62 @@ pub(crate) struct Member {
     pub same_host: bool,
     /// The counters were traced.
     traced: AtomicBool,
+    /// The process's fork generation when it joined: a forked child's
+    /// copy closes nothing of its parent's.
+    generation: u64,
     /// Our ways to other members (the sending side of the path; taken
     /// under the engine's `tx` lock only). `None`: the path is off.
     pub(crate) paths: Option<Mutex<super::path::Paths>>,
+}
+
+/// A ring of the same-host path that a sender writes into for us.
+struct InRing {
+    ring: Ring,
+    /// The sender's token (told to the device process when we let go).
+    sender: u64,
+    /// The sender's process (`None`: not visible from the device
+    /// process).
+    producer: Option<PidFd>,
+    /// Its producer closed it or died: read what it published, then let
+    /// go of it.
+    dying: bool,
+}
+
+/// The inbound rings, and when they were last looked at.
+struct Inbound {
+    rings: Vec<InRing>,
+    last_reap: Instant,
+    /// Receives since the clock was last read for that.
+    calls: u32,
+}
+
+/// Receives between two looks at the clock for [`Inbound::reap`] (a
+/// progress thread that sleeps looks before each sleep).
+const REAP_CALLS: u32 = 1024;
+
+impl Inbound {
+    /// Every `REAP_EVERY`: marks the rings whose producer closed them or
+    /// exited, and lets go of those that are empty. Returns their senders.
+    fn reap(&mut self, now: Instant) -> Vec<u64> {
+        if now.saturating_duration_since(self.last_reap) < super::path::REAP_EVERY {
+            return Vec::new();
+        }
+        self.last_reap = now;
+        let mut gone = Vec::new();
+        self.rings.retain_mut(|r| {
+            if !r.dying {
+                r.dying = r.ring.peer_closed() || r.producer.as_ref().is_some_and(PidFd::exited);
+            }
+            if r.dying && !r.ring.has_data() {
+                gone.push(r.sender);
+                return false;
+            }
+            true
+        });
+        // (A sender that replaced its ring still writes into the new one.)
+        gone.retain(|s| !self.rings.iter().any(|r| r.sender == *s));
+        gone
+    }
 }
 
 impl std::fmt::Debug for Member {
@@ -153,11 +204,16 @@ impl Member {
                         ring: Mutex::new(ring),
                         wake,
                         host_pid,
-                        inbound: Mutex::new(Vec::new()),
+                        inbound: Mutex::new(Inbound {
+                            rings: Vec::new(),
+                            last_reap: Instant::now(),
+                            calls: 0,
+                        }),
                         offered: AtomicBool::new(false),
                         path_received: AtomicU64::new(0),
                         same_host,
                         traced: AtomicBool::new(false),
+                        generation: softrdma_io::fork_generation(),
                         paths: same_host.then(|| Mutex::new(super::path::Paths::new(local))),
                     },
                 ))
@@ -241,6 +297,8 @@ impl Member {
             refused: p.refused,
             received: self.path_received.load(Ordering::Relaxed),
             paths: p.paths(),
+            rings_out: p.rings_out(),
+            rings_in: self.inbound.lock().rings.len() as u64,
         })
     }
 
@@ -257,10 +315,18 @@ impl Member {
     /// About to sleep: `false` when datagrams wait (do not sleep). Every
     /// ring gets its flag first, then each is looked at: a sender that
     /// publishes after our look sees the flag and writes the eventfd.
+    /// Also lets go of the same-host path's rings whose other end is
+    /// gone (an idle device looks here, not in the send and receive paths).
     pub fn prepare_sleep(&self) -> bool {
+        let now = Instant::now();
+        if let Some(mut p) = self.paths.as_ref().and_then(|p| p.try_lock()) {
+            p.reap(now);
+        }
+        let gone = self.inbound.lock().reap(now);
+        self.forget_senders(gone);
         let mut empty = self.ring.lock().prepare_sleep();
-        for r in self.inbound.lock().iter() {
-            empty &= r.prepare_sleep();
+        for r in self.inbound.lock().rings.iter() {
+            empty &= r.ring.prepare_sleep();
         }
         empty && !self.offered.load(Ordering::SeqCst)
     }
@@ -268,8 +334,15 @@ impl Member {
     /// Back from sleeping.
     pub fn awake(&self) {
         self.ring.lock().awake();
-        for r in self.inbound.lock().iter() {
-            r.awake();
+        for r in self.inbound.lock().rings.iter() {
+            r.ring.awake();
+        }
+    }
+
+    /// Tells the device process we let go of these senders' rings.
+    fn forget_senders(&self, gone: Vec<u64>) {
+        for sender in gone {
+            self.notify(&Request::RingGone { sender });
         }
     }
 
@@ -287,17 +360,29 @@ impl Member {
                 return;
             };
             drop(ctl);
-            let Ok(Reply::Rings(k)) = Reply::decode(&buf[..n]) else {
+            let Ok(Reply::Rings(gifts)) = Reply::decode(&buf[..n]) else {
                 return;
             };
             let mut inbound = self.inbound.lock();
-            for fd in fds {
+            let mut fds = fds.into_iter();
+            for g in &gifts {
+                let Some(fd) = fds.next() else { break };
+                let producer = if g.pidfd {
+                    fds.next().map(PidFd::from_fd)
+                } else {
+                    None
+                };
                 // A ring that is not one is ignored (the sender's loss).
-                if let Ok(r) = Ring::attach(fd) {
-                    inbound.push(r);
+                if let Ok(ring) = Ring::attach(fd) {
+                    inbound.rings.push(InRing {
+                        ring,
+                        sender: g.sender,
+                        producer,
+                        dying: false,
+                    });
                 }
             }
-            if (k as usize) < softrdma_io::MAX_FDS {
+            if gifts.len() < msg::MAX_GIFTS {
                 return;
             }
         }
@@ -306,21 +391,35 @@ impl Member {
     /// Takes up to `bufs.len()` datagrams from the ring, as a socket's
     /// receive would.
     pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+        let mut ring = self.ring.lock();
+        // Senders gave us rings: the device process raised the flag
+        // beside our ring (taken here, not under the ring's lock).
+        if ring.take_raised() {
+            self.offered.store(true, Ordering::SeqCst);
+        }
+        let mut n = self.recv_from(&mut ring, bufs, meta, 0);
+        drop(ring);
         if self.offered.load(Ordering::Relaxed) {
             self.take_rings();
         }
-        let mut n = self.recv_from(&mut self.ring.lock(), bufs, meta, 0);
-        let inbound = &mut *self.inbound.lock();
-        if !inbound.is_empty() {
-            let before = n;
-            for r in inbound.iter_mut() {
-                if n == bufs.len() {
-                    break;
-                }
-                n = self.recv_from(r, bufs, meta, n);
+        let mut inbound = self.inbound.lock();
+        if inbound.rings.is_empty() {
+            return n;
+        }
+        let before = n;
+        for r in inbound.rings.iter_mut() {
+            if n == bufs.len() {
+                break;
             }
-            self.path_received
-                .fetch_add((n - before) as u64, Ordering::Relaxed);
+            n = self.recv_from(&mut r.ring, bufs, meta, n);
+        }
+        self.path_received
+            .fetch_add((n - before) as u64, Ordering::Relaxed);
+        inbound.calls = inbound.calls.wrapping_add(1);
+        if inbound.calls.is_multiple_of(REAP_CALLS) {
+            let gone = inbound.reap(Instant::now());
+            drop(inbound);
+            self.forget_senders(gone);
         }
         n
     }
@@ -335,22 +434,19 @@ impl Member {
     ) -> usize {
         while n < bufs.len() {
             let buf = &mut bufs[n];
-            let Some((tag, len)) = ring.pop_unreleased(buf) else {
+            // The source header apart, the datagram straight at the start
+            // of the buffer (one copy out of the ring).
+            let mut h = [0u8; REC_HDR];
+            let Some((tag, dlen)) = ring.pop_split_unreleased(&mut h, buf) else {
                 break;
             };
-            if tag == TAG_OFFER {
-                // Taken at the next receive (not under this ring's lock).
-                self.offered.store(true, Ordering::SeqCst);
+            // (A record too short for a header and a datagram is garbage.)
+            if tag != TAG_DATAGRAM || dlen == 0 {
                 continue;
             }
-            if tag != TAG_DATAGRAM || len < REC_HDR {
-                continue;
-            }
-            let Some((src, tos, ttl)) = parse_rec_header(&buf[..REC_HDR]) else {
+            let Some((src, tos, ttl)) = parse_rec_header(&h) else {
                 continue;
             };
-            buf.copy_within(REC_HDR..len, 0);
-            let dlen = len - REC_HDR;
             meta[n] = IoMeta {
                 addr: src,
                 len: dlen,
@@ -390,7 +486,19 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
+        if softrdma_io::fork_generation() != self.generation {
+            // A forked child's copy: the rings are its parent's.
+            return;
+        }
         self.trace_counters();
+        // The other ends let go of our rings at once (a process that dies
+        // instead is seen by its pidfd).
+        if let Some(p) = &self.paths {
+            p.lock().close();
+        }
+        for r in self.inbound.lock().rings.iter_mut() {
+            r.ring.close();
+        }
     }
 }
 

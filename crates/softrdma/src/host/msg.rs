@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Version of this protocol: a device process and a member of different
 /// versions do not talk (the member says so and the program gets an
 /// error naming both).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Longest message.
 pub const MAX_MSG: usize = 4096;
@@ -65,27 +65,28 @@ pub enum Request {
     /// The member leaves (its device closes normally).
     Bye,
     /// First and only request of a *path* connection (the same-host path,
-    /// not a member): which member owns QP `qpn`? Answer: `Path` with the
-    /// owner's wake-up eventfd, or `Err(ENOENT)` (no member holds it, or
-    /// its owner does not take part in the same-host path).
+    /// not a member): which member owns QP `qpn`? Descriptor: none, or a
+    /// ring the sender offers for that member (taken if the sender gave
+    /// it none yet). Answer: `Path` with the owner's wake-up eventfd (and
+    /// pidfd), or `Err(ENOENT)` (no member holds it, or its owner does not
+    /// take part in the same-host path). One message each way: the device
+    /// process never waits for a sender. A ring offered for a member the
+    /// sender gave one before replaces it (the sender closed the old one).
     OpenPath {
         /// The sending device's token (random, per device and process).
         sender: u64,
         /// The destination QP.
         qpn: u32,
     },
-    /// Second request of a path connection, after `Path { need_ring:
-    /// true }`. Descriptor: the ring the sender will write the member's
-    /// datagrams into. Answer: `Ok`.
-    GiveRing {
+    /// A member takes the rings senders gave it (the device process
+    /// raised its ring's flag). Answer: `Rings`.
+    TakeRings,
+    /// A member let go of the ring `sender` gave it (its producer closed
+    /// it or died): the device process forgets the pair (no answer).
+    RingGone {
         /// As in `OpenPath`.
         sender: u64,
-        /// The member (`Path`'s).
-        member: u64,
     },
-    /// A member takes the rings senders gave it (it found a
-    /// `TAG_OFFER` record in its ring). Answer: `Rings`.
-    TakeRings,
 }
 
 /// A member as `Members` lists it.
@@ -129,16 +130,47 @@ pub enum Reply {
     Err(i32),
     /// The members.
     Members(Vec<MemberInfo>),
-    /// To `OpenPath`. Descriptor: the owner's wake-up eventfd.
+    /// To `OpenPath`. Descriptors: the owner's wake-up eventfd, then its
+    /// pidfd if `pidfd`.
     Path {
         /// The owner (a member number of this device process).
         member: u64,
-        /// The sender gave this member no ring yet: send one
-        /// (`GiveRing`).
-        need_ring: bool,
+        /// What became of the sender's ring for this member.
+        ring: PathRing,
+        /// The owner's pidfd follows (not when its process is not
+        /// visible from the device process's pid namespace).
+        pidfd: bool,
     },
-    /// To `TakeRings`: that many ring descriptors follow.
-    Rings(u32),
+    /// To `TakeRings`: one entry per ring; descriptors follow in order,
+    /// each ring then its sender's pidfd if the entry says so. At most
+    /// [`MAX_GIFTS`] per answer (the member asks again while it gets that
+    /// many).
+    Rings(Vec<RingGift>),
+}
+
+/// The rings one `Rings` answer carries at most (a ring and a pidfd
+/// each, within `softrdma_io::MAX_FDS` descriptors).
+pub const MAX_GIFTS: usize = softrdma_io::MAX_FDS / 2;
+
+/// The sender's ring for the owner of a QP, as `Path` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathRing {
+    /// The sender gave this member a ring before: write into that one.
+    Have,
+    /// The ring the request carried is now this member's.
+    Taken,
+    /// The sender has no ring for this member and the request carried
+    /// none: ask again with one.
+    Need,
+}
+
+/// A ring a sender gave a member, as `Rings` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingGift {
+    /// The sender's token (`OpenPath`'s).
+    pub sender: u64,
+    /// The sender's pidfd follows the ring.
+    pub pidfd: bool,
 }
 
 /// What travels on `evt`.
@@ -276,8 +308,8 @@ impl Request {
             Request::Members => W::new(8),
             Request::Bye => W::new(9),
             Request::OpenPath { sender, qpn } => W::new(10).u64(*sender).u32(*qpn),
-            Request::GiveRing { sender, member } => W::new(11).u64(*sender).u64(*member),
             Request::TakeRings => W::new(12),
+            Request::RingGone { sender } => W::new(14).u64(*sender),
             Request::Receive => W::new(13),
         }
         .0
@@ -307,11 +339,8 @@ impl Request {
                 sender: r.u64()?,
                 qpn: r.u32()?,
             },
-            11 => Request::GiveRing {
-                sender: r.u64()?,
-                member: r.u64()?,
-            },
             12 => Request::TakeRings,
+            14 => Request::RingGone { sender: r.u64()? },
             13 => Request::Receive,
             _ => return Err(BadMsg),
         };
@@ -350,8 +379,25 @@ impl Reply {
                 }
                 w
             }
-            Reply::Path { member, need_ring } => W::new(7).u64(*member).u8(u8::from(*need_ring)),
-            Reply::Rings(n) => W::new(8).u32(*n),
+            Reply::Path {
+                member,
+                ring,
+                pidfd,
+            } => W::new(7)
+                .u64(*member)
+                .u8(match ring {
+                    PathRing::Have => 0,
+                    PathRing::Taken => 1,
+                    PathRing::Need => 2,
+                })
+                .u8(u8::from(*pidfd)),
+            Reply::Rings(v) => {
+                let mut w = W::new(8).u32(v.len() as u32);
+                for g in v {
+                    w = w.u64(g.sender).u8(u8::from(g.pidfd));
+                }
+                w
+            }
         }
         .0
     }
@@ -386,9 +432,28 @@ impl Reply {
             }
             7 => Reply::Path {
                 member: r.u64()?,
-                need_ring: r.bool()?,
+                ring: match r.u8()? {
+                    0 => PathRing::Have,
+                    1 => PathRing::Taken,
+                    2 => PathRing::Need,
+                    _ => return Err(BadMsg),
+                },
+                pidfd: r.bool()?,
             },
-            8 => Reply::Rings(r.u32()?),
+            8 => {
+                let n = r.u32()? as usize;
+                if n > MAX_GIFTS {
+                    return Err(BadMsg);
+                }
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(RingGift {
+                        sender: r.u64()?,
+                        pidfd: r.bool()?,
+                    });
+                }
+                Reply::Rings(v)
+            }
             _ => return Err(BadMsg),
         };
         r.end()?;
@@ -448,11 +513,8 @@ mod tests {
                 sender: 0x1234_5678_9abc_def0,
                 qpn: 0xab_cdef,
             },
-            Request::GiveRing {
-                sender: 7,
-                member: 3,
-            },
             Request::TakeRings,
+            Request::RingGone { sender: 7 },
             Request::Receive,
         ];
         for m in &reqs {
@@ -486,9 +548,25 @@ mod tests {
             }]),
             Reply::Path {
                 member: 9,
-                need_ring: true,
+                ring: PathRing::Need,
+                pidfd: true,
             },
-            Reply::Rings(3),
+            Reply::Path {
+                member: 1,
+                ring: PathRing::Taken,
+                pidfd: false,
+            },
+            Reply::Rings(vec![
+                RingGift {
+                    sender: 3,
+                    pidfd: true,
+                },
+                RingGift {
+                    sender: u64::MAX,
+                    pidfd: false,
+                },
+            ]),
+            Reply::Rings(vec![]),
         ];
         for m in &reps {
             let b = m.encode();

@@ -10,11 +10,23 @@
 //! device process here — a remote host, rxe, a NIC — never answers, so
 //! such peers stay on UDP). A path connection (`OpenPath`, the peer's uid
 //! checked with `SO_PEERCRED` both ways) asks which member owns the
-//! destination QPN and gets that member's wake-up eventfd; the first time
-//! this sender reaches that member it creates a ring (single producer:
-//! this device; single consumer: that member) and hands it over
-//! (`GiveRing`); the device process offers it to the member through the
-//! member's own ring (`TAG_OFFER`), which then takes it (`TakeRings`).
+//! destination QPN and gets that member's wake-up eventfd and pidfd; the
+//! first time this sender reaches that member it hands over a ring
+//! (single producer: this device; single consumer: that member) with the
+//! request — one message each way, the device process never waits for a
+//! sender — and the device process offers it to the member by raising
+//! the flag beside the member's own ring (a full ring loses no offer),
+//! which then takes it (`TakeRings`) with the sender's pidfd.
+//!
+//! Rings do not outlive their peers: each end lets go of a ring when the
+//! other end closes it (`Ring::close`, at an orderly device close) or its
+//! process exits (the pidfd, which a forked child holding copies of the
+//! descriptors does not keep alive), looked at every [`REAP_EVERY`] from
+//! the send path and before the progress thread sleeps. A sender's ways
+//! to a freed ring are forgotten: its next datagram for that QP asks
+//! again, and a QP that no member owns any more goes to UDP, where it is
+//! lost — the transport retries and completes in error, as over a
+//! network.
 //!
 //! What moves is the datagram itself, byte for byte what UDP would carry
 //! (headers, payload, ICRC) behind the 24-byte source header the device
@@ -34,8 +46,8 @@
 //! with `ENOENT`.
 
 use super::daemon::{rec_header, TAG_DATAGRAM};
-use super::msg::{self, Reply, Request};
-use softrdma_io::{EventFd, IoPiece, Ring, SeqPacket};
+use super::msg::{self, PathRing, Reply, Request};
+use softrdma_io::{EventFd, IoPiece, PidFd, Ring, SeqPacket};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -58,6 +70,8 @@ const STALL: Duration = Duration::from_millis(5);
 /// How long a destination without a path (no device process here, or a
 /// QP no member of it owns) stays on UDP before the sender looks again.
 const NO_PATH_TTL: Duration = Duration::from_secs(1);
+/// How often the ends of the path look for rings whose peer is gone.
+pub(crate) const REAP_EVERY: Duration = Duration::from_millis(100);
 
 /// Where a (destination, QPN) goes.
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +88,8 @@ struct OutRing {
     ring: Ring,
     /// The receiving member's wake-up eventfd.
     wake: EventFd,
+    /// The receiving member's process (`None`: not visible).
+    owner: Option<PidFd>,
     /// Records pushed and not yet published.
     dirty: bool,
     /// The reader's position when last seen, and when it last moved.
@@ -104,6 +120,11 @@ pub struct SameHostCounters {
     pub received: u64,
     /// Paths (rings) it opened to other members.
     pub paths: u64,
+    /// Rings it writes into now (opened and not yet let go of: their
+    /// reader closed them or died).
+    pub rings_out: u64,
+    /// Rings other members write into for it now.
+    pub rings_in: u64,
 }
 
 /// A device's ways to other members (used under the engine's `tx` lock).
@@ -120,7 +141,12 @@ pub(crate) struct Paths {
     owners: HashMap<(SocketAddr, u64), usize>,
     /// Destinations with no device process here, until when.
     no_host: HashMap<SocketAddr, Instant>,
-    rings: Vec<OutRing>,
+    /// Indexed by `Way::Ring`; `None`: let go of (reused by the next).
+    rings: Vec<Option<OutRing>>,
+    /// Rings opened so far.
+    opened: u64,
+    /// When the rings' readers were last looked at.
+    last_reap: Instant,
     pub sent: u64,
     pub refused: u64,
 }
@@ -145,6 +171,8 @@ impl Paths {
             owners: HashMap::new(),
             no_host: HashMap::new(),
             rings: Vec::new(),
+            opened: 0,
+            last_reap: Instant::now(),
             sent: 0,
             refused: 0,
         }
@@ -152,7 +180,49 @@ impl Paths {
 
     /// Paths opened.
     pub fn paths(&self) -> u64 {
-        self.rings.len() as u64
+        self.opened
+    }
+
+    /// Rings written into now.
+    pub fn rings_out(&self) -> u64 {
+        self.rings.iter().flatten().count() as u64
+    }
+
+    /// Every [`REAP_EVERY`]: lets go of the rings whose reader closed them
+    /// or whose process exited, and forgets the ways to them and the
+    /// expired ways to UDP.
+    pub fn reap(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last_reap) < REAP_EVERY {
+            return;
+        }
+        self.last_reap = now;
+        let mut gone = Vec::new();
+        for (i, slot) in self.rings.iter_mut().enumerate() {
+            let dead = slot.as_ref().is_some_and(|r| {
+                r.ring.peer_closed() || r.owner.as_ref().is_some_and(PidFd::exited)
+            });
+            if dead {
+                // Unmapped here; the reader's end (if alive) is its own.
+                *slot = None;
+                gone.push(i);
+            }
+        }
+        self.ways.retain(|_, w| match *w {
+            Way::Ring(i) => !gone.contains(&i),
+            Way::Udp(until) => now < until,
+        });
+        self.owners.retain(|_, i| !gone.contains(i));
+        self.no_host.retain(|_, until| now < *until);
+    }
+
+    /// The device closes: tells the readers of its rings (they let go of
+    /// them at once, and wake to do so).
+    pub fn close(&mut self) {
+        for r in self.rings.iter_mut().flatten() {
+            if r.ring.close() {
+                r.wake.signal();
+            }
+        }
     }
 
     /// The ring for a datagram to `dst` starting with `head` (its BTH), or
@@ -197,44 +267,120 @@ impl Paths {
     /// `Err`: no device process of ours answers for `dst`; `Ok(None)`:
     /// it does, but no member of it takes `qpn` through the path.
     fn open_path(&mut self, dst: SocketAddr, qpn: u32) -> io::Result<Option<usize>> {
+        // A ring goes with the first request when we write to no member
+        // of `dst` yet (the usual case: one peer process per address);
+        // otherwise only when the device process asks for one.
+        // A ring offered and not kept (no answer in time, or not taken)
+        // is closed before it is dropped: if the device process did take
+        // it, its member lets go of it at once.
+        let abandon = |ring: Option<Ring>| {
+            if let Some(mut r) = ring {
+                r.close();
+            }
+        };
+        let mut offer = !self.owners.keys().any(|(d, _)| *d == dst);
+        for _ in 0..2 {
+            let ring = offer
+                .then(|| Ring::create("softrdma-path", self.ring_bytes))
+                .transpose()?;
+            let (member, state, wake, owner) = match self.ask(dst, qpn, ring.as_ref()) {
+                Ok(Some(a)) => a,
+                Ok(None) => {
+                    abandon(ring);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    abandon(ring);
+                    return Err(e);
+                }
+            };
+            let key = (dst, member);
+            match (state, ring) {
+                (PathRing::Have, ring) => {
+                    abandon(ring);
+                    match self.owners.get(&key) {
+                        Some(&i) => return Ok(Some(i)),
+                        // The device process has a ring of ours we do not
+                        // (an answer that came too late): give another,
+                        // which replaces it, rather than stay on UDP.
+                        None => offer = true,
+                    }
+                }
+                (PathRing::Taken, Some(ring)) => {
+                    let r = OutRing {
+                        ring,
+                        wake,
+                        owner,
+                        dirty: false,
+                        head: 0,
+                        moved: Instant::now(),
+                    };
+                    let i = match self.rings.iter().position(Option::is_none) {
+                        Some(i) => {
+                            self.rings[i] = Some(r);
+                            i
+                        }
+                        None => {
+                            self.rings.push(Some(r));
+                            self.rings.len() - 1
+                        }
+                    };
+                    self.opened += 1;
+                    // A device process that restarted numbers its members
+                    // anew: the newest ring for a member number wins.
+                    self.owners.insert(key, i);
+                    return Ok(Some(i));
+                }
+                (PathRing::Need, None) => offer = true,
+                (_, ring) => {
+                    abandon(ring);
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// One `OpenPath` exchange (a connection of its own): the owner of
+    /// `qpn`, what became of `ring`, the owner's wake-up eventfd and
+    /// pidfd. `Ok(None)`: no member takes `qpn` through the path.
+    #[allow(clippy::type_complexity)]
+    fn ask(
+        &self,
+        dst: SocketAddr,
+        qpn: u32,
+        ring: Option<&Ring>,
+    ) -> io::Result<Option<(u64, PathRing, EventFd, Option<PidFd>)>> {
         let name = super::rendezvous_name(dst)?;
         let conn = SeqPacket::connect(&name)?;
         if conn.peer_cred()?.uid != softrdma_io::euid() {
             return Err(io::Error::from(io::ErrorKind::PermissionDenied));
         }
         let sender = self.sender;
-        conn.send(&Request::OpenPath { sender, qpn }.encode(), &[])?;
+        let fds: Vec<_> = ring.iter().map(|r| r.fd()).collect();
+        conn.send(&Request::OpenPath { sender, qpn }.encode(), &fds)?;
         let mut buf = vec![0u8; msg::MAX_MSG];
         let mut fds = Vec::new();
         let n = conn.recv_wait(&mut buf, &mut fds, OPEN_WAIT)?;
-        let (member, need_ring, wake) = match (Reply::decode(&buf[..n]), fds.pop()) {
-            (Ok(Reply::Path { member, need_ring }), Some(wake)) => {
-                (member, need_ring, EventFd::from_fd(wake))
+        let mut fds = fds.into_iter();
+        match (Reply::decode(&buf[..n]), fds.next()) {
+            (
+                Ok(Reply::Path {
+                    member,
+                    ring,
+                    pidfd,
+                }),
+                Some(wake),
+            ) => {
+                let owner = if pidfd {
+                    fds.next().map(PidFd::from_fd)
+                } else {
+                    None
+                };
+                Ok(Some((member, ring, EventFd::from_fd(wake), owner)))
             }
-            _ => return Ok(None),
-        };
-        let key = (dst, member);
-        if !need_ring {
-            return Ok(self.owners.get(&key).copied());
+            _ => Ok(None),
         }
-        let ring = Ring::create("softrdma-path", self.ring_bytes)?;
-        conn.send(&Request::GiveRing { sender, member }.encode(), &[ring.fd()])?;
-        let n = conn.recv_wait(&mut buf, &mut fds, OPEN_WAIT)?;
-        if Reply::decode(&buf[..n]) != Ok(Reply::Ok) {
-            return Ok(None);
-        }
-        let i = self.rings.len();
-        self.rings.push(OutRing {
-            ring,
-            wake,
-            dirty: false,
-            head: 0,
-            moved: Instant::now(),
-        });
-        // A device process that restarted numbers its members anew: the
-        // newest ring for a member number wins.
-        self.owners.insert(key, i);
-        Ok(Some(i))
     }
 
     /// Writes a datagram (`pieces`: headers, payload, trailer) into ring
@@ -248,7 +394,11 @@ impl Paths {
         now: Instant,
     ) -> Pushed {
         let h = rec_header(self.local, tos, ttl);
-        let r = &mut self.rings[i];
+        let Some(r) = self.rings[i].as_mut() else {
+            // (Never: ways to a ring let go of are forgotten with it.)
+            self.refused += 1;
+            return Pushed::Lost;
+        };
         if r.ring.push_pieces_unpublished(TAG_DATAGRAM, &h, pieces) {
             r.dirty = true;
             self.sent += 1;
@@ -268,7 +418,7 @@ impl Paths {
 
     /// Publishes what was pushed; wakes the members that sleep.
     pub fn publish(&mut self) {
-        for r in self.rings.iter_mut().filter(|r| r.dirty) {
+        for r in self.rings.iter_mut().flatten().filter(|r| r.dirty) {
             r.dirty = false;
             if r.ring.publish() {
                 r.wake.signal();

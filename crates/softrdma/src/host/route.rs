@@ -82,9 +82,10 @@ pub struct Routes {
     conns: HashMap<u32, Conn>,
     /// SIDR_REQs sent: request ID → member.
     sidr: HashMap<u32, MemberId>,
-    /// REQs routed to a listener and not answered yet: (peer, its comm
-    /// ID) → its QPN.
-    pending_reqs: HashMap<(IpAddr, u32), Qpn>,
+    /// REQs received and not answered yet: (peer, its comm ID) → its
+    /// QPN, and the listening member the REQ went to (`None`: no one
+    /// listened; the oldest member's CM rejects it).
+    pending_reqs: HashMap<(IpAddr, u32), (Qpn, Option<MemberId>)>,
     /// Members in the order they joined (the fallback for a MAD no one
     /// owns: the oldest member's CM answers it, with a REJ or a DREP, as a
     /// lone device would).
@@ -188,11 +189,12 @@ impl Routes {
         let owner = |conns: &HashMap<u32, Conn>, id: u32| conns.get(&id).map(|c| c.member);
         let to = match m.msg {
             CmMsg::Req(r) => {
+                let to = self.listeners.get(&r.service_id.0).copied();
                 if self.pending_reqs.len() < MAX_PENDING_REQS {
                     self.pending_reqs
-                        .insert((src, r.local_comm_id), r.local_qpn);
+                        .insert((src, r.local_comm_id), (r.local_qpn, to));
                 }
-                self.listeners.get(&r.service_id.0).copied()
+                to
             }
             CmMsg::SidrReq(r) => self.listeners.get(&r.service_id.0).copied(),
             CmMsg::SidrRep(r) => self.sidr.remove(&r.request_id),
@@ -262,7 +264,10 @@ impl Routes {
                 },
             ),
             CmMsg::Rep(r) => {
-                let qpn = self.pending_reqs.remove(&(dst, r.remote_comm_id));
+                let qpn = self
+                    .pending_reqs
+                    .remove(&(dst, r.remote_comm_id))
+                    .map(|(q, _)| q);
                 add(
                     &mut self.conns,
                     r.local_comm_id,
@@ -313,6 +318,33 @@ impl Routes {
             .map(|(&id, _)| id)
             .collect();
         let mut out = Vec::new();
+        // REQs it received and never answered: a REJ, as the kernel's CM
+        // sends for a connection request whose listener's process died
+        // before accepting or rejecting it (the requester's rdma_connect
+        // then fails at once instead of after its REQ retries).
+        let unanswered: Vec<(IpAddr, u32)> = self
+            .pending_reqs
+            .iter()
+            .filter(|(_, &(_, to))| to == Some(m))
+            .map(|(&k, _)| k)
+            .collect();
+        for (peer, comm_id) in unanswered {
+            self.pending_reqs.remove(&(peer, comm_id));
+            self.tid = self.tid.wrapping_add(1);
+            let rej = CmMsg::Rej(RejRepr {
+                // Our side never got a communication ID on the wire.
+                local_comm_id: 0,
+                remote_comm_id: comm_id,
+                message_rejected: MsgRef::REQ,
+                reject_info_len: 0,
+                reason: RejReason::CONSUMER_DEFINED,
+                ari: &[],
+                private_data: &[],
+            });
+            if let Ok(mad) = CmMadRepr::new(self.tid, 0, rej).to_bytes() {
+                out.push(Farewell { dst: peer, mad });
+            }
+        }
         for id in mine {
             let Some(c) = self.conns.remove(&id) else {
                 continue;
@@ -518,6 +550,39 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(farewell_name(&f[0]), "REJ");
         assert!(r.members().is_empty());
+    }
+
+    /// A member killed between receiving a REQ and answering it: the
+    /// requester gets a REJ naming its REQ (it used to get nothing and
+    /// waited out its REQ retries). A REQ that found no listener (the
+    /// oldest member's CM rejects it) and one answered get none.
+    #[test]
+    fn unanswered_reqs_of_a_dead_listener_get_a_rej() {
+        let mut r = Routes::default();
+        r.join(1);
+        r.join(2);
+        r.listen(2, 42);
+        assert_eq!(r.route(PEER, &req(0xa, ServiceId(42), 0x10)), Some(2));
+        assert_eq!(r.route(PEER, &req(0xb, ServiceId(42), 0x11)), Some(2));
+        assert_eq!(r.route(PEER, &req(0xc, ServiceId(9), 0x12)), Some(1));
+        r.sent(2, PEER, &rep(0x2, 0xb, 0x20));
+        let f = r.leave(2);
+        let names: Vec<_> = f.iter().map(farewell_name).collect();
+        assert_eq!(names, ["REJ", "REJ"], "{f:?}");
+        let mut rejected: Vec<_> = f
+            .iter()
+            .map(|f| match CmMadRepr::parse(&f.mad).unwrap().msg {
+                CmMsg::Rej(j) => {
+                    assert_eq!(f.dst, PEER);
+                    (j.remote_comm_id, j.message_rejected)
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        rejected.sort_by_key(|x| x.0);
+        // 0xa's REQ (never answered), then 0xb's REP-sent connection.
+        assert_eq!(rejected, [(0xa, MsgRef::REQ), (0xb, MsgRef::OTHER)]);
+        assert!(r.leave(1).is_empty(), "1 never took 0xc's REQ as listener");
     }
 
     #[test]

@@ -7,11 +7,12 @@ use super::channel::Queued;
 use super::driver::{dev_state, now, service_id};
 use super::id::{einval, entry, pump_dev, CmId};
 use super::resolve::{self, provider};
-use super::state::{lock, IdEntry, Listen, St, State};
+use super::state::{lock, IdEntry, St, State};
 use super::{ConnParam, EventType};
 use crate::error::{Error, Result};
 use crate::Device;
 use softrdma_cm::negotiate::{self};
+use softrdma_cm::rdma::{Binding, Listener, PortError};
 use softrdma_cm::PortSpace;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -23,11 +24,25 @@ fn any_of(v4: bool) -> IpAddr {
     }
 }
 
-/// Lowest and highest ephemeral port (Linux's default
-/// `ip_local_port_range`).
-const EPHEMERAL: (u16, u16) = (32768, 60999);
+/// The port table's answer as the errno Linux gives.
+fn port_error(e: PortError) -> Error {
+    let errno = match e {
+        PortError::InUse(..) => libc::EADDRINUSE,
+        PortError::Taken(_) | PortError::NoEphemeral => libc::EADDRNOTAVAIL,
+    };
+    Error::cm(errno, e.to_string())
+}
 
-/// `cma_check_port`: may `num` hold `ip:port`?
+/// Id `e`'s binding of `ip` (its REUSEADDR, its AFONLY for `ip`'s family).
+fn binding(e: &IdEntry, ip: IpAddr, reuse: bool) -> Binding {
+    Binding {
+        ip,
+        reuseaddr: reuse,
+        afonly: e.opts.afonly(ip.is_ipv4()),
+    }
+}
+
+/// `cma_check_port`: may `num` hold `ip:port` (with REUSEADDR if `reuse`)?
 pub(super) fn check_port(
     st: &State,
     ps: PortSpace,
@@ -36,74 +51,42 @@ pub(super) fn check_port(
     ip: IpAddr,
     reuse: bool,
 ) -> Result<()> {
-    let Some(holders) = st.ports.get(&(ps, port)) else {
-        return Ok(());
-    };
-    let me = st.ids.get(&num);
-    let my_afonly = me.is_some_and(|e| e.opts.afonly(ip.is_ipv4()));
-    for &o in holders {
-        if o == num {
-            continue;
-        }
-        let Some(oe) = st.ids.get(&o) else {
-            continue;
-        };
-        if reuse && oe.opts.reuseaddr {
-            continue;
-        }
-        let oip = oe.src.map_or(any_of(true), |s| s.ip());
-        if my_afonly && oe.opts.afonly(oip.is_ipv4()) && oip.is_ipv4() != ip.is_ipv4() {
-            continue;
-        }
-        if ip.is_unspecified() || oip.is_unspecified() {
-            return Err(Error::cm(
-                libc::EADDRNOTAVAIL,
-                format!("port {port} in use"),
-            ));
-        }
-        if ip == oip {
-            return Err(Error::cm(libc::EADDRINUSE, format!("{ip}:{port} in use")));
-        }
-    }
-    Ok(())
+    let e = st.ids.get(&num).ok_or_else(|| einval("no such id"))?;
+    st.ports
+        .check(ps, port, num, binding(e, ip, reuse))
+        .map_err(port_error)
 }
 
 /// Binds `num` to `ip:port` in its port space (port 0: an ephemeral one).
 pub(super) fn take_port(st: &mut State, num: u64, ip: IpAddr, port: u16) -> Result<u16> {
     let e = st.ids.get(&num).ok_or_else(|| einval("no such id"))?;
-    let (ps, reuse) = (e.ps, e.opts.reuseaddr);
-    let port = if port != 0 {
-        check_port(st, ps, port, num, ip, reuse)?;
-        port
-    } else {
-        let span = u32::from(EPHEMERAL.1 - EPHEMERAL.0) + 1;
-        let mut b = [0u8; 4];
-        let _ = getrandom::fill(&mut b);
-        let start = u32::from_le_bytes(b) % span;
-        (0..span)
-            .map(|i| EPHEMERAL.0 + ((start + i) % span) as u16)
-            .find(|&p| !st.ports.contains_key(&(ps, p)))
-            .ok_or_else(|| Error::cm(libc::EADDRNOTAVAIL, "no free ephemeral port"))?
-    };
-    st.ports.entry((ps, port)).or_default().push(num);
+    let (ps, b) = (e.ps, binding(e, ip, e.opts.reuseaddr));
+    let mut r = [0u8; 4];
+    let _ = getrandom::fill(&mut r);
+    let port = st
+        .ports
+        .take(ps, num, port, b, u32::from_le_bytes(r))
+        .map_err(port_error)?;
     let e = st.ids.get_mut(&num).expect("checked");
     e.src = Some(SocketAddr::new(ip, port));
     e.port_held = true;
     Ok(port)
 }
 
-pub(super) fn release_port(st: &mut State, num: u64, e: &IdEntry) {
-    if !e.port_held {
+/// The port table learns that `num`'s address or REUSEADDR changed.
+pub(super) fn rebind_port(st: &mut State, num: u64) {
+    let Some(e) = st.ids.get(&num) else {
         return;
+    };
+    if let (true, Some(src)) = (e.port_held, e.src) {
+        let (ps, b) = (e.ps, binding(e, src.ip(), e.opts.reuseaddr));
+        st.ports.update(ps, src.port(), num, b);
     }
-    if let Some(src) = e.src {
-        let key = (e.ps, src.port());
-        if let Some(v) = st.ports.get_mut(&key) {
-            v.retain(|&n| n != num);
-            if v.is_empty() {
-                st.ports.remove(&key);
-            }
-        }
+}
+
+pub(super) fn release_port(st: &mut State, num: u64, e: &IdEntry) {
+    if let (true, Some(src)) = (e.port_held, e.src) {
+        st.ports.release(e.ps, src.port(), num);
     }
 }
 
@@ -202,6 +185,7 @@ impl CmId {
                     let (ps, reuse) = (e.ps, e.opts.reuseaddr);
                     check_port(g.st(), ps, port, num, ip, reuse)?;
                     entry(&mut g, num)?.src = Some(SocketAddr::new(ip, port));
+                    rebind_port(g.st(), num);
                 }
             }
             entry(&mut g, num)?.dev = Some(d);
@@ -299,14 +283,14 @@ impl CmId {
         check_port(g.st(), ps, port, num, src.ip(), false)?;
         let sid = service_id(ps, port);
         let e = entry(&mut g, num)?;
-        e.listen = Some(Listen {
-            backlog: if backlog <= 0 || backlog > 1024 {
-                1024
-            } else {
-                backlog as u32
-            },
-            pending: 0,
-        });
+        e.listen = Some(Listener::new(
+            ps,
+            src,
+            e.opts.afonly(src.is_ipv4()),
+            e.serial(),
+            super::driver::transport(e.qp_type),
+            backlog,
+        ));
         e.st = St::Listen;
         for d in &devs {
             dev_state(&mut g, d.shared());
@@ -320,10 +304,9 @@ impl CmId {
                 return Err(Error::cm(libc::ENOMEM, "rdma_listen: too many CM ids"));
             }
         }
-        // Requests that came before the listener: now.
+        // Requests that came before the listener went to the CM when the
+        // device listened (`DeviceCm::listen`): their events now.
         for d in &devs {
-            let t = now(d.shared());
-            dev_state(&mut g, d.shared()).release_parked(t, Some(sid));
             pump_dev(&mut g, d);
         }
         Ok(())

@@ -5,11 +5,11 @@
 
 use super::driver::{dev_state, now, service_id};
 use super::id::{einval, entry, pump_dev, CmId};
-use super::qp::{init_attrs, max_rd_atom, modify, modify_err};
+use super::qp::{apply, max_rd_atom, modify_err, rts_changes};
 use super::state::{lock, St};
 use super::ConnParam;
 use crate::error::Result;
-use softrdma_cm::negotiate::{self, QpState};
+use softrdma_cm::negotiate;
 use softrdma_cm::{PortSpace, RejReason, SidrRepParams, SidrStatus};
 use softrdma_proto::QpType;
 use softrdma_wire::cm::CmaHdrRepr;
@@ -97,7 +97,7 @@ impl CmId {
             ds.cm.connect(t, &rp)
         }
         .map_err(|e| einval(&e.to_string()))?;
-        ds.by_cm.insert(cm_id.comm_id(), num);
+        ds.bind(cm_id, num);
         let e = entry(&mut g, num)?;
         e.cm = Some(cm_id);
         e.st = St::Connect;
@@ -167,17 +167,9 @@ impl CmId {
         }
         if let Some(q) = qp {
             // ucma_modify_qp_rtr / ucma_modify_qp_rts.
-            let r = (|| -> Result<()> {
-                let a = init_attrs(&mut g, num, QpState::Init)?;
-                modify(&dev, q, &a)?;
-                let mut a = init_attrs(&mut g, num, QpState::Rtr)?;
-                a.attr.max_dest_rd_atomic = resp_res;
-                modify(&dev, q, &a)?;
-                let mut a = init_attrs(&mut g, num, QpState::Rts)?;
-                a.attr.max_rd_atomic = init_depth;
-                modify(&dev, q, &a)
-            })();
-            r?;
+            for c in rts_changes(&mut g, num, Some((resp_res, init_depth)))? {
+                apply(&dev, q, &c)?;
+            }
         }
         let conn = negotiate::ConnParam {
             private_data: p.private_data.clone(),

@@ -6,11 +6,10 @@
 use super::channel::{ChanInner, Queued};
 use super::driver::{dev_state, now};
 use super::id::{einval, entry, pump_dev, CmId, IdUser};
-use super::qp::{init_attrs, modify, modify_err};
+use super::qp::{apply, modify_err, rts_changes};
 use super::state::lock;
 use super::{CmEvent, EventType};
 use crate::error::Result;
-use softrdma_cm::negotiate::QpState;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -57,7 +56,7 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         EventType::ConnectRequest => {
             let child = q.new_id?;
             if let Some(l) = entry(&mut g, num).ok().and_then(|e| e.listen.as_mut()) {
-                l.pending = l.pending.saturating_sub(1);
+                l.taken();
             }
             let c = g.st().ids.get_mut(&child)?;
             let u = Arc::new(IdUser {
@@ -72,12 +71,9 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
             if let (Some(qpn), Some(dev)) = (qp, &dev) {
                 // ucma_process_conn_resp.
                 let r = (|| -> Result<()> {
-                    let a = init_attrs(&mut g, num, QpState::Init)?;
-                    modify(dev, qpn, &a)?;
-                    let a = init_attrs(&mut g, num, QpState::Rtr)?;
-                    modify(dev, qpn, &a)?;
-                    let a = init_attrs(&mut g, num, QpState::Rts)?;
-                    modify(dev, qpn, &a)?;
+                    for c in rts_changes(&mut g, num, None)? {
+                        apply(dev, qpn, &c)?;
+                    }
                     let cm_id = entry(&mut g, num)?.cm.ok_or_else(|| einval("no CM id"))?;
                     let t = now(dev.shared());
                     let ds = dev_state(&mut g, dev.shared());

@@ -187,6 +187,7 @@ impl CmId {
             return Err(einval("REUSEADDR after bind"));
         }
         e.opts.reuseaddr = on;
+        super::addr::rebind_port(g.st(), self.0.num);
         Ok(())
     }
 
@@ -298,7 +299,7 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
         let t = now(dev.shared());
         if let Some(ds) = g.st().devs.get_mut(&dev.serial()) {
             let _ = ds.cm.destroy(t, c);
-            ds.by_cm.remove(&c.comm_id());
+            ds.unbind(c);
         }
         pump_dev(g, &dev);
         g.defer_drop(dev);
@@ -311,7 +312,7 @@ fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
             .st()
             .devs
             .iter()
-            .filter(|(_, ds)| ds.listeners.contains_key(&sid))
+            .filter(|(_, ds)| ds.listens(sid))
             .map(|(&s, _)| s)
             .collect();
         for serial in serials {

@@ -6,9 +6,11 @@ use super::id::{einval, entry, CmId};
 use super::state::{lock, Guard};
 use crate::error::{Error, Result};
 use crate::{Device, QueuePair};
-use softrdma_cm::negotiate::{self, QpAttrs, QpState, RdmaCmOverrides};
+use softrdma_cm::negotiate::{QpAttrs, QpState, RdmaCmOverrides};
+use softrdma_cm::rdma::{self, QpChange};
+use softrdma_cm::Cm;
 use softrdma_proto::{AddressVector, Mtu, QpType};
-use softrdma_wire::{Psn, QKey, Qpn};
+use softrdma_wire::{QKey, Qpn};
 
 /// A CM attribute set as softrdma verbs attributes.
 pub(crate) fn to_verbs(a: &QpAttrs, dest_port: u16) -> (crate::QpAttr, crate::AttrMask) {
@@ -69,44 +71,63 @@ pub(super) fn max_rd_atom(dev: &Device) -> u8 {
     dev.query_device().max_qp_rd_atom.min(255) as u8
 }
 
-/// `rdma_init_qp_attr` for an id (under the lock).
-pub(super) fn init_attrs(g: &mut Guard, num: u64, state: QpState) -> Result<QpAttrs> {
+/// Applies a QP change the layer computed.
+pub(super) fn apply(dev: &Device, qpn: Qpn, c: &QpChange) -> Result<()> {
+    match c {
+        QpChange::Modify(a) => modify(dev, qpn, a),
+        QpChange::ToErr => {
+            modify_err(dev, qpn);
+            Ok(())
+        }
+    }
+}
+
+/// An id's side of its QP: its device's CM and its CM id (a connection),
+/// whether it is UD, rdma_cm's overrides.
+type QpSide<'a> = (Option<(&'a Cm, softrdma_cm::CmId)>, bool, RdmaCmOverrides);
+
+/// The id's side of its QP.
+fn qp_side(g: &mut Guard, num: u64) -> Result<QpSide<'_>> {
     let e = entry(g, num)?;
-    let (qp_type, cm, seq, opts) = (e.qp_type, e.cm, e.seq, e.opts);
+    let (ud, cm, seq, opts) = (e.qp_type == QpType::Ud, e.cm, e.seq, e.opts);
     let serial = e
         .serial()
         .ok_or_else(|| einval("the id has no device yet"))?;
-    let mut a = match (cm, qp_type) {
-        // cma_ib_init_qp_attr: no connection yet, or UD.
-        (None, _) | (_, QpType::Ud) => {
-            let mut attr = negotiate::create_qp_attrs(match qp_type {
-                QpType::Ud => negotiate::RdmaQpType::Ud {
-                    qkey: softrdma_cm::limits::RDMA_UDP_QKEY,
-                },
-                _ => negotiate::RdmaQpType::Connected,
-            })[0];
-            attr.attr.qp_state = state;
-            attr
-        }
-        (Some(c), _) => {
+    let o = RdmaCmOverrides {
+        rq_psn: Some(seq),
+        timeout: opts.ack_timeout,
+        min_rnr_timer: opts.min_rnr_timer,
+        ..Default::default()
+    };
+    let conn = match cm {
+        Some(c) if !ud => {
             let ds = g
                 .st()
                 .devs
                 .get(&serial)
                 .ok_or_else(|| einval("no CM on the device"))?;
-            ds.cm
-                .init_qp_attr(c, state)
-                .map_err(|e| einval(&e.to_string()))?
+            Some((&ds.cm, c))
         }
+        _ => None,
     };
-    RdmaCmOverrides {
-        rq_psn: Some(seq),
-        timeout: opts.ack_timeout,
-        min_rnr_timer: opts.min_rnr_timer,
-        ..Default::default()
-    }
-    .apply(&mut a);
-    Ok(a)
+    Ok((conn, ud, o))
+}
+
+/// `rdma_init_qp_attr` for an id (under the lock).
+pub(super) fn init_attrs(g: &mut Guard, num: u64, state: QpState) -> Result<QpAttrs> {
+    let (conn, ud, o) = qp_side(g, num)?;
+    rdma::init_qp_attr(conn, ud, state, &o).map_err(|e| einval(&e.to_string()))
+}
+
+/// INIT, RTR, RTS for a connected id's QP (`depths`: an accept's).
+pub(super) fn rts_changes(
+    g: &mut Guard,
+    num: u64,
+    depths: Option<(u8, u8)>,
+) -> Result<[QpChange; 3]> {
+    let (conn, _, o) = qp_side(g, num)?;
+    let (cm, c) = conn.ok_or_else(|| einval("no CM id"))?;
+    rdma::to_rts(cm, c, &o, depths).map_err(|e| einval(&e.to_string()))
 }
 
 impl CmId {
@@ -141,17 +162,8 @@ impl CmId {
             return Err(einval("the QP's type is not the id's"));
         }
         if ud {
-            for (i, a) in negotiate::create_qp_attrs(negotiate::RdmaQpType::Ud {
-                qkey: softrdma_cm::limits::RDMA_UDP_QKEY,
-            })
-            .iter()
-            .enumerate()
-            {
-                let mut a = *a;
-                if i == 2 {
-                    a.attr.sq_psn = Psn::ZERO;
-                }
-                modify(&dev, qp.qpn(), &a)?;
+            for c in rdma::ud_setup() {
+                apply(&dev, qp.qpn(), &c)?;
             }
         } else {
             let a = init_attrs(&mut g, num, QpState::Init)?;

@@ -24,18 +24,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-/// The rdma_cm state of an id (Linux `enum rdma_cm_state`, without the
-/// transient query states: resolution is immediate here).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum St {
-    Idle,
-    AddrBound,
-    AddrResolved,
-    RouteResolved,
-    Connect,
-    Disconnect,
-    Listen,
-}
+/// The rdma_cm state of an id (the layer's `IdState`).
+pub(crate) use softrdma_cm::rdma::IdState as St;
 
 /// Options set with `rdma_set_option` (and `rdma_set_min_rnr_timer`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -60,17 +50,6 @@ impl Opts {
     }
 }
 
-/// A listener's part. Its requests come through the CM listener of its
-/// service ID on each device it covers (its own, or every device for a
-/// wildcard address: those open now, and those that open later), which
-/// the rdma_cm listeners of one port share (`driver::cm_listen`).
-#[derive(Debug, Default)]
-pub(crate) struct Listen {
-    pub backlog: u32,
-    /// Requests queued and not yet taken by the program.
-    pub pending: u32,
-}
-
 /// One id.
 pub(crate) struct IdEntry {
     /// The program's handle (none yet for a request's id nobody took).
@@ -92,7 +71,12 @@ pub(crate) struct IdEntry {
     pub path: Option<Path>,
     /// The CM id of the connection (on `dev`).
     pub cm: Option<softrdma_cm::CmId>,
-    pub listen: Option<Listen>,
+    /// Listening (`St::Listen`): what it binds and its backlog. Its
+    /// requests come through the CM listener of its service ID on each
+    /// device it covers (its own, or every device for a wildcard address:
+    /// those open now, and those that open later), which the rdma_cm
+    /// listeners of one port share (`driver::cm_listen`).
+    pub listen: Option<softrdma_cm::rdma::Listener>,
     /// A request's id: its listener.
     pub listener: Option<u64>,
     /// The QP rdma_cm drives (`rdma_create_qp`).
@@ -157,7 +141,7 @@ pub(crate) struct State {
     /// Per device (by serial): its CM.
     pub devs: HashMap<u64, DevState>,
     /// Ids holding each (port space, port).
-    pub ports: HashMap<(PortSpace, u16), Vec<u64>>,
+    pub ports: softrdma_cm::rdma::Ports,
 }
 
 impl State {
