@@ -148,6 +148,16 @@ static void implicit(void)
 	      "an implicit region with an iova -> EINVAL");
 }
 
+/* Whether ibv_rereg_mr refuses `mr` the rights `access`: the kernel's
+ * answer, IBV_REREG_MR_ERR_CMD with errno EINVAL. */
+static int access_refused(struct ibv_mr *mr, int access)
+{
+	errno = 0;
+	return ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, access) ==
+		       IBV_REREG_MR_ERR_CMD &&
+	       errno == EINVAL;
+}
+
 static void rereg(void)
 {
 	static char buf[8192], buf2[8192];
@@ -164,10 +174,7 @@ static void rereg(void)
 	      "a translation without an address -> IBV_REREG_MR_ERR_INPUT");
 	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, p.pd, NULL, 0, rw) == IBV_REREG_MR_ERR_INPUT,
 	      "access bits without CHANGE_ACCESS -> IBV_REREG_MR_ERR_INPUT");
-	errno = 0;
-	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) ==
-			      IBV_REREG_MR_ERR_CMD &&
-		      errno == EINVAL,
+	CHECK(access_refused(mr, IBV_ACCESS_REMOTE_WRITE),
 	      "remote write without local write -> IBV_REREG_MR_ERR_CMD, EINVAL");
 	CHECK(wr(src, 64, (uintptr_t)buf, key) == IBV_WC_SUCCESS,
 	      "after the failed calls the region is unchanged");
@@ -221,10 +228,7 @@ static void rereg(void)
 					       .mw_access_flags = IBV_ACCESS_REMOTE_READ } }) == 0 &&
 		      poll_one(p.cqb, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
 	      "a window bound to a region");
-	errno = 0;
-	CHECK(ibv_rereg_mr(mb, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, rw) ==
-			      IBV_REREG_MR_ERR_CMD &&
-		      errno == EINVAL,
+	CHECK(access_refused(mb, rw),
 	      "rereg of a region with a bound window -> IBV_REREG_MR_ERR_CMD, EINVAL");
 	ibv_dealloc_mw(mw);
 	ibv_dereg_mr(mb);
