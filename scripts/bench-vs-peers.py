@@ -27,7 +27,8 @@ Rows (two processes unless the name says --loopback):
   ping-pong, UCX over TCP tag_bw), and UCX over softrdma (rc_verbs) with the
   path on vs UCX over TCP: tag_bw 1 MiB and tag_lat 8 B;
 - Open MPI, 2 ranks on one host, NetPIPE (NPopenmpi) at 1 MiB: pml ucx over
-  softrdma (rc_verbs, the same-host path on) vs pml ucx over TCP and vs
+  softrdma (rc_verbs, both ranks on SH_ADDR: the same-host path on) vs pml
+  ucx over TCP and vs
   Open MPI's own TCP BTL (ob1).
 
 Units: GB/s = 10^9 bytes/s (ucx_perftest's and perftest's "MB/s" are MiB/s
@@ -192,7 +193,11 @@ def ucx(test, size, iters, over="tcp", same_host=None):
     else:
         env, pre = {"UCX_TLS": "rc_v,self", "UCX_NET_DEVICES": "softrdma0:1"}, [SR, "exec", "--"]
         if same_host:
+            # Both processes on the one shared address (the path runs
+            # between members of device processes; `softrdma exec` alone
+            # gives each process an exclusive loopback address of its own).
             env["SOFTRDMA_SAME_HOST"] = same_host
+            env["SOFTRDMA_ADDR"] = SH_ADDR
     base = pre + ["ucx_perftest", "-t", test, "-s", str(size), "-n", str(iters), "-p", str(p)]
     r = pair(base, base[: len(pre)] + ["ucx_perftest", "127.0.0.1"] + base[len(pre) + 1 :], env=env, tcp_port=p)
     final = [l for l in r.out.splitlines() if l.startswith("Final:")]
@@ -247,7 +252,9 @@ def netpipe(over):
     UCX's TCP transport) or "ob1-tcp" (Open MPI's TCP BTL)."""
     mpirun = ["mpirun", "--allow-run-as-root", "-np", "2", "--mca", "mtl", "^ofi"]
     if over == "softrdma":
-        cmd = [SR, "exec", "--"] + mpirun + ["--mca", "pml", "ucx", "--mca", "btl", "self",
+        # Both ranks on the one shared address, so the same-host path
+        # carries their traffic.
+        cmd = [SR, "exec", "--addr", SH_ADDR, "--"] + mpirun + ["--mca", "pml", "ucx", "--mca", "btl", "self",
                                               "-x", "UCX_TLS=rc_v,self", "-x", "UCX_NET_DEVICES=softrdma0:1"]
     elif over == "ucx-tcp":
         cmd = mpirun + ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
@@ -384,8 +391,8 @@ def main():
         t.pair("same-host WRITE 1 MiB, path off (GB/s)", [o[0] for o in off], [p[0] for p in peer2], "UCX tcp tag_bw", None)
         on2, off2 = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: sr_bw("write-bw", 1048576, "udp"))
         t.pair("same-host WRITE 1 MiB, on vs off (GB/s)", [o[0] for o in on2], [o[0] for o in off2], "the path off (udp)", None)
-        # UCX over softrdma (rc_verbs) with the path on, both ranks on one
-        # shared address (softrdma exec's), vs UCX over TCP.
+        # UCX over softrdma (rc_verbs) with the path on, both processes on
+        # the one shared address SH_ADDR, vs UCX over TCP.
         for name, test, size, iters, idx, target, hb in [
             ("same-host UCX tag_bw 1 MiB over softrdma, path on (GB/s)", "tag_bw", 1048576, 2000, 0, 1.0, True),
             ("same-host UCX tag_lat 8 B over softrdma, path on (us)", "tag_lat", 8, 50000, 1, 1.0, False),
