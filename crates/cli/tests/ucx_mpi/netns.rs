@@ -108,6 +108,7 @@ fn mpich_eight_ranks_per_namespace_share_its_address() {
 }
 
 #[test]
+#[ignore = "known defect (issue 19): failed 1 of 3 fresh-clone CI runs with RC retry exceeded inside MPI_Finalize, towards ranks of the other namespace that had already left; run with --run-ignored"]
 fn openmpi_eight_ranks_per_namespace_share_its_address() {
     let _s = serial();
     ranks_share_the_host_address(Mpi::OpenMpi, 8);
