@@ -10,7 +10,7 @@
 //!
 //! Needs ibverbs-utils and rdmacm-utils (scripts/deps) and the built
 //! library; one test at a time with the other interop tests (their flock).
-//! Addresses 127.19.1.x, 127.62.1.x.
+//! Addresses 127.19.1.x, 127.62.1.x, 127.76.1.x.
 
 #[path = "common/libs.rs"]
 mod libs;
@@ -401,4 +401,82 @@ fn an_ack_waiting_in_the_device_process_completes_its_send_before_err() {
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(sa);
     assert_device_process_gone(ca);
+}
+
+/// A program that starts while the device's address is still held — as
+/// when the previous program's device process is leaving, or a member
+/// process still exits holding its duplicate of the device's socket —
+/// waits for the address and shares the device, as a NIC never refuses a
+/// program because the previous one just exited (issue 19: rdma-core's
+/// rdma_cm tests, one after another on 127.0.0.1, failed with "binding
+/// 127.0.0.1:4791 … Address already in use"). A plain socket holds the
+/// address until the device process started for the server says (in
+/// `SOFTRDMA_HOST_TRACE`) that it found it in use; the server then joins
+/// and runs with its client. Before, the device process gave up at once
+/// and the server's own bind failed (EADDRINUSE). Address 127.76.1.1.
+#[test]
+fn a_program_starting_while_the_address_is_let_go_shares_the_device() {
+    require("ibv_rc_pingpong");
+    let _s = serial();
+    let addr = "127.76.1.1";
+    let holder = std::net::UdpSocket::bind((addr, 4791)).expect("hold the address");
+    let trace = trace_file("held");
+    let port = 27601u16;
+    let p = port.to_string();
+    let args = ["-g", "0", "-p", &p, "-c", "-n", "50", "-s", "4096"];
+    let mut sc = sx(addr, "ibv_rc_pingpong", &args);
+    sc.env("SOFTRDMA_HOST_TRACE", &trace);
+    let mut server = spawn(sc, "held-server");
+    // The server's device process found the address in use (and waits
+    // for it), or the server gave up.
+    let t = Instant::now();
+    let waiting = format!("{addr}:4791 in use: waiting");
+    while !std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .contains(&waiting)
+    {
+        assert!(
+            server.running(),
+            "the server gave up on the held address:\n{}",
+            server.text()
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no device process waited for the address:\n{}",
+            server.text()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop(holder);
+    wait_tcp(port);
+    let mut ca = args.to_vec();
+    ca.push(addr);
+    let c = spawn(sx(addr, "ibv_rc_pingpong", &ca), "held-client").wait(LIMIT);
+    let s = server.wait(LIMIT);
+    for d in [&c, &s] {
+        assert_eq!(d.status, Some(0), "{}", d.out);
+        assert!(d.out.contains("50 iters in"), "{}", d.out);
+    }
+    assert_device_process_gone(addr);
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Short-lived program pairs on one address, each started as soon as the
+/// previous one ended (its device process still leaving): every one
+/// shares the device, none fails to bind (issue 19). Address 127.76.1.2.
+#[test]
+fn program_pairs_back_to_back_on_one_address_never_fail_to_bind() {
+    require("ibv_rc_pingpong");
+    let _s = serial();
+    let addr = "127.76.1.2";
+    for i in 0..20u16 {
+        let (s, c) = pingpong_pair(addr, 27610 + i, 5);
+        let c = c.wait(LIMIT);
+        let s = s.wait(LIMIT);
+        for d in [&c, &s] {
+            assert_eq!(d.status, Some(0), "pair {i}:\n{}", d.out);
+            assert!(d.out.contains("5 iters in"), "pair {i}:\n{}", d.out);
+        }
+    }
+    assert_device_process_gone(addr);
 }

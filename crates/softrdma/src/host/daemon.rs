@@ -31,6 +31,16 @@ pub const MAX_MEMBERS: usize = 61;
 pub const MEMBER_RING: usize = 8 << 20;
 /// How long the device process waits for its first member.
 const FIRST_MEMBER_WAIT: Duration = Duration::from_secs(10);
+/// How long a new device process retries binding its address while
+/// something holds it (its election name held, so joiners wait for it):
+/// the socket of a device process just leaving, or the duplicate of a
+/// member process still exiting, goes within moments; a NIC does not
+/// refuse a program because the previous one just exited. Past it the
+/// address is another program's (`EXIT_BIND`: the program's exclusive
+/// bind says what holds it).
+const BIND_WAIT: Duration = Duration::from_secs(2);
+/// Between two tries of the bind.
+const BIND_RETRY: Duration = Duration::from_millis(5);
 /// Busy-polling after the last datagram before sleeping in the kernel.
 const SPIN: Duration = Duration::from_micros(50);
 /// How often the device process looks for members whose process exited
@@ -177,7 +187,7 @@ pub fn serve(opts: &HostOptions) -> i32 {
     cfg.recv_buffer = opts.recv_buffer;
     cfg.send_buffer = opts.send_buffer;
     cfg.recv_dst_ip = false;
-    let socket = match UdpSocket::bind_with(opts.addr, &cfg) {
+    let socket = match bind_waiting(opts.addr, &cfg, BIND_WAIT) {
         Ok(s) => s,
         Err(_) => return EXIT_BIND,
     };
@@ -196,9 +206,36 @@ pub fn serve(opts: &HostOptions) -> i32 {
     }
 }
 
+/// Binds `addr`, retrying while it is in use, up to `wait` (see
+/// [`BIND_WAIT`]).
+fn bind_waiting(addr: SocketAddr, cfg: &SocketConfig, wait: Duration) -> io::Result<UdpSocket> {
+    let deadline = Instant::now() + wait;
+    let mut tries = 0u32;
+    loop {
+        match UdpSocket::bind_with(addr, cfg) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                if tries == 0 {
+                    trace(&format!("{addr} in use: waiting up to {wait:?} for it"));
+                }
+                tries += 1;
+                std::thread::sleep(BIND_RETRY);
+            }
+            r => {
+                if tries > 0 {
+                    trace(&format!("{addr}: bound after {tries} tries: {}", r.is_ok()));
+                }
+                return r;
+            }
+        }
+    }
+}
+
 struct Host {
-    listener: SeqPacket,
+    /// (Before the listener: fields drop in order, and a device process
+    /// leaving frees its address before its election name, so the next
+    /// device process finds the address free.)
     socket: UdpSocket,
+    listener: SeqPacket,
     poller: Poller,
     members: Vec<Option<Member>>,
     routes: Routes,
@@ -700,6 +737,34 @@ mod tests {
         }
         assert_eq!(parse_rec_header(&[0; REC_HDR]), None);
         assert_eq!(parse_rec_header(&[4; 3]), None);
+    }
+
+    /// A device process starting while its address is still held (by the
+    /// previous device process leaving, or a member process exiting)
+    /// binds it once it is let go; an address held for good is refused
+    /// after the wait (issue 19: the next program failed with
+    /// EADDRINUSE). The holder lets go 100 ms into the wait; the bind
+    /// succeeds whenever it does (the wait here is a minute).
+    #[test]
+    fn the_device_binds_its_address_once_the_holder_lets_go() {
+        let holder = std::net::UdpSocket::bind("127.76.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        let cfg = SocketConfig::default();
+        let Err(e) = UdpSocket::bind_with(addr, &cfg) else {
+            panic!("bound a held address");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        let Err(e) = bind_waiting(addr, &cfg, Duration::from_millis(20)) else {
+            panic!("bound an address held for good");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(holder);
+        });
+        let s = bind_waiting(addr, &cfg, Duration::from_secs(60)).expect("bound once let go");
+        assert_eq!(s.local_addr(), addr);
+        t.join().unwrap();
     }
 
     /// A member's end of the handshake: its link and ring.
