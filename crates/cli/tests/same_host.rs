@@ -199,9 +199,9 @@ fn initiator_role() {
     let cq = dev.create_cq(256, None).unwrap();
     let mr = pd.alloc_mr(LEN, access()).unwrap();
     let mut opts = ConnectOptions::default();
-    if mode == "offer" || mode == "late" {
+    if mode == "offer" || mode == "late" || mode == "garble" {
         // 4.096 µs × 2^17 ≈ 0.5 s, 7 retries: the target stopped for a
-        // while is not given up on.
+        // while (or its ring replaced) is not given up on.
         opts.timeout = 17;
     }
     if mode == "kill" {
@@ -271,7 +271,7 @@ fn initiator_role() {
             ok(1);
             say("DONE");
         }
-        "flood" | "offer" | "late" => {
+        "flood" | "offer" | "late" | "garble" => {
             // 24 × 1 MiB while the target is stopped: more than its ring.
             say("STREAMING");
             let mut line = String::new();
@@ -343,7 +343,10 @@ fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
     for (k, v) in vars {
         c.env(k, v);
     }
-    if vars.iter().any(|(k, v)| *k == "SH_MODE" && v == "flood") {
+    if vars
+        .iter()
+        .any(|(k, v)| *k == "SH_MODE" && (v == "flood" || v == "garble"))
+    {
         // A 1 MiB ring (about 250 packets of 4 KiB): one 512 KiB WRITE fits,
         // the 24 of them while the target is stopped do not.
         c.env("SOFTRDMA_PATH_RING", "1048576");
@@ -546,6 +549,92 @@ fn a_full_ring_is_loss_and_the_transport_recovers() {
     assert!(i[2] > 0, "the ring never filled: {ic}");
     p.ask_target_to_check();
     // (No SEND and no atomics in this run: only the WRITEs are checked.)
+    let check = wait_line(&mut p.tout, "CHECK");
+    assert!(check.starts_with("CHECK written=true"), "{check}");
+    assert!(p.init.wait().unwrap().success());
+    let _ = p.target.kill();
+    let _ = p.target.wait();
+}
+
+/// The producer's end of the initiator's path ring (a memfd named
+/// `softrdma-path`), mapped here through `/proc/PID/fd`: its start and
+/// length.
+fn map_path_ring(pid: u32) -> (*mut u8, usize) {
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let path = e.unwrap().path();
+        let Ok(link) = std::fs::read_link(&path) else {
+            continue;
+        };
+        if !link.to_string_lossy().contains("softrdma-path") {
+            continue;
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let len = f.metadata().unwrap().len() as usize;
+        // SAFETY: a shared mapping of a file we opened, of its length;
+        // the test writes only within it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        return (p.cast(), len);
+    }
+    panic!("the initiator maps no path ring");
+}
+
+#[test]
+fn a_garbled_ring_record_is_loss_and_the_sender_gets_a_new_ring() {
+    // The target stopped, the initiator fills its ring; the test then
+    // writes garbage over the length of the first record the target has
+    // not read (as a producer breaking the ring's protocol would). The
+    // target finds the ring malformed, lets go of it and closes it; the
+    // initiator lets go of its end, offers a new ring, and its transport
+    // sends again what the garbled ring swallowed: the data arrives whole.
+    let mut p = pair("shm", "garble", "127.72.4.1", "127.72.4.1");
+    wait_line(&mut p.iout, "STREAMING");
+    signal(&p.target, libc::SIGSTOP);
+    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    wait_line(&mut p.iout, "POSTED");
+    let (base, len) = map_path_ring(p.init.id());
+    // softrdma_io::ring's layout: tail at 64, head at 128, the data
+    // area after 4096 bytes; a record starts with its length (u32 LE).
+    let word = |off: usize| {
+        // SAFETY: aligned, within the mapping; the ring's counters are
+        // 8-byte atomics.
+        unsafe { &*base.add(off).cast::<std::sync::atomic::AtomicU64>() }
+    };
+    let t0 = std::time::Instant::now();
+    while word(64).load(Ordering::Acquire) == word(128).load(Ordering::Acquire) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "nothing published");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let cap = len - 4096;
+    let head = word(128).load(Ordering::Acquire) as usize & (cap - 1);
+    // SAFETY: within the mapping (a record header is 8 bytes, 8-aligned
+    // in the data area); the producer does not write published records.
+    unsafe {
+        base.add(4096 + head)
+            .cast::<u32>()
+            .write_volatile(0xffff_fff0)
+    };
+    // SAFETY: our mapping, unmapped once.
+    unsafe { libc::munmap(base.cast(), len) };
+    signal(&p.target, libc::SIGCONT);
+    wait_line(&mut p.iout, "DONE");
+    let ic = wait_line(&mut p.iout, "COUNTERS");
+    let i = parse_counters(&ic).unwrap();
+    assert!(i[3] >= 2, "no new ring after the garbage: {ic}");
+    p.ask_target_to_check();
     let check = wait_line(&mut p.tout, "CHECK");
     assert!(check.starts_with("CHECK written=true"), "{check}");
     assert!(p.init.wait().unwrap().success());

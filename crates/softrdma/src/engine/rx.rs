@@ -81,7 +81,14 @@ impl Shared {
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = match (&self.host, group) {
+        // The same-host path's rings are read in place (no copy into the
+        // receive buffers: the core places the payload straight from the
+        // ring), unless the receive injector is on (it may hold datagrams
+        // back, so it gets copies).
+        let host = self.host.as_deref().filter(|_| group.is_none());
+        let in_place = host.filter(|_| rx.faults.is_none());
+        let n = match (host, in_place) {
+            (Some(h), Some(_)) => h.recv_device(&mut slices[..batch], &mut rx.meta),
             (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
             _ => socket
                 .recv(&mut slices[..batch], &mut rx.meta)
@@ -89,6 +96,7 @@ impl Shared {
         };
         // (With faults, datagrams the receive injector held may be due.)
         if n == 0
+            && !in_place.is_some_and(|h| h.paths_have_data())
             && !(rx.faults.is_some() && self.rx_fault_due.load(Ordering::SeqCst) <= self.now().0)
         {
             return 0;
@@ -144,6 +152,23 @@ impl Shared {
                 }
             }
         }
+        if let Some(h) = in_place {
+            // The same-host path's datagrams, in place; their ICRC is not
+            // checked (`Core::handle_datagram_trusted_link`: a ring of
+            // shared memory has no wire to corrupt them).
+            let dst = self.local.ip();
+            count += h.recv_paths_in_place(batch, |src, tos, ttl, dgram| {
+                let meta = RecvMeta {
+                    src,
+                    dst,
+                    len: dgram.len(),
+                    traffic_class: tos,
+                    hop_limit: ttl,
+                };
+                self.record_received(&meta, dgram);
+                core.handle_datagram_trusted_link(now, &meta, dgram);
+            });
+        }
         if let Some(inj) = faults.as_deref_mut() {
             self.after_rx_injection(inj);
         }
@@ -177,6 +202,13 @@ impl Shared {
     /// Hands a received datagram to the core, recording it first.
     #[inline]
     pub(super) fn deliver(&self, core: &mut Core, now: Instant, meta: &RecvMeta, dgram: &[u8]) {
+        self.record_received(meta, dgram);
+        core.handle_datagram(now, meta, dgram);
+    }
+
+    /// Writes a received datagram to the capture, if one is on.
+    #[inline]
+    fn record_received(&self, meta: &RecvMeta, dgram: &[u8]) {
         if let Some(p) = &self.pcap {
             let _ = lock(p).write(&Record {
                 src: meta.src,
@@ -187,6 +219,5 @@ impl Shared {
                 received: true,
             });
         }
-        core.handle_datagram(now, meta, dgram);
     }
 }

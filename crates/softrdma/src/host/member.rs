@@ -84,6 +84,16 @@ impl Inbound {
             if !r.dying {
                 r.dying = r.ring.peer_closed() || r.producer.as_ref().is_some_and(PidFd::exited);
             }
+            if r.ring.is_broken() {
+                // Garbage in the ring (a producer that broke the
+                // protocol): it reads as empty for good, so let go of it
+                // and say so — the sender lets go of its end too and
+                // offers a new ring with its next datagram; what the
+                // garbage cost was lost, as on a network.
+                r.ring.close();
+                gone.push(r.sender);
+                return false;
+            }
             if r.dying && !r.ring.has_data() {
                 gone.push(r.sender);
                 return false;
@@ -389,23 +399,12 @@ impl Member {
     }
 
     /// Takes up to `bufs.len()` datagrams from the ring, as a socket's
-    /// receive would.
+    /// receive would (the device process's ring, then the same-host
+    /// path's, copied: for the receive fault injector, which may hold
+    /// datagrams back).
     pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
-        let mut ring = self.ring.lock();
-        // Senders gave us rings: the device process raised the flag
-        // beside our ring (taken here, not under the ring's lock).
-        if ring.take_raised() {
-            self.offered.store(true, Ordering::SeqCst);
-        }
-        let mut n = self.recv_from(&mut ring, bufs, meta, 0);
-        drop(ring);
-        if self.offered.load(Ordering::Relaxed) {
-            self.take_rings();
-        }
+        let mut n = self.recv_device(bufs, meta);
         let mut inbound = self.inbound.lock();
-        if inbound.rings.is_empty() {
-            return n;
-        }
         let before = n;
         for r in inbound.rings.iter_mut() {
             if n == bufs.len() {
@@ -415,12 +414,79 @@ impl Member {
         }
         self.path_received
             .fetch_add((n - before) as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// [`Self::recv`] from the device process's ring only (the same-host
+    /// path's rings: [`Self::recv_paths_in_place`]); takes the rings
+    /// senders offered, and now and then lets go of those whose sender
+    /// is gone.
+    pub fn recv_device(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+        let mut ring = self.ring.lock();
+        // Senders gave us rings: the device process raised the flag
+        // beside our ring (taken here, not under the ring's lock).
+        if ring.take_raised() {
+            self.offered.store(true, Ordering::SeqCst);
+        }
+        let n = self.recv_from(&mut ring, bufs, meta, 0);
+        drop(ring);
+        if self.offered.load(Ordering::Relaxed) {
+            self.take_rings();
+        }
+        let mut inbound = self.inbound.lock();
+        if inbound.rings.is_empty() {
+            return n;
+        }
         inbound.calls = inbound.calls.wrapping_add(1);
         if inbound.calls.is_multiple_of(REAP_CALLS) {
             let gone = inbound.reap(Instant::now());
             drop(inbound);
             self.forget_senders(gone);
         }
+        n
+    }
+
+    /// Whether a same-host path ring holds a datagram.
+    pub fn paths_have_data(&self) -> bool {
+        self.inbound.lock().rings.iter().any(|r| r.ring.has_data())
+    }
+
+    /// Hands up to `max` datagrams of the same-host path's rings to
+    /// `deliver` (source, TOS, TTL, the datagram) where they lie in the
+    /// ring — no copy before the core places the payload — and frees
+    /// their space after. Returns how many it handed over.
+    pub fn recv_paths_in_place(
+        &self,
+        max: usize,
+        mut deliver: impl FnMut(SocketAddr, u8, u8, &[u8]),
+    ) -> usize {
+        let mut inbound = self.inbound.lock();
+        let (mut n, mut delivered) = (0, 0);
+        for r in inbound.rings.iter_mut() {
+            while n < max {
+                let popped = r.ring.pop_in_place(|tag, body| {
+                    // (A record too short for a header and a datagram is
+                    // garbage.)
+                    if tag != TAG_DATAGRAM || body.len() <= REC_HDR {
+                        return;
+                    }
+                    let (h, dgram) = body.split_at(REC_HDR);
+                    if let Some((src, tos, ttl)) = parse_rec_header(h) {
+                        deliver(src, tos, ttl, dgram);
+                        delivered += 1;
+                    }
+                });
+                if popped.is_none() {
+                    break;
+                }
+                n += 1;
+            }
+            r.ring.release();
+            if n == max {
+                break;
+            }
+        }
+        self.path_received.fetch_add(delivered, Ordering::Relaxed);
         n
     }
 
