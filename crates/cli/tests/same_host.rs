@@ -400,6 +400,18 @@ fn pair_with(
     target_ip: &str,
     extra: &[(&str, String)],
 ) -> Pair {
+    pair_with_target(same_host, mode, init_ip, target_ip, extra, &[])
+}
+
+/// [`pair_with`], with `target_extra` for the target alone.
+fn pair_with_target(
+    same_host: &str,
+    mode: &str,
+    init_ip: &str,
+    target_ip: &str,
+    extra: &[(&str, String)],
+    target_extra: &[(&str, String)],
+) -> Pair {
     let port = free_port();
     let mut tv = vec![
         ("SH_ADDR", target_ip.to_string()),
@@ -407,6 +419,7 @@ fn pair_with(
         ("SH_MODE", mode.to_string()),
     ];
     tv.extend_from_slice(extra);
+    tv.extend_from_slice(target_extra);
     let mut target = role("target_role", same_host, &tv);
     let mut tout = BufReader::new(target.stdout.take().unwrap());
     let host_pid = wait_line(&mut tout, "HOST")[5..].parse().unwrap();
@@ -443,7 +456,18 @@ fn ops_with(
     target_ip: &str,
     extra: &[(&str, String)],
 ) -> (String, String) {
-    let mut p = pair_with(same_host, "ops", init_ip, target_ip, extra);
+    ops_with_target(same_host, init_ip, target_ip, extra, &[])
+}
+
+/// [`ops_with`], with `target_extra` for the target alone.
+fn ops_with_target(
+    same_host: &str,
+    init_ip: &str,
+    target_ip: &str,
+    extra: &[(&str, String)],
+    target_extra: &[(&str, String)],
+) -> (String, String) {
+    let mut p = pair_with_target(same_host, "ops", init_ip, target_ip, extra, target_extra);
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");
     p.ask_target_to_check();
@@ -528,6 +552,49 @@ fn captures_of_the_path_decode_as_the_wire_would() {
         }
         assert!(!text.contains("icrc=bad"), "{text}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_receiver_alone_capturing_records_the_icrc_its_sender_left_out() {
+    // The initiator captures nothing, so it leaves the ICRC of its
+    // zero-copy packets out of the ring (the receiver does not check it);
+    // the target captures, and its capture must still hold the packets
+    // the wire would carry, ICRC included (computed as they are
+    // recorded).
+    let dir = std::env::temp_dir().join(format!("softrdma-samehost-rx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("target.pcap");
+    let (ic, tc) = ops_with_target(
+        "shm",
+        "127.72.6.1",
+        "127.72.6.2",
+        &[],
+        &[("SOFTRDMA_PCAP", f.display().to_string())],
+    );
+    assert_path_carried(&ic, &tc);
+    let o = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .arg("dump")
+        .arg(&f)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for what in [
+        "RC_RDMA_WRITE_",
+        "RC_SEND_ONLY",
+        "RC_RDMA_READ_RESPONSE_",
+        "127.72.6.1:4791 > 127.72.6.2:4791",
+        "127.72.6.2:4791 > 127.72.6.1:4791",
+        "ICRC bad 0, malformed 0",
+    ] {
+        assert!(
+            text.contains(what),
+            "{what} missing in {}:\n{text}",
+            f.display()
+        );
+    }
+    assert!(!text.contains("icrc=bad"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

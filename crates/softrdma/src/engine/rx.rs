@@ -165,7 +165,9 @@ impl Shared {
                     traffic_class: tos,
                     hop_limit: ttl,
                 };
-                self.record_received(&meta, dgram);
+                if self.pcap.is_some() {
+                    self.record_path_received(&meta, dgram);
+                }
                 core.handle_datagram_trusted_link(now, &meta, dgram);
             });
         }
@@ -204,6 +206,24 @@ impl Shared {
     pub(super) fn deliver(&self, core: &mut Core, now: Instant, meta: &RecvMeta, dgram: &[u8]) {
         self.record_received(meta, dgram);
         core.handle_datagram(now, meta, dgram);
+    }
+
+    /// Writes a datagram of the same-host path to the capture, its ICRC
+    /// computed here: a sender that captures nothing leaves it out of the
+    /// ring (`Gather::icrc_left`), and the capture holds what the wire
+    /// would have carried.
+    #[cold]
+    fn record_path_received(&self, meta: &RecvMeta, dgram: &[u8]) {
+        let mut whole = dgram.to_vec();
+        let end = whole.len().saturating_sub(softrdma_wire::ICRC_LEN);
+        if let Some(d) = meta
+            .datagram(self.local.port())
+            .filter(|_| whole.len() >= softrdma_wire::ICRC_LEN)
+        {
+            let icrc = d.icrc(&whole[..end]);
+            whole[end..].copy_from_slice(&icrc.to_le_bytes());
+        }
+        self.record_received(meta, &whole);
     }
 
     /// Writes a received datagram to the capture, if one is on.

@@ -13,10 +13,19 @@ impl Shared {
             let mut n = 0;
             // The send injector copies, corrupts, holds: whole datagrams.
             let faults = tx.faults.is_some();
+            // A device with same-host paths leaves the ICRC of zero-copy
+            // datagrams to the link: UDP computes it as they leave
+            // (`send_queued`), the rings do not carry it. A capture
+            // records every datagram whole, so with one on it is computed
+            // at once.
+            let icrc_left =
+                self.pcap.is_none() && self.host.as_ref().is_some_and(|h| h.paths.is_some());
             while n < TX_BATCH && tx.pending.len() < TX_QUEUE_MAX {
                 let mut buf = tx.pool.pop().unwrap_or_else(|| vec![0u8; MIN_TX_BUF]);
                 let t = if faults {
                     core.poll_transmit(now, &mut buf)
+                } else if icrc_left {
+                    core.poll_transmit_gather_icrc_left(now, &mut buf)
                 } else {
                     core.poll_transmit_gather(now, &mut buf)
                 };
@@ -95,7 +104,14 @@ impl Shared {
             let sent = match self.same_host_lead(tx) {
                 samehost::Lead::Ring(n) => Ok(n),
                 samehost::Lead::Full => Ok(0),
-                samehost::Lead::Udp(limit) => self.send_some(tx, limit),
+                samehost::Lead::Udp(limit) => {
+                    // (What one `send_some` can take at most.)
+                    let most = limit.min(softrdma_io::BATCH_SIZE * softrdma_io::MAX_GSO_SEGMENTS);
+                    for d in tx.pending.iter_mut().take(most) {
+                        d.fill_icrc();
+                    }
+                    self.send_some(tx, limit)
+                }
             };
             match sent {
                 Ok(0) | Err(_) => {
