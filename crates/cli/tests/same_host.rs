@@ -9,7 +9,12 @@
 //! opened). A target stopped with SIGSTOP while 24 MiB of WRITEs come fills
 //! its ring: refused datagrams are loss, recovered once it runs again. A
 //! target killed with SIGKILL mid-stream leaves the initiator with an
-//! error completion (retry exceeded) and lets go of its rings.
+//! error completion (retry exceeded) and lets go of its rings (with the
+//! path off too: retry exceeded over UDP).
+//! Both processes capture (`SOFTRDMA_PCAP`) what the path carries as
+//! the wire would: `softrdma dump` and tshark decode both files, every
+//! ICRC right. The soak's invariants hold over the path with faults
+//! injected on both devices.
 //!
 //! Rings do not outlive their peers: a target that served short-lived
 //! initiators (half of them killed, half closing normally) ends with no
@@ -19,7 +24,7 @@
 //! waits for a connection that does not speak, and an offer of a ring
 //! that meets the member's full ring is not lost.
 //!
-//! Addresses 127.64.x.y and 127.42.x.y. About 2 s.
+//! Addresses 127.64.x.y, 127.42.x.y and 127.74.2-4.x. About 5 s.
 
 use softrdma::cm::{connect_rc, Listener};
 use softrdma::*;
@@ -70,7 +75,10 @@ fn path_maps() -> usize {
 fn say_rings_freed(dev: &Device) {
     let deadline = std::time::Instant::now() + T;
     while std::time::Instant::now() < deadline {
-        let c = dev.same_host_counters().unwrap();
+        // (None: the path is off.)
+        let Some(c) = dev.same_host_counters() else {
+            break;
+        };
         if c.rings_out == 0 && c.rings_in == 0 && path_maps() == 0 {
             break;
         }
@@ -128,6 +136,41 @@ fn target_role() {
     let conn = l
         .accept_rc(&pd, &cq, QpType::Rc, Some(&mr), &ConnectOptions::default())
         .unwrap();
+    if mode == "soak" {
+        for k in 0..SOAK_SENDS {
+            conn.qp
+                .post_recv(RecvWr {
+                    wr_id: k as u64,
+                    sg_list: vec![mr.sge(soak_recv_slot(k), SEND_LEN as u32)],
+                })
+                .unwrap();
+        }
+        say(&format!("READY {}", conn.qp.qpn().value()));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        // Every SEND arrived once, in order, whole.
+        let wc = cq.wait(SOAK_SENDS, T).unwrap();
+        let mut good = 0;
+        for (k, w) in wc.iter().enumerate() {
+            let len = w.byte_len as usize;
+            if w.wr_id == k as u64
+                && w.status == WcStatus::Success
+                && mr.to_vec(soak_recv_slot(k), len) == pattern(k as u8 ^ 0x5a, len)
+            {
+                good += 1;
+            } else {
+                say(&format!("BAD RECV {k}: {w:?}"));
+            }
+        }
+        let extra = cq.wait(1, Duration::from_millis(200)).unwrap();
+        say(&format!(
+            "CHECK sends={good} extra={} counter={}",
+            extra.len(),
+            mr.atomic_u64(COUNTER).load(Ordering::SeqCst)
+        ));
+        say(&counters(&dev));
+        return;
+    }
     conn.qp
         .post_recv(RecvWr {
             wr_id: 5,
@@ -204,6 +247,10 @@ fn initiator_role() {
         // while (or its ring replaced) is not given up on.
         opts.timeout = 17;
     }
+    if mode == "soak" {
+        // 4.096 µs × 2^12 ≈ 17 ms: lost packets are retried soon.
+        opts.timeout = 12;
+    }
     if mode == "kill" {
         // 4.096 µs × 2^10 ≈ 4 ms, 3 retries: a dead peer is seen soon.
         opts.timeout = 10;
@@ -271,6 +318,7 @@ fn initiator_role() {
             ok(1);
             say("DONE");
         }
+        "soak" => soak(&conn, &mr, &cq, remote),
         "flood" | "offer" | "late" | "garble" => {
             // 24 × 1 MiB while the target is stopped: more than its ring.
             say("STREAMING");
@@ -328,6 +376,207 @@ fn initiator_role() {
         m => panic!("mode {m}"),
     }
     say(&counters(&dev));
+}
+
+/// SENDs of the soak (the target posts a receive for each).
+const SOAK_SENDS: usize = 64;
+/// Operations of the soak besides the SENDs.
+const SOAK_OPS: usize = 1500;
+/// Operations of the soak in flight at once (each its own local slot).
+const SOAK_WINDOW: usize = 16;
+/// Bytes of each in-flight operation's local slot, and the most one moves.
+const SOAK_SLOT: usize = 32 << 10;
+
+/// Where the target receives the soak's SEND `k`: 4 KiB slots from the
+/// middle of its region (the WRITE and READ zone is the first half).
+fn soak_recv_slot(k: usize) -> usize {
+    LEN / 2 + k * SEND_LEN
+}
+
+/// xorshift64*: the soak's operations, from `SH_SEED`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// What a soak operation must have done, checked at its completion.
+enum Expect {
+    Nothing,
+    /// A READ: its local slot holds these bytes (the target's memory as
+    /// the WRITEs posted before it left it).
+    Read(usize, Vec<u8>),
+    /// A FETCH_ADD: it returned this value into its local slot.
+    Fetched(usize, u64),
+}
+
+/// The soak of the simulated transport (crates/sim/tests/soak.rs) over the
+/// real same-host path, with both devices injecting loss, duplication,
+/// reordering and corruption (`SOFTRDMA_FAULTS`): WRITEs, READs and
+/// FETCH_ADDs of random sizes and places, SENDs, up to `SOAK_WINDOW` in
+/// flight. Its invariants: every operation completes exactly once, in
+/// posting order, successfully (no retry exhaustion at these rates); every
+/// READ brings the target's memory as the WRITEs before it left it
+/// (checked against a shadow), every FETCH_ADD the sum of the adds before
+/// it; at the end the target's memory is the shadow, its counter the sum,
+/// and it received every SEND once, in order, whole (it checks that).
+fn soak(
+    conn: &softrdma::cm::Connection,
+    mr: &MemoryRegion,
+    cq: &CompletionQueue,
+    remote: softrdma::cm::ConnInfo,
+) {
+    let mut rng = Rng(env("SH_SEED").parse::<u64>().unwrap() | 1);
+    let zone = LEN / 2;
+    // The target's zone starts as this pattern: one WRITE of all of it.
+    let mut shadow = pattern(0x33, zone);
+    // (Local slots: SOAK_WINDOW × SOAK_SLOT from 0; the staging of the
+    // first WRITE uses the same bytes before any slot is in use.)
+    mr.write(0, &shadow);
+    let mut first = SendWr::new(u64::MAX, WrOpcode::RdmaWrite);
+    first.sg_list = vec![mr.sge(0, zone as u32)];
+    first.remote_addr = remote.va;
+    first.rkey = remote.rkey;
+    conn.qp.post_send(first).unwrap();
+    let wc = cq.wait(1, T).unwrap();
+    assert!(wc.len() == 1 && wc[0].status == WcStatus::Success, "{wc:?}");
+    let mut sum = 0u64;
+    let mut sends = 0usize;
+    let mut in_flight: std::collections::VecDeque<(u64, usize, Expect)> = Default::default();
+    let mut free: Vec<usize> = (0..SOAK_WINDOW).collect();
+    let (mut posted, mut completed) = (0u64, 0u64);
+    let total = (SOAK_OPS + SOAK_SENDS) as u64;
+    let mut counts = [0usize; 4];
+    while completed < total {
+        while posted < total && !free.is_empty() {
+            let slot = free.pop().unwrap();
+            let local = slot * SOAK_SLOT;
+            let id = posted;
+            // SENDs spread over the run.
+            let kind = if sends < SOAK_SENDS && rng.below(SOAK_OPS / SOAK_SENDS + 1) == 0
+                || (total - posted) as usize <= SOAK_SENDS - sends
+            {
+                3
+            } else {
+                rng.below(3)
+            };
+            counts[kind] += 1;
+            let (wr, expect) = match kind {
+                0 | 1 => {
+                    // 0 B to 32 KiB, anywhere in the zone.
+                    let len = if rng.below(2) == 0 {
+                        [0, 1, 63, 4096, 4097, 12_000, SOAK_SLOT][rng.below(7)]
+                    } else {
+                        rng.below(SOAK_SLOT + 1)
+                    };
+                    let off = rng.below(zone - len + 1);
+                    if kind == 0 {
+                        let bytes = pattern(rng.next() as u8, len);
+                        mr.write(local, &bytes);
+                        shadow[off..off + len].copy_from_slice(&bytes);
+                        let mut w = SendWr::new(id, WrOpcode::RdmaWrite);
+                        w.sg_list = vec![mr.sge(local, len as u32)];
+                        w.remote_addr = remote.va + off as u64;
+                        w.rkey = remote.rkey;
+                        // A READ whose response is lost is executed again
+                        // by the target (IBA 9.7.5.2.1): a WRITE posted
+                        // after it may not land before it completes, or
+                        // the READ could bring the newer bytes.
+                        w.flags = w.flags.with(SendFlags::FENCE);
+                        (w, Expect::Nothing)
+                    } else {
+                        mr.write(local, &vec![0xee; len]);
+                        let mut w = SendWr::new(id, WrOpcode::RdmaRead);
+                        w.sg_list = vec![mr.sge(local, len as u32)];
+                        w.remote_addr = remote.va + off as u64;
+                        w.rkey = remote.rkey;
+                        (w, Expect::Read(local, shadow[off..off + len].to_vec()))
+                    }
+                }
+                2 => {
+                    let add = rng.next() % 1000;
+                    let mut w = SendWr::new(id, WrOpcode::AtomicFetchAndAdd);
+                    w.sg_list = vec![mr.sge(local, 8)];
+                    w.remote_addr = remote.va + COUNTER as u64;
+                    w.rkey = remote.rkey;
+                    w.compare_add = add;
+                    let e = Expect::Fetched(local, 1000 + sum);
+                    sum += add;
+                    (w, e)
+                }
+                _ => {
+                    let len = 1 + rng.below(SEND_LEN);
+                    mr.write(local, &pattern(sends as u8 ^ 0x5a, len));
+                    sends += 1;
+                    let mut w = SendWr::new(id, WrOpcode::Send);
+                    w.sg_list = vec![mr.sge(local, len as u32)];
+                    (w, Expect::Nothing)
+                }
+            };
+            conn.qp.post_send(wr).unwrap();
+            in_flight.push_back((id, slot, expect));
+            posted += 1;
+        }
+        let wc = cq.wait(1, T).unwrap();
+        assert_eq!(
+            wc.len(),
+            1,
+            "no completion within {T:?} ({completed} of {total} done)"
+        );
+        let w = &wc[0];
+        let (id, slot, expect) = in_flight
+            .pop_front()
+            .expect("a completion for nothing posted");
+        assert_eq!(w.wr_id, id, "out of order or twice: {w:?}");
+        assert_eq!(w.status, WcStatus::Success, "op {id}: {w:?}");
+        match expect {
+            Expect::Nothing => {}
+            Expect::Read(local, want) => {
+                assert!(
+                    mr.to_vec(local, want.len()) == want,
+                    "READ {id} brought other bytes"
+                );
+            }
+            Expect::Fetched(local, want) => {
+                let got = mr.atomic_u64(local).load(Ordering::SeqCst);
+                assert_eq!(got, want, "FETCH_ADD {id}");
+            }
+        }
+        free.push(slot);
+        completed += 1;
+    }
+    assert!(
+        cq.wait(1, Duration::from_millis(200)).unwrap().is_empty(),
+        "a completion too many"
+    );
+    // The end state: the target's zone is the shadow.
+    let mut all = SendWr::new(u64::MAX - 1, WrOpcode::RdmaRead);
+    all.sg_list = vec![mr.sge(0, zone as u32)];
+    all.remote_addr = remote.va;
+    all.rkey = remote.rkey;
+    conn.qp.post_send(all).unwrap();
+    let wc = cq.wait(1, T).unwrap();
+    assert!(wc.len() == 1 && wc[0].status == WcStatus::Success, "{wc:?}");
+    assert!(
+        mr.to_vec(0, zone) == shadow,
+        "the target's memory is not the shadow"
+    );
+    say(&format!(
+        "SOAK writes={} reads={} fetch_adds={} sends={sends} counter={}",
+        counts[0],
+        counts[1],
+        counts[2],
+        1000 + sum
+    ));
+    say("DONE");
 }
 
 fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
@@ -598,6 +847,199 @@ fn a_receiver_alone_capturing_records_the_icrc_its_sender_left_out() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// CRC-32 (the Ethernet polynomial, reflected, initial value and final
+/// XOR all ones), bit by bit: computed here without softrdma's code.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in bytes {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// The ICRC of a RoCE v2 datagram over IPv4 (`ip`: IP header through
+/// ICRC), as IBA annex A17.3.3 defines it: 8 bytes of 0xff, the IP header
+/// with type of service, time to live and checksum all ones, the UDP
+/// header with its checksum all ones, the BTH with its byte 4 all ones,
+/// the rest up to the ICRC. (No FLUSH in these runs: rxe's form of its
+/// ICRC differs.)
+fn annex_icrc(ip: &[u8]) -> u32 {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let mut v = vec![0xffu8; 8];
+    v.extend_from_slice(&ip[..ip.len() - 4]);
+    let (h, u, b) = (8, 8 + ihl, 8 + ihl + 8);
+    v[h + 1] = 0xff; // type of service
+    v[h + 8] = 0xff; // time to live
+    v[h + 10..h + 12].fill(0xff); // header checksum
+    v[u + 6..u + 8].fill(0xff); // UDP checksum
+    v[b + 4] = 0xff; // BTH: FECN, BECN, reserved
+    crc32(&v)
+}
+
+/// The frames of a pcap file of link type RAW (IP first), in order.
+fn pcap_frames(file: &std::path::Path) -> Vec<Vec<u8>> {
+    let d = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert!(d.len() >= 24, "{}: no pcap header", file.display());
+    let magic = u32::from_le_bytes(d[0..4].try_into().unwrap());
+    let le = match magic {
+        0xa1b2_c3d4 | 0xa1b2_3c4d => true,
+        0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
+        m => panic!("{}: not a pcap file (magic {m:#x})", file.display()),
+    };
+    let u32_at = |at: usize| {
+        let b: [u8; 4] = d[at..at + 4].try_into().unwrap();
+        if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        }
+    };
+    // LINKTYPE_RAW (101).
+    assert_eq!(u32_at(20), 101, "{}: link type", file.display());
+    let mut frames = Vec::new();
+    let mut at = 24;
+    while at < d.len() {
+        let len = u32_at(at + 8) as usize;
+        assert_eq!(len, u32_at(at + 12) as usize, "a cut frame");
+        frames.push(d[at + 16..at + 16 + len].to_vec());
+        at += 16 + len;
+    }
+    frames
+}
+
+/// Both processes capture (`SOFTRDMA_PCAP`) a run over the same-host path:
+/// tshark decodes every frame of both files as RoCE v2 (InfiniBand over
+/// UDP 4791, nothing malformed), and every packet's ICRC — as tshark
+/// reads it, and as computed here from the annex — is right. The packets
+/// of the path are captured as the wire would carry them, ICRC included,
+/// whatever the path itself carries.
+#[test]
+fn captures_of_the_path_on_both_sides_decode_in_tshark_with_good_icrcs() {
+    let dir = std::env::temp_dir().join(format!("softrdma-samehost-ts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("cap-{addr}.pcap");
+    let (a, b) = ("127.74.2.1", "127.74.2.2");
+    let (ic, tc) = ops_with(
+        "shm",
+        a,
+        b,
+        &[("SOFTRDMA_PCAP", pcap.display().to_string())],
+    );
+    assert_path_carried(&ic, &tc);
+    for ip in [a, b] {
+        let f = dir.join(format!("cap-{ip}.pcap"));
+        let frames = pcap_frames(&f);
+        let t = Command::new("tshark")
+            .arg("-r")
+            .arg(&f)
+            .args(["-d", "udp.port==4791,infiniband", "-T", "fields"])
+            .args(["-e", "frame.number", "-e", "_ws.malformed"])
+            .args([
+                "-e",
+                "infiniband.bth.opcode",
+                "-e",
+                "infiniband.invariant.crc",
+            ])
+            .output()
+            .expect("tshark (apt-get install -y tshark; scripts/deps installs it)");
+        let out = String::from_utf8_lossy(&t.stdout);
+        let err = String::from_utf8_lossy(&t.stderr);
+        assert!(t.status.success(), "tshark: {err}");
+        assert!(
+            !err.contains("damaged") && !err.contains("cut short"),
+            "{err}"
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        // Both directions, each a good part of the run (the 512 KiB WRITE
+        // alone is 128 packets one way).
+        assert!(
+            frames.len() > 300,
+            "{}: {} frames",
+            f.display(),
+            frames.len()
+        );
+        assert_eq!(lines.len(), frames.len(), "tshark saw:\n{out}");
+        let (mut sent, mut received) = (0, 0);
+        for (l, frame) in lines.iter().zip(&frames) {
+            let cols: Vec<&str> = l.split('\t').collect();
+            assert_eq!(cols.len(), 4, "{l}");
+            assert!(cols[1].is_empty(), "tshark: malformed: {l}");
+            assert!(!cols[2].is_empty(), "tshark did not decode a BTH: {l}");
+            let trailer: [u8; 4] = frame[frame.len() - 4..].try_into().unwrap();
+            let shown = u32::from_str_radix(cols[3].trim_start_matches("0x"), 16)
+                .unwrap_or_else(|_| panic!("tshark shows no ICRC: {l}"));
+            assert_eq!(shown, u32::from_be_bytes(trailer), "{l}");
+            // Stored least significant byte first.
+            assert_eq!(
+                annex_icrc(frame),
+                u32::from_le_bytes(trailer),
+                "{}: frame {} has a bad ICRC",
+                f.display(),
+                cols[0]
+            );
+            let src = std::net::Ipv4Addr::new(frame[12], frame[13], frame[14], frame[15]);
+            if src.to_string() == ip {
+                sent += 1;
+            } else {
+                received += 1;
+            }
+        }
+        assert!(
+            sent > 100 && received > 100,
+            "{ip}: sent {sent}, received {received}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The soak's invariants (crates/sim/tests/soak.rs) over the same-host
+/// path: [`soak`] between two processes whose devices both inject loss,
+/// duplication, reordering and corruption, one address and two; the path
+/// carried the run (both processes' counters), the target received every
+/// SEND once, in order, whole, and its counter is the sum of the adds.
+#[test]
+fn the_soaks_invariants_hold_over_the_path_with_faults() {
+    for (seed, a, b) in [
+        (19u64, "127.74.3.1", "127.74.3.1"),
+        (74, "127.74.3.2", "127.74.3.3"),
+    ] {
+        let faults = format!("seed={seed},loss=2%,dup=1%,reorder=2%,corrupt=0.2%");
+        let mut p = pair_with(
+            "shm",
+            "soak",
+            a,
+            b,
+            &[("SH_SEED", seed.to_string()), ("SOFTRDMA_FAULTS", faults)],
+        );
+        let soak = wait_line(&mut p.iout, "SOAK");
+        wait_line(&mut p.iout, "DONE");
+        let ic = wait_line(&mut p.iout, "COUNTERS");
+        p.ask_target_to_check();
+        let check = wait_line(&mut p.tout, "CHECK");
+        let counter = soak.split("counter=").nth(1).unwrap();
+        assert_eq!(
+            check,
+            format!("CHECK sends={SOAK_SENDS} extra=0 counter={counter}"),
+            "{soak}"
+        );
+        let tc = wait_line(&mut p.tout, "COUNTERS");
+        assert!(p.init.wait().unwrap().success());
+        assert!(p.target.wait().unwrap().success());
+        let i = parse_counters(&ic).unwrap_or_else(|| panic!("path off? {ic}"));
+        let t = parse_counters(&tc).unwrap_or_else(|| panic!("path off? {tc}"));
+        assert!(i[0] > 1000 && i[1] > 1000 && i[3] == 1, "initiator {ic}");
+        assert!(t[0] > 1000 && t[1] > 1000 && t[3] == 1, "target {tc}");
+        println!("seed {seed}, {a} → {b}: {soak}; {ic}; {tc}");
+    }
+}
+
 fn signal(c: &Child, sig: i32) {
     softrdma_testkit::signal(c.id() as i32, sig).expect("a signal to our own child");
 }
@@ -723,6 +1165,25 @@ fn a_killed_target_leaves_the_initiator_with_an_error_completion() {
     let c = parse_counters(&ic).unwrap();
     assert!(c[0] > 0 && c[3] == 1, "{ic}");
     assert_eq!((c[4], c[5]), (0, 0), "rings of a dead peer kept: {ic}");
+    let mut rest = String::new();
+    let _ = p.iout.read_to_string(&mut rest);
+    assert!(p.init.wait().unwrap().success());
+}
+
+/// The same with the path off: the killed target's QP goes with it from
+/// its device process, which drops what comes for it; the initiator's
+/// WRITEs are lost on UDP until it runs out of retries.
+#[test]
+fn a_killed_target_leaves_the_initiator_with_an_error_completion_over_udp() {
+    let mut p = pair("udp", "kill", "127.74.4.1", "127.74.4.1");
+    wait_line(&mut p.iout, "STREAMING");
+    std::thread::sleep(Duration::from_millis(50));
+    signal(&p.target, libc::SIGKILL);
+    let _ = p.target.wait();
+    let e = wait_line(&mut p.iout, "ERROR");
+    assert!(e.starts_with("ERROR RetryExcErr"), "{e}");
+    assert_eq!(wait_line(&mut p.iout, "MAPS"), "MAPS 0");
+    assert_eq!(wait_line(&mut p.iout, "COUNTERS"), "COUNTERS none");
     let mut rest = String::new();
     let _ = p.iout.read_to_string(&mut rest);
     assert!(p.init.wait().unwrap().success());

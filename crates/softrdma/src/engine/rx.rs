@@ -89,7 +89,7 @@ impl Shared {
         let in_place = host.filter(|_| rx.faults.is_none());
         let n = match (host, in_place) {
             (Some(h), Some(_)) => h.recv_device(&mut slices[..batch], &mut rx.meta),
-            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
+            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta, self.local),
             _ => socket
                 .recv(&mut slices[..batch], &mut rx.meta)
                 .unwrap_or_default(),
@@ -153,11 +153,12 @@ impl Shared {
             }
         }
         if let Some(h) = in_place {
-            // The same-host path's datagrams, in place; their ICRC is not
-            // checked (`Core::handle_datagram_trusted_link`: a ring of
-            // shared memory has no wire to corrupt them).
+            // The same-host path's datagrams, in place; the ICRC of those
+            // whose sender left it out is not checked
+            // (`Core::handle_datagram_trusted_link`: a ring of shared
+            // memory has no wire to corrupt them).
             let dst = self.local.ip();
-            count += h.recv_paths_in_place(batch, |src, tos, ttl, dgram| {
+            count += h.recv_paths_in_place(batch, |src, tos, ttl, icrc_left, dgram| {
                 let meta = RecvMeta {
                     src,
                     dst,
@@ -165,10 +166,20 @@ impl Shared {
                     traffic_class: tos,
                     hop_limit: ttl,
                 };
-                if self.pcap.is_some() {
-                    self.record_path_received(&meta, dgram);
+                // A datagram whose sender left its ICRC out is not
+                // checked (nothing but the ring carried it); one whose
+                // sender computed it is, as over UDP (small packets, a
+                // capturing sender, a sender's fault injector that
+                // corrupts what it sends).
+                if icrc_left {
+                    if self.pcap.is_some() {
+                        self.record_path_received(&meta, dgram);
+                    }
+                    core.handle_datagram_trusted_link(now, &meta, dgram);
+                } else {
+                    self.record_received(&meta, dgram);
+                    core.handle_datagram(now, &meta, dgram);
                 }
-                core.handle_datagram_trusted_link(now, &meta, dgram);
             });
         }
         if let Some(inj) = faults.as_deref_mut() {
@@ -215,14 +226,7 @@ impl Shared {
     #[cold]
     fn record_path_received(&self, meta: &RecvMeta, dgram: &[u8]) {
         let mut whole = dgram.to_vec();
-        let end = whole.len().saturating_sub(softrdma_wire::ICRC_LEN);
-        if let Some(d) = meta
-            .datagram(self.local.port())
-            .filter(|_| whole.len() >= softrdma_wire::ICRC_LEN)
-        {
-            let icrc = d.icrc(&whole[..end]);
-            whole[end..].copy_from_slice(&icrc.to_le_bytes());
-        }
+        crate::host::member::fill_icrc(&mut whole, meta.src, self.local);
         self.record_received(meta, &whole);
     }
 

@@ -128,6 +128,16 @@ pub(crate) fn rec_header(src: SocketAddr, tos: u8, ttl: u8) -> [u8; REC_HDR] {
     h
 }
 
+/// Flag in byte 3 of a ring header: the datagram's ICRC was left out
+/// (its four bytes are 0; see `Gather::icrc_left`). Only the same-host
+/// path's senders set it.
+pub(crate) const REC_ICRC_LEFT: u8 = 1;
+
+/// Whether a ring header says the datagram's ICRC was left out.
+pub(crate) fn rec_icrc_left(h: &[u8]) -> bool {
+    h.get(3).is_some_and(|f| f & REC_ICRC_LEFT != 0)
+}
+
 /// Reads a ring header: (source, traffic class, hop limit).
 pub(crate) fn parse_rec_header(h: &[u8]) -> Option<(SocketAddr, u8, u8)> {
     let h: &[u8; REC_HDR] = h.get(..REC_HDR)?.try_into().ok()?;

@@ -2,7 +2,9 @@
 //! it if there is none), claims QP numbers and listeners, sends QP 1
 //! traffic through it, and reads its datagrams from the ring.
 
-use super::daemon::{parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM};
+use super::daemon::{
+    parse_rec_header, rec_icrc_left, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM,
+};
 use super::msg::{self, MemberInfo, Reply, Request};
 use crate::sync::Mutex;
 use softrdma_io::{EventFd, PidFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
@@ -402,7 +404,15 @@ impl Member {
     /// receive would (the device process's ring, then the same-host
     /// path's, copied: for the receive fault injector, which may hold
     /// datagrams back).
-    pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+    /// A datagram whose sender left its ICRC out gets it computed here
+    /// (`local`: this device's address), before the injector may corrupt
+    /// it: the core then checks it as any other.
+    pub fn recv(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [IoMeta],
+        local: SocketAddr,
+    ) -> usize {
         let mut n = self.recv_device(bufs, meta);
         let mut inbound = self.inbound.lock();
         let before = n;
@@ -410,7 +420,14 @@ impl Member {
             if n == bufs.len() {
                 break;
             }
-            n = self.recv_from(&mut r.ring, bufs, meta, n);
+            let from = n;
+            let mut left = 0u64;
+            n = self.recv_from_flagged(&mut r.ring, bufs, meta, n, Some(&mut left));
+            for i in from..n {
+                if left & (1 << (i - from)) != 0 {
+                    fill_icrc(&mut bufs[i][..meta[i].len], meta[i].addr, local);
+                }
+            }
         }
         self.path_received
             .fetch_add((n - before) as u64, Ordering::Relaxed);
@@ -458,7 +475,7 @@ impl Member {
     pub fn recv_paths_in_place(
         &self,
         max: usize,
-        mut deliver: impl FnMut(SocketAddr, u8, u8, &[u8]),
+        mut deliver: impl FnMut(SocketAddr, u8, u8, bool, &[u8]),
     ) -> usize {
         let mut inbound = self.inbound.lock();
         let (mut n, mut delivered) = (0, 0);
@@ -472,7 +489,7 @@ impl Member {
                     }
                     let (h, dgram) = body.split_at(REC_HDR);
                     if let Some((src, tos, ttl)) = parse_rec_header(h) {
-                        deliver(src, tos, ttl, dgram);
+                        deliver(src, tos, ttl, rec_icrc_left(h), dgram);
                         delivered += 1;
                     }
                 });
@@ -496,9 +513,28 @@ impl Member {
         ring: &mut Ring,
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [IoMeta],
-        mut n: usize,
+        n: usize,
     ) -> usize {
-        while n < bufs.len() {
+        self.recv_from_flagged(ring, bufs, meta, n, None)
+    }
+
+    /// [`Self::recv_from`]; `left`: bit `i` set for the `i`th datagram
+    /// taken whose ICRC its sender left out (at most 64 are taken then).
+    fn recv_from_flagged(
+        &self,
+        ring: &mut Ring,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [IoMeta],
+        mut n: usize,
+        mut left: Option<&mut u64>,
+    ) -> usize {
+        let first = n;
+        let end = if left.is_some() {
+            bufs.len().min(first + 64)
+        } else {
+            bufs.len()
+        };
+        while n < end {
             let buf = &mut bufs[n];
             // The source header apart, the datagram straight at the start
             // of the buffer (one copy out of the ring).
@@ -513,6 +549,11 @@ impl Member {
             let Some((src, tos, ttl)) = parse_rec_header(&h) else {
                 continue;
             };
+            if let Some(l) = left.as_deref_mut() {
+                if rec_icrc_left(&h) {
+                    *l |= 1 << (n - first);
+                }
+            }
             meta[n] = IoMeta {
                 addr: src,
                 len: dlen,
@@ -570,4 +611,23 @@ impl Drop for Member {
 
 fn wake_fd(e: &EventFd) -> std::os::fd::BorrowedFd<'_> {
     e.as_fd()
+}
+
+/// Writes the ICRC of a datagram (BTH through ICRC) received through a
+/// ring from `src`, whose sender left it out.
+pub(crate) fn fill_icrc(dgram: &mut [u8], src: SocketAddr, local: SocketAddr) {
+    let Some(end) = dgram.len().checked_sub(softrdma_wire::ICRC_LEN) else {
+        return;
+    };
+    let meta = softrdma_proto::RecvMeta {
+        src,
+        dst: local.ip(),
+        len: dgram.len(),
+        traffic_class: 0,
+        hop_limit: 64,
+    };
+    if let Some(d) = meta.datagram(local.port()) {
+        let icrc = d.icrc(&dgram[..end]);
+        dgram[end..].copy_from_slice(&icrc.to_le_bytes());
+    }
 }
