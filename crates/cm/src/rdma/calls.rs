@@ -236,16 +236,17 @@ impl Endpoint {
     }
 
     /// `rdma_disconnect`: the QP to ERR, then a DREQ or the DREP of a DREQ
-    /// received (a state that takes neither is ignored, as Linux does).
+    /// received. A state that takes neither comes back as the CM's error
+    /// after the QP change is queued (Linux ignores it; so may a driver).
     pub fn disconnect(&mut self, num: u64, now: Instant) -> R {
         self.tick(now);
         let (cm_id, dev) = self.conn_of(num, "rdma_disconnect: not connected")?;
         if let Some((q, _)) = self.entry(num)?.qp {
             self.change(num, q, QpChange::ToErr);
         }
-        let _ = self.dev_cm(dev)?.disconnect(now, cm_id, &[]);
+        let r = self.dev_cm(dev)?.disconnect(now, cm_id, &[]);
         self.pump(dev);
-        Ok(())
+        Ok(r?)
     }
 
     /// The overrides rdma_cm applies to the id's QP attributes.

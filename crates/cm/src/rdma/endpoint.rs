@@ -184,6 +184,8 @@ pub struct Observed {
     pub id: Option<u64>,
     /// The CM's event.
     pub event: Event,
+    /// The rdma_cm event it became, if any (event and status).
+    pub reported: Option<(EventType, i32)>,
 }
 
 /// The rdma_cm ids of a process, their ports, listeners and devices' CMs.
@@ -567,29 +569,32 @@ impl Endpoint {
                 e => self.devs.get(&dev).and_then(|d| d.id_of(e.id())),
             };
             let obs = self.observed.is_some().then(|| ev.clone());
-            let id = match ev {
-                Event::ConnectRequest(cr) => self.connect_request(dev, *cr),
-                Event::SidrRequest(sr) => self.sidr_request(dev, *sr),
-                ev => {
-                    if let Some(num) = id {
-                        self.report(num, &ev);
-                    }
-                    id
+            let (id, reported) = match ev {
+                Event::ConnectRequest(cr) => {
+                    let id = self.connect_request(dev, *cr);
+                    (id, id.map(|_| (EventType::ConnectRequest, 0)))
                 }
+                Event::SidrRequest(sr) => {
+                    let id = self.sidr_request(dev, *sr);
+                    (id, id.map(|_| (EventType::ConnectRequest, 0)))
+                }
+                ev => (id, id.and_then(|num| self.report(num, &ev))),
             };
             if let (Some(o), Some(event)) = (self.observed.as_mut(), obs) {
-                o.push_back(Observed { dev, id, event });
+                o.push_back(Observed {
+                    dev,
+                    id,
+                    event,
+                    reported,
+                });
             }
         }
     }
 
-    fn report(&mut self, num: u64, ev: &Event) {
-        let Some(e) = self.ids.get_mut(&num) else {
-            return;
-        };
-        let Some(r) = report(&mut e.st, e.path.as_ref(), ev) else {
-            return;
-        };
+    fn report(&mut self, num: u64, ev: &Event) -> Option<(EventType, i32)> {
+        let e = self.ids.get_mut(&num)?;
+        let r = report(&mut e.st, e.path.as_ref(), ev)?;
+        let got = (r.event, r.status);
         if r.remote_ud.is_some() {
             e.remote_ud = r.remote_ud;
         }
@@ -601,6 +606,7 @@ impl Endpoint {
             conn: r.conn,
             ud: r.ud,
         });
+        Some(got)
     }
 
     /// The checks of a REQ or SIDR_REQ: its rdma_cm header, the listener
@@ -692,6 +698,11 @@ impl Endpoint {
         });
         self.push(q);
         Some(num)
+    }
+
+    /// The port tables.
+    pub fn ports(&self) -> &Ports {
+        &self.ports
     }
 
     /// Whether every id is gone and every device's CM is quiescent.
