@@ -13,6 +13,19 @@ use std::net::SocketAddr;
 /// The device limit of READs in flight the program model gives the layer.
 const MAX_RD_ATOM: u8 = 16;
 
+/// The `conn_param` of the model's RC connects and accepts: one READ each
+/// way, retries 7, the QP's number.
+fn rc_param(qp_num: u32) -> ConnParam {
+    ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        qp_num,
+        ..ConnParam::zero()
+    }
+}
+
 impl World<'_> {
     /// A CM event of `node`'s endpoint, the rdma_cm id it went to and the
     /// rdma_cm event it became: what the program model does about it.
@@ -264,14 +277,7 @@ impl World<'_> {
                         Err(e) => return self.violation(format!("conn {c}: {e}")),
                     };
                 self.report.conns[c].client_port = Some(port);
-                let conn = ConnParam {
-                    responder_resources: 1,
-                    initiator_depth: 1,
-                    retry_count: 7,
-                    rnr_retry_count: 7,
-                    qp_num: Self::client_qpn(c),
-                    ..ConnParam::zero()
-                };
+                let conn = rc_param(Self::client_qpn(c));
                 self.owners.insert((client, num), Owner::ConnClient(c));
                 self.ids.insert((client, num), IdLog::default());
                 match self.nodes[client]
@@ -324,13 +330,7 @@ impl World<'_> {
                 let ep = &mut self.nodes[node].ep;
                 let r = match (p.server_plan, first) {
                     (ServerPlan::Accept { .. }, true) => {
-                        let conn = ConnParam {
-                            responder_resources: 1,
-                            initiator_depth: 1,
-                            rnr_retry_count: 7,
-                            qp_num: Self::server_qpn(c),
-                            ..ConnParam::zero()
-                        };
+                        let conn = rc_param(Self::server_qpn(c));
                         let r = ep.accept(id, now, Some(&conn), MAX_RD_ATOM);
                         if r.is_ok() {
                             self.report.conns[c].accepted = true;
