@@ -45,6 +45,7 @@
 //! id calls); this file is [`run`] and [`lossy_link`].
 
 mod program;
+mod qps;
 mod report;
 mod scenario;
 mod world;
@@ -75,6 +76,7 @@ pub fn run(sc: &Scenario) -> Report {
         ids: BTreeMap::new(),
         report: Report::default(),
         conn_of_qpn: BTreeMap::new(),
+        qps: BTreeMap::new(),
     };
     w.report.conns = vec![ConnLog::default(); sc.conns.len()];
     w.report.sidrs = vec![SidrLog::default(); sc.sidrs.len()];
@@ -87,6 +89,13 @@ pub fn run(sc: &Scenario) -> Report {
             [key_rng.next_u64(), key_rng.next_u64()],
         );
         let dev = i as u64;
+        // The connections' QPs: one PD and one CQ (nothing is posted, so
+        // nothing completes but the flushes of the QPs' ERR).
+        let d = &mut w.sim.nodes[i].dev;
+        let (pd, cq) = match (d.alloc_pd(), d.create_cq(4096)) {
+            (Ok(pd), Ok(cq)) => (pd, cq),
+            r => panic!("node {i}: PD and CQ: {r:?}"),
+        };
         let mut ep = Endpoint::new();
         ep.add_device(dev, cfg, ip, Instant(0));
         // The CM events behind the rdma_cm events, for the checks.
@@ -98,6 +107,8 @@ pub fn run(sc: &Scenario) -> Report {
             up: sc.dead_node != Some(i),
             listeners: Vec::new(),
             port_rng: Rng::new(key_rng.next_u64()),
+            pd,
+            cq,
         };
         // Two wildcard rdma_cm listeners: RC on RC_SERVICE's port, UD on
         // UD_SERVICE's.

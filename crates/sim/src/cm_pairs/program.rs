@@ -133,6 +133,7 @@ impl World<'_> {
                 self.outcome(node, id, "ESTABLISHED");
                 if let Some(Owner::ConnServer(c)) = owner {
                     self.report.conns[c].server_established += 1;
+                    self.check_rts(node, id, Self::client_qpn(c));
                 } else {
                     self.violation(format!("ESTABLISHED on a non-server id {id}"));
                 }
@@ -280,6 +281,7 @@ impl World<'_> {
                 let conn = rc_param(Self::client_qpn(c));
                 self.owners.insert((client, num), Owner::ConnClient(c));
                 self.ids.insert((client, num), IdLog::default());
+                self.create_qp(client, num, Self::client_qpn(c));
                 match self.nodes[client]
                     .ep
                     .connect(num, now, Some(&conn), MAX_RD_ATOM)
@@ -327,10 +329,12 @@ impl World<'_> {
                     return;
                 }
                 let first = self.report.conns[c].server_ids.first() == Some(&id);
-                let ep = &mut self.nodes[node].ep;
                 let r = match (p.server_plan, first) {
                     (ServerPlan::Accept { .. }, true) => {
+                        // `rdma_create_qp`, then the accept moves it to RTS.
+                        self.create_qp(node, id, Self::server_qpn(c));
                         let conn = rc_param(Self::server_qpn(c));
+                        let ep = &mut self.nodes[node].ep;
                         let r = ep.accept(id, now, Some(&conn), MAX_RD_ATOM);
                         if r.is_ok() {
                             self.report.conns[c].accepted = true;
@@ -341,7 +345,12 @@ impl World<'_> {
                         self.destroy(node, id);
                         return;
                     }
-                    _ => ep.reject(id, now, b"no thanks", RejReason::CONSUMER_DEFINED),
+                    _ => self.nodes[node].ep.reject(
+                        id,
+                        now,
+                        b"no thanks",
+                        RejReason::CONSUMER_DEFINED,
+                    ),
                 };
                 // An error: the id ended meanwhile (REJ "timeout" from a
                 // client that gave up), and its event destroys it. A reject
@@ -361,7 +370,19 @@ impl World<'_> {
                 }
                 match p.client_plan {
                     ClientPlan::Establish { .. } => {
+                        // librdmacm's part of CONNECT_RESPONSE: the QP to
+                        // RTR and RTS, then the RTU.
+                        match self.nodes[node].ep.rep_changes(id) {
+                            Ok(changes) => {
+                                let q = softrdma_wire::Qpn::new(Self::client_qpn(c));
+                                for ch in &changes {
+                                    self.apply(node, id, q, ch);
+                                }
+                            }
+                            Err(e) => self.violation(format!("conn {c}: REP's QP changes: {e}")),
+                        }
                         if self.nodes[node].ep.establish(id, now).is_ok() {
+                            self.check_rts(node, id, Self::server_qpn(c));
                             self.outcome(node, id, "ESTABLISHED (RTU)");
                             self.report.conns[c].client_established += 1;
                             let data = p.data_ms.min(p.hold_ms / 2);

@@ -76,6 +76,8 @@ pub struct Report {
     /// rdma_cm events the layer reported for the CM's events
     /// (`softrdma_cm::rdma::report`), each checked against its CM event.
     pub rdma_events: u64,
+    /// QP changes the rdma_cm layer emitted, applied to the nodes' QPs.
+    pub qp_changes: u64,
     /// MADs the nodes' devices sent from QP 1 (`emit_gsi`), summed.
     pub gsi_tx: u64,
     /// MADs their QP 1 received, summed.

@@ -27,6 +27,9 @@ pub(super) struct Node {
     pub(super) listeners: Vec<u64>,
     /// Where an ephemeral port search starts (the random draw of `rdma_bind_addr`).
     pub(super) port_rng: Rng,
+    /// The PD and CQ of the connections' QPs on the node's device.
+    pub(super) pd: softrdma_proto::PdId,
+    pub(super) cq: softrdma_proto::CqId,
 }
 
 impl Node {
@@ -133,6 +136,8 @@ pub(super) struct World<'s> {
     pub(super) report: Report,
     /// QPN -> connection, for matching REQs to plans.
     pub(super) conn_of_qpn: BTreeMap<u32, usize>,
+    /// (node, rdma_cm id) -> its QP on the node's device (`qps.rs`).
+    pub(super) qps: BTreeMap<(usize, u64), softrdma_wire::Qpn>,
 }
 
 pub(super) const MS: u64 = 1_000_000;
@@ -234,6 +239,7 @@ impl World<'_> {
         }
         self.owners.remove(&(node, id));
         self.ids.remove(&(node, id));
+        self.destroy_qp(node, id);
     }
 
     pub(super) fn outcome(&mut self, node: usize, id: u64, what: &str) {
@@ -255,7 +261,7 @@ impl World<'_> {
                 continue;
             }
             let Some(q) = self.nodes[node].ep.poll_event() else {
-                return;
+                return self.apply_qp_changes(node);
             };
             // The program takes the event at once and acknowledges it.
             self.nodes[node].ep.ack(q.id);
