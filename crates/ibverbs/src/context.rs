@@ -125,21 +125,38 @@ pub fn context(p: *mut ibv_context) -> Option<Ctx> {
 }
 
 /// Whether a thread spinning on an empty CQ should now and then yield the
-/// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default yes when the
-/// device has a loopback address (every peer is on this host) and the host
-/// has fewer than 4 cores. Then a spinning program, its peer and the
-/// progress threads share too few cores, and a round trip would otherwise
-/// wait for a scheduler time slice (milliseconds) whenever the one who
-/// must act is not running — the policy of `softrdma perf --spin auto`.
-pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
+/// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default
+/// [`yield_by_default`].
+pub fn yield_on_idle_polls(addr: IpAddr, shared: bool) -> bool {
     let configured = softrdma::config::global().map_or(None, |c| c.poll_yield.value);
     match configured {
         Some(y) => y,
         None => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            addr.is_loopback() && cores < 4
+            yield_by_default(addr.is_loopback(), shared, cores)
         }
     }
+}
+
+/// The default of [`yield_on_idle_polls`]: yes only for a device of this
+/// process alone (`!shared`) on a loopback address (every peer is on this
+/// host, each with its own socket) on a host of fewer than 4 cores. Then a
+/// spinning program, its peer and the progress threads share too few
+/// cores, and a round trip would otherwise wait for a scheduler time
+/// slice (milliseconds) whenever the one who must act is not running.
+///
+/// Not for a shared device (a device process routes its datagrams): the
+/// device process must run for any of its members to receive from another
+/// address, and spinning members that yield kept it from the CPU for
+/// seconds (Linux 6.18's EEVDF, the device process in their session:
+/// Open MPI's 8 ranks per namespace failed 3 runs of 3 with RC retry
+/// exceeded). Between two members of one address (the same-host path)
+/// busy polling was faster too: `softrdma perf write-lat` over one
+/// shared loopback address, 6 alternated rounds on a loaded 2-core host,
+/// median of the rounds' typical latency 89 µs busy vs 908 µs yielding,
+/// median of their averages 1.6 ms vs 2.7 ms (issue 19).
+pub fn yield_by_default(loopback: bool, shared: bool, cores: usize) -> bool {
+    loopback && !shared && cores < 4
 }
 
 /// `ibv_open_device`.
@@ -169,7 +186,7 @@ pub fn new_context(
     ucontext: UContext,
     objs: Arc<Mutex<Objects>>,
 ) -> Result<*mut ibv_context, (i32, OwnedFd)> {
-    let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
+    let yield_idle = yield_on_idle_polls(dev.local_addr().ip(), dev.host_pid().is_some());
     let async_ep = match FdWatch::new(dev.async_fd()) {
         Ok(e) => e,
         Err(e) => {
@@ -355,4 +372,35 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::yield_by_default;
+
+    /// Idle polls yield by default only on a loopback device of the
+    /// process's own on a host of fewer than 4 cores; never on a shared
+    /// device, whose device process the yielding members starved.
+    #[test]
+    fn idle_polls_yield_only_for_an_exclusive_loopback_device_on_few_cores() {
+        for cores in [1, 2, 3] {
+            assert!(yield_by_default(true, false, cores), "{cores} cores");
+            assert!(
+                !yield_by_default(true, true, cores),
+                "shared, {cores} cores"
+            );
+            assert!(!yield_by_default(false, false, cores), "not loopback");
+            assert!(
+                !yield_by_default(false, true, cores),
+                "shared, not loopback"
+            );
+        }
+        for cores in [4, 8, 64] {
+            for loopback in [false, true] {
+                for shared in [false, true] {
+                    assert!(!yield_by_default(loopback, shared, cores));
+                }
+            }
+        }
+    }
 }

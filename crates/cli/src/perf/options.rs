@@ -161,7 +161,8 @@ pub struct Opts {
     /// How waiting loops wait: busy (spin, perftest's way), yield (spin but
     /// give up the CPU on idle rounds), auto (yield when both ends share a
     /// host with fewer than 4 cores, where busy spinning costs scheduler
-    /// time slices of milliseconds).
+    /// time slices of milliseconds, unless the device is shared through a
+    /// device process, which yielding spinners starve).
     #[arg(long, value_enum, default_value = "auto")]
     pub spin: SpinMode,
     /// Client: how long to keep trying to reach the server (seconds).
