@@ -126,37 +126,40 @@ pub fn context(p: *mut ibv_context) -> Option<Ctx> {
 
 /// Whether a thread spinning on an empty CQ should now and then yield the
 /// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default
-/// [`yield_by_default`].
-pub fn yield_on_idle_polls(addr: IpAddr, shared: bool) -> bool {
+/// [`yield_by_default`]. `routed`: a device process routes this device's
+/// datagrams (it is shared and the same-host path is off).
+pub fn yield_on_idle_polls(addr: IpAddr, routed: bool) -> bool {
     let configured = softrdma::config::global().map_or(None, |c| c.poll_yield.value);
     match configured {
         Some(y) => y,
         None => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            yield_by_default(addr.is_loopback(), shared, cores)
+            yield_by_default(addr.is_loopback(), routed, cores)
         }
     }
 }
 
-/// The default of [`yield_on_idle_polls`]: yes only for a device of this
-/// process alone (`!shared`) on a loopback address (every peer is on this
-/// host, each with its own socket) on a host of fewer than 4 cores. Then a
-/// spinning program, its peer and the progress threads share too few
-/// cores, and a round trip would otherwise wait for a scheduler time
-/// slice (milliseconds) whenever the one who must act is not running.
+/// The default of [`yield_on_idle_polls`]: yes for a loopback device (every
+/// peer is on this host) on a host of fewer than 4 cores, unless a device
+/// process routes its datagrams (`routed`). With few cores a spinning
+/// program, its peer and the progress threads share too few CPUs, and a
+/// round trip would otherwise wait for a scheduler time slice
+/// (milliseconds) whenever the one who must act is not running: between
+/// two processes on one shared loopback address (the same-host path, no
+/// device process on the way), `softrdma perf write-lat` 2 B, 4
+/// alternated rounds at load average 10 on 2 cores: mean 4.2 µs yielding
+/// vs 8.6-42 µs busy (typical 3.7 vs 1.9 µs); at load average 30-40 busy
+/// won both (6 rounds: median typical 89 vs 908 µs, median mean 1.6 vs
+/// 2.7 ms).
 ///
-/// Not for a shared device (a device process routes its datagrams): the
-/// device process must run for any of its members to receive from another
-/// address, and spinning members that yield kept it from the CPU for
+/// Never when a device process routes the datagrams (the same-host path
+/// off, `SOFTRDMA_SAME_HOST=udp`): it must run for the members to receive
+/// anything, and spinning members that yield kept it from the CPU for
 /// seconds (Linux 6.18's EEVDF, the device process in their session:
-/// Open MPI's 8 ranks per namespace failed 3 runs of 3 with RC retry
-/// exceeded). Between two members of one address (the same-host path)
-/// busy polling was faster too: `softrdma perf write-lat` over one
-/// shared loopback address, 6 alternated rounds on a loaded 2-core host,
-/// median of the rounds' typical latency 89 µs busy vs 908 µs yielding,
-/// median of their averages 1.6 ms vs 2.7 ms (issue 19).
-pub fn yield_by_default(loopback: bool, shared: bool, cores: usize) -> bool {
-    loopback && !shared && cores < 4
+/// Open MPI's 8 ranks per namespace, forced to yield, failed 3 runs of 3
+/// with RC retry exceeded; issue 19).
+pub fn yield_by_default(loopback: bool, routed: bool, cores: usize) -> bool {
+    loopback && !routed && cores < 4
 }
 
 /// `ibv_open_device`.
@@ -186,7 +189,10 @@ pub fn new_context(
     ucontext: UContext,
     objs: Arc<Mutex<Objects>>,
 ) -> Result<*mut ibv_context, (i32, OwnedFd)> {
-    let yield_idle = yield_on_idle_polls(dev.local_addr().ip(), dev.host_pid().is_some());
+    // A shared device without the same-host path: the device process
+    // hands it every datagram.
+    let routed = dev.host_pid().is_some() && dev.same_host_counters().is_none();
+    let yield_idle = yield_on_idle_polls(dev.local_addr().ip(), routed);
     let async_ep = match FdWatch::new(dev.async_fd()) {
         Ok(e) => e,
         Err(e) => {
@@ -378,27 +384,27 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
 mod tests {
     use super::yield_by_default;
 
-    /// Idle polls yield by default only on a loopback device of the
-    /// process's own on a host of fewer than 4 cores; never on a shared
-    /// device, whose device process the yielding members starved.
+    /// Idle polls yield by default only on a loopback device on a host of
+    /// fewer than 4 cores, and never when a device process routes the
+    /// datagrams (yielding members starved it).
     #[test]
-    fn idle_polls_yield_only_for_an_exclusive_loopback_device_on_few_cores() {
+    fn idle_polls_yield_only_on_loopback_few_cores_not_routed() {
         for cores in [1, 2, 3] {
             assert!(yield_by_default(true, false, cores), "{cores} cores");
             assert!(
                 !yield_by_default(true, true, cores),
-                "shared, {cores} cores"
+                "routed, {cores} cores"
             );
             assert!(!yield_by_default(false, false, cores), "not loopback");
             assert!(
                 !yield_by_default(false, true, cores),
-                "shared, not loopback"
+                "routed, not loopback"
             );
         }
         for cores in [4, 8, 64] {
             for loopback in [false, true] {
-                for shared in [false, true] {
-                    assert!(!yield_by_default(loopback, shared, cores));
+                for routed in [false, true] {
+                    assert!(!yield_by_default(loopback, routed, cores));
                 }
             }
         }
