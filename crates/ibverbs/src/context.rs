@@ -126,40 +126,38 @@ pub fn context(p: *mut ibv_context) -> Option<Ctx> {
 
 /// Whether a thread spinning on an empty CQ should now and then yield the
 /// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default
-/// [`yield_by_default`]. `routed`: a device process routes this device's
-/// datagrams (it is shared and the same-host path is off).
-pub fn yield_on_idle_polls(addr: IpAddr, routed: bool) -> bool {
+/// [`yield_by_default`] — the policy of `softrdma perf --spin auto`.
+pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
     let configured = softrdma::config::global().map_or(None, |c| c.poll_yield.value);
     match configured {
         Some(y) => y,
         None => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            yield_by_default(addr.is_loopback(), routed, cores)
+            yield_by_default(addr.is_loopback(), cores)
         }
     }
 }
 
-/// The default of [`yield_on_idle_polls`]: yes for a loopback device (every
-/// peer is on this host) on a host of fewer than 4 cores, unless a device
-/// process routes its datagrams (`routed`). With few cores a spinning
-/// program, its peer and the progress threads share too few CPUs, and a
-/// round trip would otherwise wait for a scheduler time slice
-/// (milliseconds) whenever the one who must act is not running: between
-/// two processes on one shared loopback address (the same-host path, no
-/// device process on the way), `softrdma perf write-lat` 2 B, 4
-/// alternated rounds at load average 10 on 2 cores: mean 4.2 µs yielding
-/// vs 8.6-42 µs busy (typical 3.7 vs 1.9 µs); at load average 30-40 busy
-/// won both (6 rounds: median typical 89 vs 908 µs, median mean 1.6 vs
-/// 2.7 ms).
+/// The default of [`yield_on_idle_polls`]: yes when the device has a
+/// loopback address (every peer is on this host) and the host has fewer
+/// than 4 cores. Then a spinning program, its peer and the progress
+/// threads (and, for a shared device, its device process) share too few
+/// cores, and a round trip would otherwise wait for a scheduler time
+/// slice (milliseconds) whenever the one who must act is not running.
 ///
-/// Never when a device process routes the datagrams (the same-host path
-/// off, `SOFTRDMA_SAME_HOST=udp`): it must run for the members to receive
-/// anything, and spinning members that yield kept it from the CPU for
-/// seconds (Linux 6.18's EEVDF, the device process in their session:
-/// Open MPI's 8 ranks per namespace, forced to yield, failed 3 runs of 3
-/// with RC retry exceeded; issue 19).
-pub fn yield_by_default(loopback: bool, routed: bool, cores: usize) -> bool {
-    loopback && !routed && cores < 4
+/// Whether the device is shared does not change it (issue 19, measured
+/// with `softrdma perf write-lat` 2 B between two processes on one shared
+/// loopback address, alternated rounds, 2 cores): at load average 10,
+/// through the same-host path, mean 4.2 µs yielding vs 8.6-42 µs busy
+/// (typical 3.7 vs 1.9 µs), and with the device process routing every
+/// datagram (`SOFTRDMA_SAME_HOST=udp`) mean 89-104 µs yielding vs
+/// 145-354 µs busy; at load average 30-40 busy won (median of 6 rounds'
+/// typical 89 vs 908 µs). Addresses off loopback never yield by default:
+/// there the device process of many ranks sharing an address was starved
+/// by ranks forced to yield (Open MPI, 8 ranks per namespace,
+/// `SOFTRDMA_POLL_YIELD=1`: RC retry exceeded in 3 runs of 3).
+pub fn yield_by_default(loopback: bool, cores: usize) -> bool {
+    loopback && cores < 4
 }
 
 /// `ibv_open_device`.
@@ -189,10 +187,7 @@ pub fn new_context(
     ucontext: UContext,
     objs: Arc<Mutex<Objects>>,
 ) -> Result<*mut ibv_context, (i32, OwnedFd)> {
-    // A shared device without the same-host path: the device process
-    // hands it every datagram.
-    let routed = dev.host_pid().is_some() && dev.same_host_counters().is_none();
-    let yield_idle = yield_on_idle_polls(dev.local_addr().ip(), routed);
+    let yield_idle = yield_on_idle_polls(dev.local_addr().ip());
     let async_ep = match FdWatch::new(dev.async_fd()) {
         Ok(e) => e,
         Err(e) => {
@@ -385,28 +380,16 @@ mod tests {
     use super::yield_by_default;
 
     /// Idle polls yield by default only on a loopback device on a host of
-    /// fewer than 4 cores, and never when a device process routes the
-    /// datagrams (yielding members starved it).
+    /// fewer than 4 cores.
     #[test]
-    fn idle_polls_yield_only_on_loopback_few_cores_not_routed() {
+    fn idle_polls_yield_only_on_loopback_with_few_cores() {
         for cores in [1, 2, 3] {
-            assert!(yield_by_default(true, false, cores), "{cores} cores");
-            assert!(
-                !yield_by_default(true, true, cores),
-                "routed, {cores} cores"
-            );
-            assert!(!yield_by_default(false, false, cores), "not loopback");
-            assert!(
-                !yield_by_default(false, true, cores),
-                "routed, not loopback"
-            );
+            assert!(yield_by_default(true, cores), "{cores} cores");
+            assert!(!yield_by_default(false, cores), "not loopback");
         }
         for cores in [4, 8, 64] {
-            for loopback in [false, true] {
-                for routed in [false, true] {
-                    assert!(!yield_by_default(loopback, routed, cores));
-                }
-            }
+            assert!(!yield_by_default(true, cores));
+            assert!(!yield_by_default(false, cores));
         }
     }
 }

@@ -161,8 +161,7 @@ pub struct Opts {
     /// How waiting loops wait: busy (spin, perftest's way), yield (spin but
     /// give up the CPU on idle rounds), auto (yield when both ends share a
     /// host with fewer than 4 cores, where busy spinning costs scheduler
-    /// time slices of milliseconds, unless a device process routes the
-    /// datagrams: a shared device with SOFTRDMA_SAME_HOST=udp).
+    /// time slices of milliseconds).
     #[arg(long, value_enum, default_value = "auto")]
     pub spin: SpinMode,
     /// Client: how long to keep trying to reach the server (seconds).

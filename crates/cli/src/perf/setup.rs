@@ -177,9 +177,7 @@ pub struct Side {
 pub enum SpinMode {
     /// Yield when this host runs more spinning threads than it has cores:
     /// both ends on one host (`--loopback`, or a peer on this host) with
-    /// fewer than 4 cores, unless a device process routes this side's
-    /// datagrams (a shared device with the same-host path off), as the C
-    /// library's default (`yield_by_default` in softrdma-ibverbs).
+    /// fewer than 4 cores.
     Auto,
     /// Spin without ever giving up the CPU (perftest's way; best when every
     /// spinning thread has a core of its own).
@@ -189,16 +187,15 @@ pub enum SpinMode {
 }
 
 impl SpinMode {
-    /// Whether to yield, for a peer at `peer` seen from `local`; `routed`:
-    /// a device process routes this side's datagrams.
-    pub fn yields(self, local: IpAddr, peer: IpAddr, routed: bool) -> bool {
+    /// Whether to yield, for a peer at `peer` seen from `local`.
+    pub fn yields(self, local: IpAddr, peer: IpAddr) -> bool {
         match self {
             SpinMode::Busy => false,
             SpinMode::Yield => true,
             SpinMode::Auto => {
                 let same_host = peer.is_loopback() || peer == local;
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                same_host && !routed && cores < 4
+                same_host && cores < 4
             }
         }
     }
@@ -335,7 +332,6 @@ impl Side {
             seconds: started.elapsed().as_secs_f64(),
             rss_bytes: resident_bytes().saturating_sub(rss_before),
         };
-        let routed = dev.host_pid().is_some() && dev.same_host_counters().is_none();
         let side = Side {
             setup,
             dev,
@@ -352,7 +348,7 @@ impl Side {
             layout,
             path_mtu,
             yield_idle: match (ctrl.stream.local_addr(), ctrl.stream.peer_addr()) {
-                (Ok(l), Ok(r)) => spin.yields(l.ip(), r.ip(), routed),
+                (Ok(l), Ok(r)) => spin.yields(l.ip(), r.ip()),
                 _ => spin == SpinMode::Yield,
             },
         };
