@@ -61,7 +61,7 @@ const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
 const MAX_PENDING: usize = 64;
 /// A loop of the device process that took longer than this (it was not
 /// scheduled, or something blocked it) is named in `SOFTRDMA_HOST_TRACE`.
-const TRACE_LATE: Duration = Duration::from_millis(250);
+pub(crate) const TRACE_LATE: Duration = Duration::from_millis(250);
 
 /// Poller token of the listening socket, and of the connections accepted
 /// that have not said their first message yet.
@@ -163,7 +163,19 @@ pub(crate) fn trace(line: &str) {
             // Several processes share the file: one write(2) per line
             // (O_APPEND), or their lines interleave (`writeln!` on a
             // File writes each piece of the format on its own).
-            let text = format!("[{}] {line}\n", std::process::id());
+            // (UTC time of day, as the `SOFTRDMA_LOG` lines say it, so
+            // the two can be read side by side.)
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let (s, us) = (t.as_secs() % 86_400, t.subsec_micros());
+            let text = format!(
+                "{:02}:{:02}:{:02}.{us:06} [{}] {line}\n",
+                s / 3600,
+                s / 60 % 60,
+                s % 60,
+                std::process::id()
+            );
             let _ = f.write_all(text.as_bytes());
         }
     }
@@ -670,13 +682,14 @@ impl Host {
         };
         trace(&format!(
             "member {} pid {} left: pushed {}, ring refused {}, bytes it never took {}, \
-             unrouted so far {}",
+             unrouted so far {}, socket overflows so far {}",
             m.id,
             m.pid,
             m.pushed,
             m.ring.refused_count(),
             m.ring.in_flight(),
-            self.unrouted
+            self.unrouted,
+            self.socket.stats().recv_dropped
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
         self.path_rings.retain(|&(_, id)| id != m.id);

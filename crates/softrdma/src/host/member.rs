@@ -240,11 +240,21 @@ impl Member {
 
     /// Sends a request and waits for its answer.
     fn request(&self, req: &Request) -> io::Result<Reply> {
+        let asked = Instant::now();
         let ctl = self.ctl.lock();
         ctl.send(&req.encode(), &[])?;
         let mut buf = vec![0u8; msg::MAX_MSG];
         let mut fds = Vec::new();
-        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT)?;
+        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT);
+        let took = asked.elapsed();
+        if n.is_err() || took > super::daemon::TRACE_LATE {
+            super::daemon::trace(&format!(
+                "member pid {}: the device process answered {req:?} after {took:?} ({})",
+                std::process::id(),
+                if n.is_err() { "no answer" } else { "late" }
+            ));
+        }
+        let n = n?;
         Reply::decode(&buf[..n]).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
     }
 
