@@ -7,15 +7,24 @@ the per-round ratios (each round's pair ran back to back, so its ratio sees
 the same machine load) and every raw figure. Figures on shared 2-core VMs
 vary by 30 % or more from run to run: read the ratios, not the absolutes.
 
-Rows (two processes unless the name says --loopback):
+Rows (two processes unless the name says --loopback). The rows of issue 22's
+targets (lat, bw, cpu, qps) run softrdma's two processes each on an address
+of its own (a free loopback address, SOFTRDMA_SHARE=0, SOFTRDMA_ADDR unset)
+with the same-host path off (SOFTRDMA_SAME_HOST=udp): every packet goes
+through the kernel's UDP, as between hosts.
 - 8 B WRITE latency (median one-way) vs kernel UDP ping-pong with busy
-  polling (sockperf --nonblocked, median);
+  polling (sockperf --nonblocked, median); target <= 1.5x;
+- WRITE 1 MiB vs softrdma-io's udp_bw example, gso-gro row (4 KiB RoCE-sized
+  datagrams, GSO send and GRO receive, two threads of one process: what the
+  kernel's UDP moves on one core pair; UDP_BW, default
+  target/release/examples/udp_bw); target >= 0.8x;
 - WRITE 64 KiB and 1 MiB vs UCX over TCP (ucx_perftest tag_bw), READ 1 MiB vs
-  UCX over TCP ucp_get; also the --loopback figures (both ends in one process);
+  UCX over TCP ucp_get (target >= 5x); also the --loopback figures (both ends
+  in one process);
 - CPU-seconds per GB moved (user + system of both processes, from wait4),
-  for softrdma and UCX over TCP;
-- ib_write_bw -q 1000 vs -q 1 over `softrdma exec` (4 KiB), and the same
-  with `softrdma perf`;
+  for softrdma and UCX over TCP; target at WRITE 1 MiB <= 1x;
+- ib_write_bw -q 1000 vs -q 1 over `softrdma exec` (4 KiB; target >= 0.8x),
+  and the same with `softrdma perf`;
 - the main job's curve (`softrdma perf write-bw --loopback -a`): the median
   per size and whether every size from 4 KiB up reaches the 4 KiB figure;
 - UCX over softrdma (rc_verbs) vs UCX over TCP: tag_bw 64 KiB, 1 MiB and
@@ -36,7 +45,10 @@ and are converted). Latencies are one-way, half the round trip.
 
 Environment: ROUNDS (default 3), DURATION seconds per point (default 3),
 ONLY=name[,name] (rows: lat, bw, cpu, qps, curve, ucx, samehost, mpi), SR (the softrdma
-binary; default target/release/softrdma).
+binary; default $CARGO_TARGET_DIR or target, then release/softrdma), UDP_BW
+(the udp_bw example, release/examples/udp_bw),
+MARKDOWN=1 (also print the table as markdown for README, headed by the date,
+the machine, the kernel and the load average).
 """
 
 import json
@@ -50,7 +62,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SR = os.environ.get("SR", os.path.join(ROOT, "target/release/softrdma"))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+SR = os.environ.get("SR", os.path.join(TARGET, "release/softrdma"))
+UDP_BW = os.environ.get("UDP_BW", os.path.join(TARGET, "release/examples/udp_bw"))
+MARKDOWN = os.environ.get("MARKDOWN", "") not in ("", "0")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 D = int(os.environ.get("DURATION", "3"))
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
@@ -110,6 +125,8 @@ def pair(server, client, env=None, tcp_port=None, settle=1.0, timeout=180, serve
     """Starts server, waits for its TCP port (or `settle` s), runs client.
     Returns Run(client stdout, CPU-seconds of both) or raises."""
     e = dict(os.environ, **(env or {}))
+    # None in env: the variable is removed.
+    e = {k: v for k, v in e.items() if v is not None}
     # The server writes to a file: a pipe nobody reads while the client runs
     # would fill (perftest prints a line per QP) and stop it.
     slog = tempfile.TemporaryFile(mode="w+")
@@ -141,16 +158,20 @@ def pair(server, client, env=None, tcp_port=None, settle=1.0, timeout=180, serve
 
 # ---------------------------------------------------------------- softrdma --
 SH_ADDR = os.environ.get("SAME_HOST_ADDR", "127.64.10.1")
+# Issue 22's rows: each process on an exclusive address of its own, the
+# same-host path off, so that every packet crosses the kernel's UDP.
+WIRE_ENV = {"SOFTRDMA_SAME_HOST": "udp", "SOFTRDMA_SHARE": "0", "SOFTRDMA_ADDR": None}
 
 
 def sr_two(tool, args, same_host=None):
     """softrdma perf TOOL between two processes -> (JSON results[0], cpu, doc).
     With same_host ("shm" or "udp"): both on the one shared address SH_ADDR,
-    SOFTRDMA_SAME_HOST=same_host."""
+    SOFTRDMA_SAME_HOST=same_host. Without: each on a free loopback address
+    of its own, the same-host path off (WIRE_ENV)."""
     p = port()
     srv = [SR, "perf", tool, "-p", str(p), "--json"]
     cli = [SR, "perf", tool, SH_ADDR if same_host else "127.0.0.1", "-p", str(p), "--json", "-D", str(D)] + args
-    env = None
+    env = WIRE_ENV
     if same_host:
         srv += ["-d", SH_ADDR]
         cli += ["-d", SH_ADDR]
@@ -225,6 +246,19 @@ def sockperf_lat():
     return float(m.group(1))
 
 
+# ------------------------------------------------------------------ udp_bw --
+def udp_bw_gso_gro():
+    """softrdma-io's udp_bw example, gso-gro row -> GB/s of payload (4 KiB
+    datagrams, GSO send, GRO receive, sender and receiver threads of one
+    process)."""
+    cmd = [UDP_BW, "--only", "gso-gro", "--secs", str(D)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r"gso-gro:\s*([0-9.]+) GB/s payload", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return float(m.group(1))
+
+
 # ---------------------------------------------------------------- perftest --
 def perftest_bw(qps):
     """ib_write_bw -q QPS -s 4096 over softrdma exec -> GB/s. By count
@@ -233,7 +267,7 @@ def perftest_bw(qps):
     p = port()
     n = str(200000 // qps)
     args = ["ib_write_bw", "-q", str(qps), "-s", "4096", "-n", n, "-F", "-p", str(p)]
-    r = pair([SR, "exec", "--"] + args, [SR, "exec", "--"] + args + ["127.0.0.1"], tcp_port=p)
+    r = pair([SR, "exec", "--"] + args, [SR, "exec", "--"] + args + ["127.0.0.1"], env=WIRE_ENV, tcp_port=p)
     rows = [l.split() for l in r.out.splitlines() if re.match(r"^\s*4096\s+\d+\s", l)]
     if not rows:
         raise RuntimeError(f"ib_write_bw -q {qps}: no result row\n{r.out[-2000:]}")
@@ -289,28 +323,46 @@ class Table:
             ok = f"target {'>=' if higher_better else '<='} {target}x: {ok}"
         self.rows.append(
             (name, f"{med(ours):.3f}", f"{med(peer):.3f}", f"{r:.2f}x", f"{peer_name}; {ok}",
-             " ".join(f"{x:.3g}" for x in ours) + " / " + " ".join(f"{x:.3g}" for x in peer))
+             " ".join(f"{x:.3g}" for x in ours) + " / " + " ".join(f"{x:.3g}" for x in peer),
+             peer_name, ok)
         )
 
     def single(self, name, ours, note):
-        self.rows.append((name, f"{med(ours):.3f}", "", "", note, " ".join(f"{x:.3g}" for x in ours)))
+        self.rows.append((name, f"{med(ours):.3f}", "", "", note, " ".join(f"{x:.3g}" for x in ours), note, ""))
 
     def print(self):
         print(f"{'metric':<40} {'softrdma':>9} {'peer':>9} {'ratio':>7}  peer; target   [runs softrdma / peer]")
-        for n, a, b, r, note, raw in self.rows:
+        for n, a, b, r, note, raw, _, _ in self.rows:
             print(f"{n:<40} {a:>9} {b:>9} {r:>7}  {note}   [{raw}]")
 
+    def markdown(self, head):
+        """The table as markdown, for README."""
+        print(f"\n{head}\n")
+        print("| metric | softrdma | peer | ratio | target |")
+        print("| --- | --- | --- | --- | --- |")
+        for n, a, b, r, _, raw, peer_name, ok in self.rows:
+            peer = f"{peer_name} {b}" if b else peer_name
+            target = ok.removeprefix("target ") if ok else ""
+            print(f"| {n.strip()} | {a} | {peer} | {r} | {target} |")
 
-def alternate(a, b):
-    """ROUNDS rounds of a() and b(), the order flipping each round."""
-    va, vb = [], []
+
+def alternate(*fs):
+    """ROUNDS rounds of each of fs, the order reversing each round -> one
+    list of figures per function. A round in which one of them failed is
+    left out of every list (the ratios pair figures of one round)."""
+    vs = [[] for _ in fs]
     for i in range(ROUNDS):
-        for f, v in ((a, va), (b, vb)) if i % 2 == 0 else ((b, vb), (a, va)):
+        order = list(range(len(fs))) if i % 2 == 0 else list(reversed(range(len(fs))))
+        got = {}
+        for j in order:
             try:
-                v.append(f())
+                got[j] = fs[j]()
             except Exception as e:  # noqa: BLE001 - report and go on
                 print(f"  a run failed: {e}", file=sys.stderr)
-    return va, vb
+        if len(got) == len(fs):
+            for j, v in enumerate(vs):
+                v.append(got[j])
+    return vs
 
 
 def main():
@@ -319,7 +371,11 @@ def main():
             sys.exit(f"{tool} missing: apt-get install -y ucx-utils sockperf perftest")
     cpus = os.cpu_count()
     model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"softrdma vs peers, {time.strftime('%Y-%m-%d')}, {cpus} CPUs ({model}), kernel {os.uname().release}")
+    load0 = os.getloadavg()[0]
+    t_start = time.monotonic()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    head = f"softrdma vs peers, {started}, {cpus} CPUs ({model}), kernel {os.uname().release}"
+    print(head)
     print(f"{ROUNDS} rounds alternated, {D} s per point; medians; ratio = median of per-round ratios\n")
     t = Table()
 
@@ -337,13 +393,21 @@ def main():
             ("READ 1 MiB (GB/s)", "read-bw", 1048576, "ucp_get", 5.0),
         ]:
             iters = 20000 if size <= 65536 else 3000
-            ours, peer = alternate(lambda: sr_bw(tool, size), lambda: ucx(test, size, iters))
-            t.pair(name, [o[0] for o in ours], [p[0] for p in peer], f"UCX tcp {test}", target)
+            if name.startswith("WRITE 1 MiB"):
+                # Issue 22's first target: the kernel's UDP on one core
+                # pair (udp_bw gso-gro) in the same rounds.
+                ours, peer, wire = alternate(lambda: sr_bw(tool, size), lambda: ucx(test, size, iters), udp_bw_gso_gro)
+                t.pair(name, [o[0] for o in ours], wire, "udp_bw gso-gro", 0.8)
+                t.pair("  same vs UCX over TCP", [o[0] for o in ours], [p[0] for p in peer], f"UCX tcp {test}", None)
+            else:
+                ours, peer = alternate(lambda: sr_bw(tool, size), lambda: ucx(test, size, iters))
+                t.pair(name, [o[0] for o in ours], [p[0] for p in peer], f"UCX tcp {test}", target)
             cpu_rows.append((name, [o[1] for o in ours], [p[2] for p in peer], test))
             loop = [gbps(sr_loop(tool, ["-s", str(size)])["results"][0]["bw_average_mib_s"]) for _ in range(ROUNDS)]
             t.single(f"  same, --loopback", loop, "both ends in one process")
         for name, ours, peer, test in cpu_rows:
-            t.pair(f"CPU-s per GB, {name.split(' (')[0]}", ours, peer, f"UCX tcp {test} (lower is better)", None, False)
+            target = 1.0 if name.startswith("WRITE 1 MiB") else None
+            t.pair(f"CPU-s per GB, {name.split(' (')[0]}", ours, peer, f"UCX tcp {test} (lower is better)", target, False)
 
     if want("qps"):
         one, many = alternate(lambda: perftest_bw(1), lambda: perftest_bw(1000))
@@ -367,6 +431,11 @@ def main():
             f"  every size >= 4 KiB at least the 4 KiB figure ({base:.2f}): "
             f"{'yes' if meds[worst] >= base * 0.95 else 'NO'} (lowest {worst} B: {meds[worst]:.2f}, "
             f"{meds[worst] / base:.2f}x of 4 KiB)\n"
+        )
+        t.single(
+            "main job --loopback -a, lowest size >= 4 KiB (GB/s)",
+            [meds[worst]],
+            f"{worst} B, {meds[worst] / base:.2f}x of the 4 KiB {base:.2f} GB/s (target: no size below 4 KiB's)",
         )
 
     if want("ucx"):
@@ -409,6 +478,11 @@ def main():
         t.pair("  same vs Open MPI's TCP BTL (GB/s)", ours, peer, "ob1 btl tcp", 1.0)
 
     t.print()
+    took = time.monotonic() - t_start
+    load1 = os.getloadavg()[0]
+    print(f"\ntook {took / 60:.1f} min; load average {load0:.1f} at the start, {load1:.1f} at the end")
+    if MARKDOWN:
+        t.markdown(f"{head}, load average {load0:.1f}-{load1:.1f}, `ROUNDS={ROUNDS} DURATION={D}`")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #
 #   scripts/bench-vs-peers.sh                  # ~10 minutes with ROUNDS=3
 #   ROUNDS=5 DURATION=5 scripts/bench-vs-peers.sh
-#   ONLY=lat,ucx scripts/bench-vs-peers.sh     # rows: lat bw cpu qps curve ucx samehost
+#   ONLY=lat,ucx scripts/bench-vs-peers.sh     # rows: lat bw cpu qps curve ucx samehost mpi
+#   MARKDOWN=1 scripts/bench-vs-peers.sh       # also the table as markdown for README
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -19,4 +20,5 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
 fi
 cargo build --release -q -p softrdma-cli -p softrdma-ibverbs -p softrdma-preload
+cargo build --release -q -p softrdma-io --example udp_bw
 exec python3 scripts/bench-vs-peers.py

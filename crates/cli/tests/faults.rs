@@ -52,7 +52,9 @@ fn sx(addr: &str, seed: u64, prog: &str, args: &[&str]) -> Command {
     c.args(["--addr", addr, "--", prog]).args(args);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("SOFTRDMA_")
+        // (SOFTRDMA_SAME_HOST passes: the suite runs with the same-host
+        // path on and off.)
+        if (k.starts_with("SOFTRDMA_") && k != "SOFTRDMA_SAME_HOST")
             || k.starts_with("UCX_")
             || k.starts_with("OMPI_")
             || k == "LD_PRELOAD"

@@ -125,21 +125,39 @@ pub fn context(p: *mut ibv_context) -> Option<Ctx> {
 }
 
 /// Whether a thread spinning on an empty CQ should now and then yield the
-/// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default yes when the
-/// device has a loopback address (every peer is on this host) and the host
-/// has fewer than 4 cores. Then a spinning program, its peer and the
-/// progress threads share too few cores, and a round trip would otherwise
-/// wait for a scheduler time slice (milliseconds) whenever the one who
-/// must act is not running — the policy of `softrdma perf --spin auto`.
+/// CPU: `SOFTRDMA_POLL_YIELD=1`/`0` decides; by default
+/// [`yield_by_default`] — the policy of `softrdma perf --spin auto`.
 pub fn yield_on_idle_polls(addr: IpAddr) -> bool {
     let configured = softrdma::config::global().map_or(None, |c| c.poll_yield.value);
     match configured {
         Some(y) => y,
         None => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            addr.is_loopback() && cores < 4
+            yield_by_default(addr.is_loopback(), cores)
         }
     }
+}
+
+/// The default of [`yield_on_idle_polls`]: yes when the device has a
+/// loopback address (every peer is on this host) and the host has fewer
+/// than 4 cores. Then a spinning program, its peer and the progress
+/// threads (and, for a shared device, its device process) share too few
+/// cores, and a round trip would otherwise wait for a scheduler time
+/// slice (milliseconds) whenever the one who must act is not running.
+///
+/// Whether the device is shared does not change it (issue 19, measured
+/// with `softrdma perf write-lat` 2 B between two processes on one shared
+/// loopback address, alternated rounds, 2 cores): at load average 10,
+/// through the same-host path, mean 4.2 µs yielding vs 8.6-42 µs busy
+/// (typical 3.7 vs 1.9 µs), and with the device process routing every
+/// datagram (`SOFTRDMA_SAME_HOST=udp`) mean 89-104 µs yielding vs
+/// 145-354 µs busy; at load average 30-40 busy won (median of 6 rounds'
+/// typical 89 vs 908 µs). Addresses off loopback never yield by default:
+/// there the device process of many ranks sharing an address was starved
+/// by ranks forced to yield (Open MPI, 8 ranks per namespace,
+/// `SOFTRDMA_POLL_YIELD=1`: RC retry exceeded in 3 runs of 3).
+pub fn yield_by_default(loopback: bool, cores: usize) -> bool {
+    loopback && cores < 4
 }
 
 /// `ibv_open_device`.
@@ -355,4 +373,23 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::yield_by_default;
+
+    /// Idle polls yield by default only on a loopback device on a host of
+    /// fewer than 4 cores.
+    #[test]
+    fn idle_polls_yield_only_on_loopback_with_few_cores() {
+        for cores in [1, 2, 3] {
+            assert!(yield_by_default(true, cores), "{cores} cores");
+            assert!(!yield_by_default(false, cores), "not loopback");
+        }
+        for cores in [4, 8, 64] {
+            assert!(!yield_by_default(true, cores));
+            assert!(!yield_by_default(false, cores));
+        }
+    }
 }

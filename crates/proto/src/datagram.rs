@@ -166,6 +166,36 @@ pub struct Gather {
     /// (sent, copied or dropped), it passes this number — or a later one,
     /// for everything before it too — to [`Device::handle_released`](crate::Device::handle_released).
     pub seq: u64,
+    /// The ICRC was left to the driver
+    /// ([`Device::poll_transmit_gather_icrc_left`](crate::Device::poll_transmit_gather_icrc_left)):
+    /// the headers it covers, until [`Gather::fill_icrc`] writes it. The
+    /// trailer's ICRC bytes are 0 meanwhile.
+    pub icrc_left: Option<DatagramRepr>,
+}
+
+impl Gather {
+    /// Computes and writes the ICRC the core left to the driver (nothing
+    /// when it computed it): `buf` is the datagram's buffer (headers and
+    /// trailer). Before the datagram leaves through a link that carries
+    /// the ICRC — UDP, a capture. `Err`: the payload's region was
+    /// deregistered (the ICRC stays 0: the receiver drops the datagram
+    /// as damaged).
+    pub fn fill_icrc(&mut self, buf: &mut [u8]) -> Result<(), crate::memory::Revoked> {
+        let Some(d) = self.icrc_left.take() else {
+            return Ok(());
+        };
+        let payload: usize = self.pieces.iter().flatten().map(|p| p.len).sum();
+        let pad = self.trailer_len - softrdma_wire::ICRC_LEN;
+        let mut icrc = d.icrc_begin(self.header_len + payload + self.trailer_len);
+        icrc.transport(&buf[..self.header_len]);
+        for p in self.pieces.iter().flatten() {
+            p.region.icrc_update(p.offset, p.len, &mut icrc)?;
+        }
+        let at = self.header_len + pad;
+        icrc.update(&buf[self.header_len..at]);
+        buf[at..at + softrdma_wire::ICRC_LEN].copy_from_slice(&icrc.finish().to_le_bytes());
+        Ok(())
+    }
 }
 
 /// Payload pieces a zero-copy datagram may have; a payload in more pieces

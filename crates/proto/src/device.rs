@@ -96,6 +96,7 @@ macro_rules! ctx {
             udp_src_port: $self.cfg.udp_src_port,
             port_mtu: $self.cfg.port_mtu,
             gather: false,
+            icrc_left: false,
             write_chunking: $self.cfg.write_chunking,
             next_gather_seq: $self.gather_seq + 1,
             released: $self.released,

@@ -26,6 +26,8 @@
 #![warn(missing_docs)]
 
 pub mod attr;
+#[cfg(feature = "cm")]
+pub mod cm_attr;
 pub mod counters;
 pub mod cq;
 pub mod datagram;

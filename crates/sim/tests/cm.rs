@@ -49,6 +49,7 @@ fn lossy_seeds() {
     let (mut both_established, mut rej8, mut rej28, mut unreachable, mut goodbyes) =
         (0, 0, 0, 0, 0);
     let mut rdma_events = 0;
+    let mut qp_changes = 0;
     let mut ephemeral = 0;
     let (mut gsi_rx, mut icrc_errors) = (0, 0);
     for seed in 0..256 {
@@ -62,6 +63,7 @@ fn lossy_seeds() {
         mras += r.cm.tx_mra;
         duplicates += r.cm.rx_duplicates;
         rdma_events += r.rdma_events;
+        qp_changes += r.qp_changes;
         gsi_rx += r.gsi_rx;
         icrc_errors += r.icrc_errors;
         for (p, l) in sc.conns.iter().zip(&r.conns) {
@@ -105,6 +107,10 @@ fn lossy_seeds() {
     );
     // The rdma_cm layer reported the CM's events (each checked in the run).
     assert!(rdma_events > 10_000, "{rdma_events}");
+    // Its QP changes reached real QPs (each checked in the run: INIT,
+    // RTR, RTS towards the peer, ERR on disconnect).
+    eprintln!("QP changes applied: {qp_changes}");
+    assert!(qp_changes > 20_000, "{qp_changes}");
     assert!(ephemeral > 10_000, "{ephemeral}");
     // The MADs travelled as RoCE packets: QP 1 received them, and the
     // receiving devices' ICRC check caught the corrupted ones (a flipped

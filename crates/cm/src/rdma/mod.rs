@@ -25,17 +25,23 @@
 //!   REP's and the accept's INIT/RTR/RTS, a UD QP's setup, as data the
 //!   driver applies.
 //!
-//! Still in the driver (see ARCHITECTURE.md): the ids' table and the
-//! calls that move them through their states, and the event queues of
-//! the channels.
+//! - [`Endpoint`] (`endpoint.rs`, `calls.rs`): the ids themselves, by
+//!   number, with their ports, listeners and the devices' CMs: the
+//!   program's calls on ids, MADs received and the time in; channel
+//!   events ([`IdEvent`]), MADs, QP changes and a deadline out. The
+//!   simulator drives it; softrdma's driver still keeps its own id table
+//!   over the parts above (see ARCHITECTURE.md).
 
+mod calls;
 mod device;
+mod endpoint;
 mod event;
 mod listen;
 mod ports;
 mod qp;
 
 pub use device::{request_sid, DeviceCm, Refused};
+pub use endpoint::{Endpoint, EndpointError, Id, IdEvent, Observed, Options};
 pub use event::{report, ConnParam, EventType, IdState, Report, UdParam, ETIMEDOUT};
 pub use listen::{backlog, find, service_id, Admission, Listener, Transport};
 pub use ports::{Binding, PortError, Ports};

@@ -124,6 +124,11 @@ impl Ports {
     pub fn is_free(&self, ps: PortSpace, port: u16) -> bool {
         !self.held.contains_key(&(ps, port))
     }
+
+    /// How many (id, port) bindings are held.
+    pub fn held(&self) -> usize {
+        self.held.values().map(Vec::len).sum()
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ impl Device {
     /// [`MIN_TX_BUF`](crate::device::MIN_TX_BUF) bytes).
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.poll_transmit_with(now, buf, false)
+        self.poll_transmit_with(now, buf, false, false)
     }
 
     /// Like [`Self::poll_transmit`], but a payload that sits in registered
@@ -18,7 +18,22 @@ impl Device {
     /// [`Device::handle_released`] for every gather it takes.
     #[must_use]
     pub fn poll_transmit_gather(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.poll_transmit_with(now, buf, true)
+        self.poll_transmit_with(now, buf, true, false)
+    }
+
+    /// [`Self::poll_transmit_gather`] that leaves the ICRC of zero-copy
+    /// packets to the driver (`Gather::icrc_left`): a driver whose link
+    /// may not carry it (the same-host path's rings) computes it with
+    /// [`Gather::fill_icrc`](crate::Gather::fill_icrc) only for the
+    /// packets that leave through UDP or into a capture — the ICRC's CRC
+    /// over 4 KiB of payload is a large part of a sender's cost per
+    /// packet.
+    pub fn poll_transmit_gather_icrc_left(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        self.poll_transmit_with(now, buf, true, true)
     }
 
     pub(super) fn poll_transmit_with(
@@ -26,6 +41,7 @@ impl Device {
         now: Instant,
         buf: &mut [u8],
         gather: bool,
+        icrc_left: bool,
     ) -> Option<Transmit> {
         let rounds = self.tx_ready.len();
         for _ in 0..rounds {
@@ -37,6 +53,7 @@ impl Device {
             let before = Self::notes_before(&self.notes, qp);
             let mut ctx = ctx!(self, now);
             ctx.gather = gather;
+            ctx.icrc_left = icrc_left;
             // Requests and responses of a QP take turns; with one of each
             // waiting after a response, the request goes first: in a
             // ping-pong the peer's answer then travels ahead of the ACK

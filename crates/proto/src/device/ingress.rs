@@ -5,13 +5,30 @@ use super::*;
 impl Device {
     /// A received UDP payload (BTH through ICRC).
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
+        self.handle_datagram_with(now, meta, data, true);
+    }
+
+    /// [`Self::handle_datagram`] of a datagram from a link that cannot
+    /// corrupt it, whose ICRC is not looked at: the same-host path's
+    /// shared-memory rings (written by a process of the same user that
+    /// passed the connection handshake, with no wire or router between).
+    /// The ICRC is the wire's end-to-end check (IBA 7.8.1); without a
+    /// wire its 4 KiB CRC per packet is the receiver's largest cost after
+    /// the copy. Everything else — parsing, P_Key, QP and PSN checks — is
+    /// as for any datagram, so a garbled record is refused or lost, never
+    /// read out of bounds.
+    pub fn handle_datagram_trusted_link(&mut self, now: Instant, meta: &RecvMeta, data: &[u8]) {
+        self.handle_datagram_with(now, meta, data, false);
+    }
+
+    fn handle_datagram_with(&mut self, now: Instant, meta: &RecvMeta, data: &[u8], icrc: bool) {
         let Ok(pkt) = IbPacket::new_checked(data) else {
             self.counters.malformed += 1;
             self.refusals += 1;
             self.note_drop(meta, None, DropReason::Malformed);
             return;
         };
-        if !self.icrc_ok(meta, &pkt) {
+        if icrc && !self.icrc_ok(meta, &pkt) {
             self.counters.icrc_errors += 1;
             self.refusals += 1;
             self.note_drop(meta, Some(&pkt), DropReason::BadIcrc);

@@ -137,6 +137,9 @@ pub(crate) struct Ctx<'a> {
     pub port_mtu: u32,
     /// Leave payloads in registered memory (zero-copy transmission).
     pub gather: bool,
+    /// With `gather`: leave the ICRC of such packets to the driver
+    /// (`Gather::icrc_left`).
+    pub icrc_left: bool,
     /// How multi-packet RC WRITEs go on the wire.
     pub write_chunking: crate::device::WriteChunking,
     /// The sequence number the next zero-copy datagram gets.

@@ -196,21 +196,18 @@ pub(crate) fn build_packet(
             _ => None,
         };
         if let Some(pieces) = pieces.filter(|p| p.iter().flatten().all(|x| x.address().is_some())) {
-            let mut icrc = d.icrc_begin(total);
-            icrc.transport(&buf[..hlen]);
-            for p in pieces.iter().flatten() {
-                p.region.icrc_update(p.offset, p.len, &mut icrc)?;
-            }
-            buf[hlen..hlen + pad].fill(0);
-            icrc.update(&buf[hlen..hlen + pad]);
-            let c = icrc.finish();
-            buf[hlen + pad..hlen + pad + softrdma_wire::ICRC_LEN].copy_from_slice(&c.to_le_bytes());
-            return Ok(Some(tx(Some(Gather {
+            buf[hlen..hlen + pad + softrdma_wire::ICRC_LEN].fill(0);
+            let mut g = Gather {
                 header_len: hlen,
                 trailer_len: pad + softrdma_wire::ICRC_LEN,
                 pieces,
                 seq: ctx.next_gather_seq,
-            }))));
+                icrc_left: Some(d),
+            };
+            if !ctx.icrc_left {
+                g.fill_icrc(buf)?;
+            }
+            return Ok(Some(tx(Some(g))));
         }
     }
     let data = &mut buf[hlen..hlen + plen];

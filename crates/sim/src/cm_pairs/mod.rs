@@ -1,13 +1,14 @@
-//! Connection management in the simulator: several devices' part of the
-//! rdma_cm layer ([`softrdma_cm::rdma::DeviceCm`]: the real CM, the shared
-//! CM listeners, requests held for a listener; [`softrdma_cm::rdma::Listener`]:
-//! which rdma_cm listener takes a request, its backlog) on a virtual
-//! clock, their MADs carried between the nodes' QP 1 as RoCE packets by
-//! the simulator's network ([`crate::Sim`], the link of the transport
-//! runs: seeded loss, duplication, reordering, corruption — a corrupted
-//! packet fails the receiving device's ICRC check — and delay), and a
-//! driver model per node that connects, accepts,
-//! rejects, answers late, disconnects, destroys and sometimes dies.
+//! Connection management in the simulator: one rdma_cm layer per node
+//! ([`softrdma_cm::rdma::Endpoint`], the one softrdma's rdma_cm is built
+//! on: the ids, their ports and listeners, the device's real CM, requests
+//! held for a listener) on a virtual clock, their MADs carried between the
+//! nodes' QP 1 as RoCE packets by the simulator's network ([`crate::Sim`],
+//! the link of the transport runs: seeded loss, duplication, reordering,
+//! corruption — a corrupted packet fails the receiving device's ICRC
+//! check — and delay), and a program model per node that makes
+//! librdmacm's calls on its ids (`rdma_connect`, `rdma_accept`,
+//! `rdma_reject`, `rdma_establish`, `rdma_disconnect`, `rdma_destroy_id`,
+//! UD ids' SIDR), answers late and sometimes dies.
 //!
 //! [`run`] plays one seeded [`Scenario`] to the end and returns a
 //! [`Report`]; [`Report::check`] verifies the promises:
@@ -20,12 +21,15 @@
 //!   that never answers ends UNREACHABLE; SIDR likewise;
 //! - no id gets two outcomes (ESTABLISHED / REJECTED / UNREACHABLE), two
 //!   disconnect events or two timewait exits, and events name only ids the
-//!   driver holds;
+//!   program holds;
 //! - when the run drains, every CM of a live node is quiescent: every id
 //!   ended and was destroyed, no timer, timewait record or queued MAD is
-//!   left, and no port is held in its [`softrdma_cm::rdma::Ports`] (the
-//!   listeners bind theirs, connecting and SIDR ids an ephemeral one,
-//!   which the server sees in the REQ's cma header);
+//!   left, every rdma_cm id was destroyed and no port is held in its
+//!   endpoint's [`softrdma_cm::rdma::Ports`] (the listeners bind theirs,
+//!   connecting and SIDR ids an ephemeral one, which the server sees in
+//!   the REQ's cma header);
+//! - each CM event became the rdma_cm event Linux's `cma_ib_handler` makes
+//!   of it (the endpoint's [`softrdma_cm::rdma::Observed`] record);
 //! - the link's loss, duplication and reordering actually happened, and
 //!   the CMs retransmitted, recognised duplicates and sent MRAs.
 //!
@@ -36,11 +40,12 @@
 //! `report.rs` is what a run saw and [`Report::check`]; `world.rs` is the
 //! simulation state, how MADs go through the nodes' devices and the
 //! [`crate::Sim`], and the event loop's step;
-//! `driver.rs` is the driver model (how each node answers its CM's events
-//! and carries out the plans' actions); this file is [`run`] and
-//! [`lossy_link`].
+//! `program.rs` is the program model (how each node's program answers its
+//! ids' events and carries out the plans' actions through the endpoint's
+//! id calls); this file is [`run`] and [`lossy_link`].
 
-mod driver;
+mod program;
+mod qps;
 mod report;
 mod scenario;
 mod world;
@@ -48,12 +53,12 @@ mod world;
 use crate::net::{LinkConfig, Sim};
 pub use report::{ConnLog, Report, SidrLog};
 pub use scenario::*;
-use softrdma_cm::rdma::{DeviceCm, Listener, Ports, Transport};
+use softrdma_cm::rdma::{Endpoint, Transport};
 use softrdma_cm::{CmConfig, Instant};
 use softrdma_link::Rng;
 use softrdma_wire::cm::PortSpace;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use world::{Action, Node, World, MS};
 
 /// Plays a scenario to the end.
@@ -71,6 +76,7 @@ pub fn run(sc: &Scenario) -> Report {
         ids: BTreeMap::new(),
         report: Report::default(),
         conn_of_qpn: BTreeMap::new(),
+        qps: BTreeMap::new(),
     };
     w.report.conns = vec![ConnLog::default(); sc.conns.len()];
     w.report.sidrs = vec![SidrLog::default(); sc.sidrs.len()];
@@ -82,36 +88,36 @@ pub fn run(sc: &Scenario) -> Report {
             0x0200_0000_0000_0000 | i as u64,
             [key_rng.next_u64(), key_rng.next_u64()],
         );
+        let dev = i as u64;
+        // The connections' QPs: one PD and one CQ (nothing is posted, so
+        // nothing completes but the flushes of the QPs' ERR).
+        let d = &mut w.sim.nodes[i].dev;
+        let (pd, cq) = match (d.alloc_pd(), d.create_cq(4096)) {
+            (Ok(pd), Ok(cq)) => (pd, cq),
+            r => panic!("node {i}: PD and CQ: {r:?}"),
+        };
+        let mut ep = Endpoint::new();
+        ep.add_device(dev, cfg, ip, Instant(0));
+        // The CM events behind the rdma_cm events, for the checks.
+        ep.observe(true);
         let mut node = Node {
-            dev: DeviceCm::new(cfg, ip),
+            ep,
+            dev,
             ip,
             up: sc.dead_node != Some(i),
-            listeners: BTreeMap::new(),
-            ports: Ports::default(),
-            ports_held: 0,
-            next_num: 1,
+            listeners: Vec::new(),
             port_rng: Rng::new(key_rng.next_u64()),
+            pd,
+            cq,
         };
-        // Two wildcard rdma_cm listeners (`rdma_bind_addr` on 0.0.0.0,
-        // `rdma_listen` with the default backlog): RC on RC_SERVICE's
-        // port, UD on UD_SERVICE's.
-        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        // Two wildcard rdma_cm listeners: RC on RC_SERVICE's port, UD on
+        // UD_SERVICE's.
         for (ps, port, transport) in [
             (PortSpace::Tcp, RC_PORT, Transport::Rc),
             (PortSpace::Udp, UD_PORT, Transport::Ud),
         ] {
-            let num = match node.bind(ps, any, port) {
-                Ok((num, _)) => num,
-                Err(e) => {
-                    w.report
-                        .violations
-                        .push(format!("node {i}: bind {port}: {e}"));
-                    continue;
-                }
-            };
-            let l = Listener::new(ps, SocketAddr::new(any, port), true, None, transport, 0);
-            if node.dev.listen(Instant(0), l.service_id()).is_ok() {
-                node.listeners.insert(num, l);
+            if let Err(e) = node.listen(ps, transport, port) {
+                w.report.violations.push(format!("node {i}: {e}"));
             }
         }
         w.nodes.push(node);
@@ -148,7 +154,13 @@ pub fn run(sc: &Scenario) -> Report {
     }
     w.report.end = w.now;
     for (i, n) in w.nodes.iter().enumerate() {
-        let c = n.dev.cm.counters();
+        let Some(cm) = n.ep.device(n.dev).map(|d| &d.cm) else {
+            w.report
+                .violations
+                .push(format!("node {i}: its device is gone"));
+            continue;
+        };
+        let c = cm.counters();
         let t = &mut w.report.cm;
         t.rx_mads += c.rx_mads;
         t.rx_dropped += c.rx_dropped;
@@ -163,23 +175,31 @@ pub fn run(sc: &Scenario) -> Report {
         if !n.up {
             continue;
         }
-        if let Err(e) = n.dev.cm.check_invariants() {
+        if let Err(e) = cm.check_invariants() {
             w.report.violations.push(format!("node {i}: {e}"));
         }
-        w.report.leftover_ids += n.dev.cm.id_count();
-        for id in n.dev.cm.ids() {
+        w.report.leftover_ids += cm.id_count();
+        for id in cm.ids() {
+            w.report
+                .leftovers
+                .push(format!("node {i} {id} {:?}", cm.state(id)));
+        }
+        // The rdma_cm ids too: every one destroyed.
+        w.report.leftover_ids += n.ep.ids().count();
+        for num in n.ep.ids() {
             w.report.leftovers.push(format!(
-                "node {i} {id} {:?} held for {:?}",
-                n.dev.cm.state(id),
-                w.owners.get(&(i, id))
+                "node {i} rdma_cm id {num} {:?} held for {:?}",
+                n.ep.id(num).map(|e| e.st),
+                w.owners.get(&(i, num))
             ));
         }
-        if n.ports_held != 0 {
+        let held = n.ep.ports().held();
+        if held != 0 {
             w.report
                 .violations
-                .push(format!("node {i}: {} ports still held", n.ports_held));
+                .push(format!("node {i}: {held} ports still held"));
         }
-        if !n.dev.cm.is_quiescent() {
+        if !cm.is_quiescent() {
             w.report.not_quiescent.push(i);
         }
     }

@@ -3,16 +3,16 @@
 
 use super::{ClientPlan, Scenario, ServerPlan};
 use crate::net::NetStats;
-use softrdma_cm::{CmId, Instant, RejReason, SidrStatus};
+use softrdma_cm::{Instant, RejReason, SidrStatus};
 
 /// What happened to one connection.
 #[derive(Clone, Debug, Default)]
 pub struct ConnLog {
     /// Client id.
-    pub client_id: Option<CmId>,
+    pub client_id: Option<u64>,
     /// Server ids created for it (a REQ that comes back after its id was
     /// destroyed makes a new one, as in Linux).
-    pub server_ids: Vec<CmId>,
+    pub server_ids: Vec<u64>,
     /// Successful RTUs of the client.
     pub client_established: u32,
     /// ESTABLISHED events of the server.
@@ -69,13 +69,15 @@ pub struct Report {
     pub leftover_ids: usize,
     /// Non-quiescent live CMs.
     pub not_quiescent: Vec<usize>,
-    /// The ids left: node, id, state, what the driver held it for.
+    /// The ids left: node, id, state, what the program held it for.
     pub leftovers: Vec<String>,
     /// Virtual time at the end.
     pub end: Instant,
     /// rdma_cm events the layer reported for the CM's events
     /// (`softrdma_cm::rdma::report`), each checked against its CM event.
     pub rdma_events: u64,
+    /// QP changes the rdma_cm layer emitted, applied to the nodes' QPs.
+    pub qp_changes: u64,
     /// MADs the nodes' devices sent from QP 1 (`emit_gsi`), summed.
     pub gsi_tx: u64,
     /// MADs their QP 1 received, summed.

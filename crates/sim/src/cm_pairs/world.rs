@@ -5,63 +5,83 @@
 
 use super::{Report, Scenario};
 use crate::net::Sim;
-use softrdma_cm::rdma::{Binding, DeviceCm, IdState, Listener, Ports};
-use softrdma_cm::{CmId, Instant};
+use softrdma_cm::rdma::{Endpoint, Options, Transport};
+use softrdma_cm::{Instant, PortSpace};
 use softrdma_link::Rng;
-use softrdma_wire::cm::PortSpace;
 use softrdma_wire::mad::GSI_QKEY;
-use softrdma_wire::QKey;
+use softrdma_wire::{Psn, QKey};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
-/// A node: one device's part of the rdma_cm layer (its CM, its shared
-/// CM listeners, the requests it holds for a listener) at one address;
-/// its RoCE device is the [`Sim`]'s node of the same index.
+/// A node: the rdma_cm layer of one process ([`Endpoint`]: its ids, port
+/// tables, listeners and its one device's CM) at one address; its RoCE
+/// device is the [`Sim`]'s node of the same index, which is also the
+/// device's number in the endpoint.
 pub(super) struct Node {
-    pub(super) dev: DeviceCm,
+    pub(super) ep: Endpoint,
+    pub(super) dev: u64,
     pub(super) ip: IpAddr,
     pub(super) up: bool,
-    /// The rdma_cm listeners, by number.
-    pub(super) listeners: BTreeMap<u64, Listener>,
-    /// The ports its rdma_cm ids hold (the layer's tables, as the
-    /// softrdma driver keeps them): the listeners' and the connecting
-    /// ids' ephemeral ones.
-    pub(super) ports: Ports,
-    /// Ports held, to find a leak when the run drains.
-    pub(super) ports_held: usize,
-    /// The next rdma_cm id number (the listeners are 1 and 2).
-    pub(super) next_num: u64,
-    /// Where an ephemeral port search starts (the driver's random draw).
+    /// The rdma_cm listeners' id numbers.
+    pub(super) listeners: Vec<u64>,
+    /// Where an ephemeral port search starts (the random draw of `rdma_bind_addr`).
     pub(super) port_rng: Rng,
+    /// The PD and CQ of the connections' QPs on the node's device.
+    pub(super) pd: softrdma_proto::PdId,
+    pub(super) cq: softrdma_proto::CqId,
 }
 
 impl Node {
-    /// A new rdma_cm id `rdma_bind_addr`s `ip` and `port` (0: an
-    /// ephemeral one) in `ps`: its number and port.
-    pub(super) fn bind(
-        &mut self,
-        ps: PortSpace,
-        ip: IpAddr,
-        port: u16,
-    ) -> Result<(u64, u16), softrdma_cm::rdma::PortError> {
-        let num = self.next_num;
-        self.next_num += 1;
-        let b = Binding {
-            ip,
-            reuseaddr: false,
-            afonly: false,
+    /// `rdma_create_id` with the PSN the device's CM draws.
+    pub(super) fn create_id(&mut self, ps: PortSpace, t: Transport) -> u64 {
+        let seq = match self.ep.device_mut(self.dev) {
+            Some(d) => d.cm.random_psn(),
+            None => Psn::ZERO,
         };
-        let start = self.port_rng.next_u64() as u32;
-        let port = self.ports.take(ps, num, port, b, start)?;
-        self.ports_held += 1;
-        Ok((num, port))
+        self.ep.create_id(ps, t, seq)
     }
 
-    /// Id `num` lets its port go.
-    pub(super) fn unbind(&mut self, ps: PortSpace, port: u16, num: u64) {
-        self.ports.release(ps, port, num);
-        self.ports_held -= 1;
+    /// A wildcard rdma_cm listener (`rdma_bind_addr` on 0.0.0.0 with
+    /// AFONLY, `rdma_listen` with the default backlog).
+    pub(super) fn listen(&mut self, ps: PortSpace, t: Transport, port: u16) -> Result<u64, String> {
+        let num = self.create_id(ps, t);
+        let o = Options {
+            afonly: true,
+            ..Default::default()
+        };
+        let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), port);
+        let r = self.ep.set_options(num, o).and_then(|()| {
+            self.ep.bind(num, None, any, 0)?;
+            self.ep.listen(num, 0, Instant(0))
+        });
+        r.map_err(|e| format!("listen on {port}: {e}"))?;
+        self.listeners.push(num);
+        Ok(num)
+    }
+
+    /// An active id resolved to `dst` (`rdma_resolve_addr` binds an
+    /// ephemeral port, `rdma_resolve_route` gives the path): its number
+    /// and port.
+    pub(super) fn active(
+        &mut self,
+        ps: PortSpace,
+        t: Transport,
+        dst: SocketAddr,
+    ) -> Result<(u64, u16), String> {
+        let num = self.create_id(ps, t);
+        let start = self.port_rng.next_u64() as u32;
+        let src = SocketAddr::new(self.ip, 0);
+        let port = self
+            .ep
+            .bind(num, Some(self.dev), src, start)
+            .map_err(|e| format!("bind: {e}"))?;
+        let path =
+            softrdma_cm::negotiate::rdma_cm_path(self.ip, dst.ip(), port, dst.port(), 3, 0, 64);
+        self.ep
+            .resolve(num, self.dev, self.ip, dst, path, start)
+            .map_err(|e| format!("resolve: {e}"))?;
+        Ok((num, port))
     }
 }
 
@@ -74,36 +94,20 @@ pub(super) enum Owner {
     SidrServer(usize),
 }
 
-/// Per-id bookkeeping of the driver model.
-#[derive(Clone, Debug)]
+/// Per-id bookkeeping of the program model.
+#[derive(Clone, Debug, Default)]
 pub(super) struct IdLog {
     pub(super) outcomes: u32,
     pub(super) disconnects: u32,
     pub(super) timewait_exits: u32,
-    /// The id's rdma_cm state, moved by the layer's `report`.
-    pub(super) st: IdState,
-    /// The port it holds: space, port, rdma_cm id number.
-    pub(super) port: Option<(PortSpace, u16, u64)>,
 }
 
-impl Default for IdLog {
-    /// Every id of a run connects (`rdma_connect`, or a request's id).
-    fn default() -> IdLog {
-        IdLog {
-            outcomes: 0,
-            disconnects: 0,
-            timewait_exits: 0,
-            st: IdState::Connect,
-            port: None,
-        }
-    }
-}
-
+/// What the event loop does at a time.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Action {
     Connect(usize),
     Sidr(usize),
-    ServerAnswer(usize, CmId),
+    ServerAnswer(usize, u64),
     ClientAnswer(usize),
     ClientGiveUp(usize),
     Data(usize),
@@ -126,11 +130,14 @@ pub(super) struct World<'s> {
     pub(super) actions: BinaryHeap<Reverse<(Instant, u64)>>,
     pub(super) action_list: BTreeMap<u64, Action>,
     pub(super) seq: u64,
-    pub(super) owners: BTreeMap<(usize, CmId), Owner>,
-    pub(super) ids: BTreeMap<(usize, CmId), IdLog>,
+    /// (node, rdma_cm id) -> the plan it belongs to.
+    pub(super) owners: BTreeMap<(usize, u64), Owner>,
+    pub(super) ids: BTreeMap<(usize, u64), IdLog>,
     pub(super) report: Report,
     /// QPN -> connection, for matching REQs to plans.
     pub(super) conn_of_qpn: BTreeMap<u32, usize>,
+    /// (node, rdma_cm id) -> its QP on the node's device (`qps.rs`).
+    pub(super) qps: BTreeMap<(usize, u64), softrdma_wire::Qpn>,
 }
 
 pub(super) const MS: u64 = 1_000_000;
@@ -148,12 +155,12 @@ impl World<'_> {
             .push(format!("at {} ms: {s}", self.now.0 / MS));
     }
 
-    /// Everything the CMs want to send: each MAD a UD SEND_ONLY from QP 1
-    /// built by the node's device, handed to the link.
+    /// Everything the endpoints want to send: each MAD a UD SEND_ONLY from
+    /// QP 1 built by the node's device, handed to the link.
     pub(super) fn flush(&mut self) {
         self.sim.now = softrdma_proto::Instant(self.now.0);
         for from in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[from].dev.cm.poll_transmit() {
+            while let Some((_, t)) = self.nodes[from].ep.poll_transmit() {
                 if !self.nodes[from].up {
                     continue;
                 }
@@ -168,7 +175,6 @@ impl World<'_> {
                 self.sim
                     .send(from, tx.dst, tx.traffic_class, tx.hop_limit, data);
                 if self.sim.print {
-                    // The Sim printed the packet (and its fate); what it carries.
                     eprintln!(
                         "{:>12}   {}",
                         "MAD",
@@ -186,35 +192,33 @@ impl World<'_> {
             .nodes
             .iter()
             .filter(|n| n.up)
-            .filter_map(|n| n.dev.deadline())
+            .filter_map(|n| n.ep.deadline())
             .min();
         [net, act, timers].into_iter().flatten().min()
     }
 
+    /// One step of the event loop: the network to the next time, the
+    /// MADs it delivered into the endpoints, the timers due, the actions
+    /// due.
     pub(super) fn step(&mut self) -> bool {
         self.flush();
         let Some(t) = self.next_time() else {
             return false;
         };
         self.now = self.now.max(t);
-        // The network delivers what is due (a corrupted packet fails the
-        // device's ICRC check), then each node's CM takes what its QP 1
-        // received, in order.
         self.sim.step(softrdma_proto::Instant(self.now.0));
         for i in 0..self.nodes.len() {
             while let Some(m) = self.sim.nodes[i].dev.poll_gsi() {
                 if self.nodes[i].up {
-                    // Held (a request nobody listens for yet) or to the CM.
-                    self.nodes[i]
-                        .dev
-                        .receive(self.now, m.src, m.src_qpn, &m.mad);
+                    let n = &mut self.nodes[i];
+                    n.ep.receive(n.dev, self.now, m.src, m.src_qpn, &m.mad);
                     self.drain_events(i);
                 }
             }
         }
         for i in 0..self.nodes.len() {
-            if self.nodes[i].up && self.nodes[i].dev.deadline().is_some_and(|d| d <= self.now) {
-                self.nodes[i].dev.handle_timeout(self.now);
+            if self.nodes[i].up && self.nodes[i].ep.deadline().is_some_and(|d| d <= self.now) {
+                self.nodes[i].ep.handle_timeout(self.now);
                 self.drain_events(i);
             }
         }
@@ -227,28 +231,45 @@ impl World<'_> {
         true
     }
 
-    pub(super) fn destroy(&mut self, node: usize, id: CmId) {
+    /// `rdma_destroy_id` (the endpoint says goodbye and frees the port).
+    pub(super) fn destroy(&mut self, node: usize, id: u64) {
         let now = self.now;
-        if self.nodes[node].dev.cm.destroy(now, id).is_err() {
-            self.violation(format!("destroy of {id} on node {node} failed"));
+        if let Err(e) = self.nodes[node].ep.destroy(id, now) {
+            self.violation(format!("destroy of id {id} on node {node} failed: {e}"));
         }
         self.owners.remove(&(node, id));
-        if let Some((ps, port, num)) = self.ids.remove(&(node, id)).and_then(|l| l.port) {
-            self.nodes[node].unbind(ps, port, num);
-        }
+        self.ids.remove(&(node, id));
+        self.destroy_qp(node, id);
     }
 
-    pub(super) fn outcome(&mut self, node: usize, id: CmId, what: &str) {
+    pub(super) fn outcome(&mut self, node: usize, id: u64, what: &str) {
         let e = self.ids.entry((node, id)).or_default();
         e.outcomes += 1;
         if e.outcomes > 1 {
-            self.violation(format!("second outcome ({what}) for {id} on node {node}"));
+            self.violation(format!(
+                "second outcome ({what}) for id {id} on node {node}"
+            ));
         }
     }
 
+    /// The node's CM events (with the rdma_cm events they became) and its
+    /// channel events, until none is left.
     pub(super) fn drain_events(&mut self, node: usize) {
-        while let Some(e) = self.nodes[node].dev.cm.poll_event() {
-            self.on_event(node, e);
+        loop {
+            if let Some(o) = self.nodes[node].ep.poll_observed() {
+                self.on_event(node, o);
+                continue;
+            }
+            let Some(q) = self.nodes[node].ep.poll_event() else {
+                return self.apply_qp_changes(node);
+            };
+            // The program takes the event at once and acknowledges it.
+            self.nodes[node].ep.ack(q.id);
+            if !self.owners.contains_key(&(node, q.id))
+                && !self.nodes[node].listeners.contains(&q.id)
+            {
+                self.violation(format!("an rdma_cm event for an id nobody holds: {q:?}"));
+            }
         }
     }
 }

@@ -61,9 +61,22 @@ impl Pending {
         })
     }
 
+    /// Writes the ICRC the core left to us (`Gather::icrc_left`: the
+    /// same-host path's rings do not carry it), before the datagram
+    /// leaves through UDP or has its payload copied out.
+    pub(super) fn fill_icrc(&mut self) {
+        if let Some(g) = self.gather.as_mut() {
+            // (A revoked region leaves the ICRC 0: the receiver drops the
+            // datagram as damaged. Cannot happen while it is queued: see
+            // `pieces`.)
+            let _ = g.fill_icrc(&mut self.buf);
+        }
+    }
+
     /// Copies the payload out of registered memory into `buf`, so the
     /// datagram no longer reads the program's memory.
     pub(super) fn materialize(&mut self) {
+        self.fill_icrc();
         let Some(g) = self.gather.take() else {
             return;
         };

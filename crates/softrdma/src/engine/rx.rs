@@ -81,14 +81,22 @@ impl Shared {
         let mut bufs = rx.bufs.iter_mut();
         let mut slices: [IoSliceMut<'_>; RX_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(bufs.next().expect("RX_BATCH buffers")));
-        let n = match (&self.host, group) {
-            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta),
+        // The same-host path's rings are read in place (no copy into the
+        // receive buffers: the core places the payload straight from the
+        // ring), unless the receive injector is on (it may hold datagrams
+        // back, so it gets copies).
+        let host = self.host.as_deref().filter(|_| group.is_none());
+        let in_place = host.filter(|_| rx.faults.is_none());
+        let n = match (host, in_place) {
+            (Some(h), Some(_)) => h.recv_device(&mut slices[..batch], &mut rx.meta),
+            (Some(h), None) => h.recv(&mut slices[..batch], &mut rx.meta, self.local),
             _ => socket
                 .recv(&mut slices[..batch], &mut rx.meta)
                 .unwrap_or_default(),
         };
         // (With faults, datagrams the receive injector held may be due.)
         if n == 0
+            && !in_place.is_some_and(|h| h.paths_have_data())
             && !(rx.faults.is_some() && self.rx_fault_due.load(Ordering::SeqCst) <= self.now().0)
         {
             return 0;
@@ -144,6 +152,36 @@ impl Shared {
                 }
             }
         }
+        if let Some(h) = in_place {
+            // The same-host path's datagrams, in place; the ICRC of those
+            // whose sender left it out is not checked
+            // (`Core::handle_datagram_trusted_link`: a ring of shared
+            // memory has no wire to corrupt them).
+            let dst = self.local.ip();
+            count += h.recv_paths_in_place(batch, |src, tos, ttl, icrc_left, dgram| {
+                let meta = RecvMeta {
+                    src,
+                    dst,
+                    len: dgram.len(),
+                    traffic_class: tos,
+                    hop_limit: ttl,
+                };
+                // A datagram whose sender left its ICRC out is not
+                // checked (nothing but the ring carried it); one whose
+                // sender computed it is, as over UDP (small packets, a
+                // capturing sender, a sender's fault injector that
+                // corrupts what it sends).
+                if icrc_left {
+                    if self.pcap.is_some() {
+                        self.record_path_received(&meta, dgram);
+                    }
+                    core.handle_datagram_trusted_link(now, &meta, dgram);
+                } else {
+                    self.record_received(&meta, dgram);
+                    core.handle_datagram(now, &meta, dgram);
+                }
+            });
+        }
         if let Some(inj) = faults.as_deref_mut() {
             self.after_rx_injection(inj);
         }
@@ -177,6 +215,24 @@ impl Shared {
     /// Hands a received datagram to the core, recording it first.
     #[inline]
     pub(super) fn deliver(&self, core: &mut Core, now: Instant, meta: &RecvMeta, dgram: &[u8]) {
+        self.record_received(meta, dgram);
+        core.handle_datagram(now, meta, dgram);
+    }
+
+    /// Writes a datagram of the same-host path to the capture, its ICRC
+    /// computed here: a sender that captures nothing leaves it out of the
+    /// ring (`Gather::icrc_left`), and the capture holds what the wire
+    /// would have carried.
+    #[cold]
+    fn record_path_received(&self, meta: &RecvMeta, dgram: &[u8]) {
+        let mut whole = dgram.to_vec();
+        crate::host::member::fill_icrc(&mut whole, meta.src, self.local);
+        self.record_received(meta, &whole);
+    }
+
+    /// Writes a received datagram to the capture, if one is on.
+    #[inline]
+    fn record_received(&self, meta: &RecvMeta, dgram: &[u8]) {
         if let Some(p) = &self.pcap {
             let _ = lock(p).write(&Record {
                 src: meta.src,
@@ -187,6 +243,5 @@ impl Shared {
                 received: true,
             });
         }
-        core.handle_datagram(now, meta, dgram);
     }
 }

@@ -58,7 +58,8 @@ impl Shared {
             d.pieces(&mut pieces);
             // A full ring whose reader stopped: the datagram is lost, as
             // on a network; one whose reader reads: it waits its turn.
-            if paths.push(ring, d.tos, d.ttl, &pieces, now) == Pushed::Wait {
+            let icrc_left = d.gather.as_ref().is_some_and(|g| g.icrc_left.is_some());
+            if paths.push(ring, d.tos, d.ttl, &pieces, icrc_left, now) == Pushed::Wait {
                 if n == 0 {
                     paths.publish();
                     return Lead::Full;

@@ -71,7 +71,7 @@ const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
 const MAX_PENDING: usize = 64;
 /// A loop of the device process that took longer than this (it was not
 /// scheduled, or something blocked it) is named in `SOFTRDMA_HOST_TRACE`.
-const TRACE_LATE: Duration = Duration::from_millis(250);
+pub(crate) const TRACE_LATE: Duration = Duration::from_millis(250);
 
 /// Poller token of the listening socket, and of the connections accepted
 /// that have not said their first message yet.
@@ -138,6 +138,16 @@ pub(crate) fn rec_header(src: SocketAddr, tos: u8, ttl: u8) -> [u8; REC_HDR] {
     h
 }
 
+/// Flag in byte 3 of a ring header: the datagram's ICRC was left out
+/// (its four bytes are 0; see `Gather::icrc_left`). Only the same-host
+/// path's senders set it.
+pub(crate) const REC_ICRC_LEFT: u8 = 1;
+
+/// Whether a ring header says the datagram's ICRC was left out.
+pub(crate) fn rec_icrc_left(h: &[u8]) -> bool {
+    h.get(3).is_some_and(|f| f & REC_ICRC_LEFT != 0)
+}
+
 /// Reads a ring header: (source, traffic class, hop limit).
 pub(crate) fn parse_rec_header(h: &[u8]) -> Option<(SocketAddr, u8, u8)> {
     let h: &[u8; REC_HDR] = h.get(..REC_HDR)?.try_into().ok()?;
@@ -163,7 +173,19 @@ pub(crate) fn trace(line: &str) {
             // Several processes share the file: one write(2) per line
             // (O_APPEND), or their lines interleave (`writeln!` on a
             // File writes each piece of the format on its own).
-            let text = format!("[{}] {line}\n", std::process::id());
+            // (UTC time of day, as the `SOFTRDMA_LOG` lines say it, so
+            // the two can be read side by side.)
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let (s, us) = (t.as_secs() % 86_400, t.subsec_micros());
+            let text = format!(
+                "{:02}:{:02}:{:02}.{us:06} [{}] {line}\n",
+                s / 3600,
+                s / 60 % 60,
+                s % 60,
+                std::process::id()
+            );
             let _ = f.write_all(text.as_bytes());
         }
     }
@@ -697,13 +719,14 @@ impl Host {
         };
         trace(&format!(
             "member {} pid {} left: pushed {}, ring refused {}, bytes it never took {}, \
-             unrouted so far {}",
+             unrouted so far {}, socket overflows so far {}",
             m.id,
             m.pid,
             m.pushed,
             m.ring.refused_count(),
             m.ring.in_flight(),
-            self.unrouted
+            self.unrouted,
+            self.socket.stats().recv_dropped
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
         self.path_rings.retain(|&(_, id)| id != m.id);

@@ -2,7 +2,9 @@
 //! it if there is none), claims QP numbers and listeners, sends QP 1
 //! traffic through it, and reads its datagrams from the ring.
 
-use super::daemon::{parse_rec_header, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM};
+use super::daemon::{
+    parse_rec_header, rec_icrc_left, EXIT_BIND, EXIT_RUNNING, EXIT_TAKEN, REC_HDR, TAG_DATAGRAM,
+};
 use super::msg::{self, MemberInfo, Reply, Request};
 use crate::sync::Mutex;
 use softrdma_io::{EventFd, PidFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
@@ -83,6 +85,16 @@ impl Inbound {
         self.rings.retain_mut(|r| {
             if !r.dying {
                 r.dying = r.ring.peer_closed() || r.producer.as_ref().is_some_and(PidFd::exited);
+            }
+            if r.ring.is_broken() {
+                // Garbage in the ring (a producer that broke the
+                // protocol): it reads as empty for good, so let go of it
+                // and say so — the sender lets go of its end too and
+                // offers a new ring with its next datagram; what the
+                // garbage cost was lost, as on a network.
+                r.ring.close();
+                gone.push(r.sender);
+                return false;
             }
             if r.dying && !r.ring.has_data() {
                 gone.push(r.sender);
@@ -228,11 +240,21 @@ impl Member {
 
     /// Sends a request and waits for its answer.
     fn request(&self, req: &Request) -> io::Result<Reply> {
+        let asked = Instant::now();
         let ctl = self.ctl.lock();
         ctl.send(&req.encode(), &[])?;
         let mut buf = vec![0u8; msg::MAX_MSG];
         let mut fds = Vec::new();
-        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT)?;
+        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT);
+        let took = asked.elapsed();
+        if n.is_err() || took > super::daemon::TRACE_LATE {
+            super::daemon::trace(&format!(
+                "member pid {}: the device process answered {req:?} after {took:?} ({})",
+                std::process::id(),
+                if n.is_err() { "no answer" } else { "late" }
+            ));
+        }
+        let n = n?;
         Reply::decode(&buf[..n]).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
     }
 
@@ -389,15 +411,51 @@ impl Member {
     }
 
     /// Takes up to `bufs.len()` datagrams from the ring, as a socket's
-    /// receive would.
-    pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+    /// receive would (the device process's ring, then the same-host
+    /// path's, copied: for the receive fault injector, which may hold
+    /// datagrams back).
+    /// A datagram whose sender left its ICRC out gets it computed here
+    /// (`local`: this device's address), before the injector may corrupt
+    /// it: the core then checks it as any other.
+    pub fn recv(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [IoMeta],
+        local: SocketAddr,
+    ) -> usize {
+        let mut n = self.recv_device(bufs, meta);
+        let mut inbound = self.inbound.lock();
+        let before = n;
+        for r in inbound.rings.iter_mut() {
+            if n == bufs.len() {
+                break;
+            }
+            let from = n;
+            let mut left = 0u64;
+            n = self.recv_from_flagged(&mut r.ring, bufs, meta, n, Some(&mut left));
+            for i in from..n {
+                if left & (1 << (i - from)) != 0 {
+                    fill_icrc(&mut bufs[i][..meta[i].len], meta[i].addr, local);
+                }
+            }
+        }
+        self.path_received
+            .fetch_add((n - before) as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// [`Self::recv`] from the device process's ring only (the same-host
+    /// path's rings: [`Self::recv_paths_in_place`]); takes the rings
+    /// senders offered, and now and then lets go of those whose sender
+    /// is gone.
+    pub fn recv_device(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
         let mut ring = self.ring.lock();
         // Senders gave us rings: the device process raised the flag
         // beside our ring (taken here, not under the ring's lock).
         if ring.take_raised() {
             self.offered.store(true, Ordering::SeqCst);
         }
-        let mut n = self.recv_from(&mut ring, bufs, meta, 0);
+        let n = self.recv_from(&mut ring, bufs, meta, 0);
         drop(ring);
         if self.offered.load(Ordering::Relaxed) {
             self.take_rings();
@@ -406,15 +464,6 @@ impl Member {
         if inbound.rings.is_empty() {
             return n;
         }
-        let before = n;
-        for r in inbound.rings.iter_mut() {
-            if n == bufs.len() {
-                break;
-            }
-            n = self.recv_from(&mut r.ring, bufs, meta, n);
-        }
-        self.path_received
-            .fetch_add((n - before) as u64, Ordering::Relaxed);
         inbound.calls = inbound.calls.wrapping_add(1);
         if inbound.calls.is_multiple_of(REAP_CALLS) {
             let gone = inbound.reap(Instant::now());
@@ -424,15 +473,78 @@ impl Member {
         n
     }
 
+    /// Whether a same-host path ring holds a datagram.
+    pub fn paths_have_data(&self) -> bool {
+        self.inbound.lock().rings.iter().any(|r| r.ring.has_data())
+    }
+
+    /// Hands up to `max` datagrams of the same-host path's rings to
+    /// `deliver` (source, TOS, TTL, the datagram) where they lie in the
+    /// ring — no copy before the core places the payload — and frees
+    /// their space after. Returns how many it handed over.
+    pub fn recv_paths_in_place(
+        &self,
+        max: usize,
+        mut deliver: impl FnMut(SocketAddr, u8, u8, bool, &[u8]),
+    ) -> usize {
+        let mut inbound = self.inbound.lock();
+        let (mut n, mut delivered) = (0, 0);
+        for r in inbound.rings.iter_mut() {
+            while n < max {
+                let popped = r.ring.pop_in_place(|tag, body| {
+                    // (A record too short for a header and a datagram is
+                    // garbage.)
+                    if tag != TAG_DATAGRAM || body.len() <= REC_HDR {
+                        return;
+                    }
+                    let (h, dgram) = body.split_at(REC_HDR);
+                    if let Some((src, tos, ttl)) = parse_rec_header(h) {
+                        deliver(src, tos, ttl, rec_icrc_left(h), dgram);
+                        delivered += 1;
+                    }
+                });
+                if popped.is_none() {
+                    break;
+                }
+                n += 1;
+            }
+            r.ring.release();
+            if n == max {
+                break;
+            }
+        }
+        self.path_received.fetch_add(delivered, Ordering::Relaxed);
+        n
+    }
+
     /// [`Self::recv`] from one ring, into `bufs[n..]`.
     fn recv_from(
         &self,
         ring: &mut Ring,
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [IoMeta],
-        mut n: usize,
+        n: usize,
     ) -> usize {
-        while n < bufs.len() {
+        self.recv_from_flagged(ring, bufs, meta, n, None)
+    }
+
+    /// [`Self::recv_from`]; `left`: bit `i` set for the `i`th datagram
+    /// taken whose ICRC its sender left out (at most 64 are taken then).
+    fn recv_from_flagged(
+        &self,
+        ring: &mut Ring,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [IoMeta],
+        mut n: usize,
+        mut left: Option<&mut u64>,
+    ) -> usize {
+        let first = n;
+        let end = if left.is_some() {
+            bufs.len().min(first + 64)
+        } else {
+            bufs.len()
+        };
+        while n < end {
             let buf = &mut bufs[n];
             // The source header apart, the datagram straight at the start
             // of the buffer (one copy out of the ring).
@@ -447,6 +559,11 @@ impl Member {
             let Some((src, tos, ttl)) = parse_rec_header(&h) else {
                 continue;
             };
+            if let Some(l) = left.as_deref_mut() {
+                if rec_icrc_left(&h) {
+                    *l |= 1 << (n - first);
+                }
+            }
             meta[n] = IoMeta {
                 addr: src,
                 len: dlen,
@@ -504,4 +621,23 @@ impl Drop for Member {
 
 fn wake_fd(e: &EventFd) -> std::os::fd::BorrowedFd<'_> {
     e.as_fd()
+}
+
+/// Writes the ICRC of a datagram (BTH through ICRC) received through a
+/// ring from `src`, whose sender left it out.
+pub(crate) fn fill_icrc(dgram: &mut [u8], src: SocketAddr, local: SocketAddr) {
+    let Some(end) = dgram.len().checked_sub(softrdma_wire::ICRC_LEN) else {
+        return;
+    };
+    let meta = softrdma_proto::RecvMeta {
+        src,
+        dst: local.ip(),
+        len: dgram.len(),
+        traffic_class: 0,
+        hop_limit: 64,
+    };
+    if let Some(d) = meta.datagram(local.port()) {
+        let icrc = d.icrc(&dgram[..end]);
+        dgram[end..].copy_from_slice(&icrc.to_le_bytes());
+    }
 }

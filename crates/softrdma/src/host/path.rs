@@ -45,7 +45,7 @@
 //! tells its device process, which then answers `OpenPath` for its QPs
 //! with `ENOENT`.
 
-use super::daemon::{rec_header, TAG_DATAGRAM};
+use super::daemon::{rec_header, REC_ICRC_LEFT, TAG_DATAGRAM};
 use super::msg::{self, PathRing, Reply, Request};
 use softrdma_io::{EventFd, IoPiece, PidFd, Ring, SeqPacket};
 use std::collections::HashMap;
@@ -391,9 +391,13 @@ impl Paths {
         tos: u8,
         ttl: u8,
         pieces: &[IoPiece<'_>],
+        icrc_left: bool,
         now: Instant,
     ) -> Pushed {
-        let h = rec_header(self.local, tos, ttl);
+        let mut h = rec_header(self.local, tos, ttl);
+        if icrc_left {
+            h[3] |= REC_ICRC_LEFT;
+        }
         let Some(r) = self.rings[i].as_mut() else {
             // (Never: ways to a ring let go of are forgotten with it.)
             self.refused += 1;

@@ -9,47 +9,13 @@ use crate::{Device, QueuePair};
 use softrdma_cm::negotiate::{QpAttrs, QpState, RdmaCmOverrides};
 use softrdma_cm::rdma::{self, QpChange};
 use softrdma_cm::Cm;
-use softrdma_proto::{AddressVector, Mtu, QpType};
-use softrdma_wire::{QKey, Qpn};
-
-/// A CM attribute set as softrdma verbs attributes.
-pub(crate) fn to_verbs(a: &QpAttrs, dest_port: u16) -> (crate::QpAttr, crate::AttrMask) {
-    let s = &a.attr;
-    let state = match s.qp_state {
-        QpState::Init => crate::QpState::Init,
-        QpState::Rtr => crate::QpState::Rtr,
-        QpState::Rts => crate::QpState::Rts,
-        QpState::Err => crate::QpState::Err,
-    };
-    let mut av = AddressVector::to(s.ah_attr.dgid.to_ip());
-    av.dest_port = dest_port;
-    av.traffic_class = s.ah_attr.traffic_class;
-    av.hop_limit = s.ah_attr.hop_limit;
-    av.flow_label = s.ah_attr.flow_label;
-    let attr = crate::QpAttr {
-        qp_state: state,
-        path_mtu: Mtu::from_ibv(u32::from(s.path_mtu)).unwrap_or(Mtu::M1024),
-        qkey: QKey(s.qkey),
-        rq_psn: s.rq_psn,
-        sq_psn: s.sq_psn,
-        dest_qp_num: s.dest_qp_num,
-        qp_access_flags: crate::Access(s.qp_access_flags),
-        ah_attr: av,
-        pkey_index: s.pkey_index,
-        max_rd_atomic: s.max_rd_atomic,
-        max_dest_rd_atomic: s.max_dest_rd_atomic,
-        min_rnr_timer: s.min_rnr_timer,
-        port_num: s.port_num.max(1),
-        timeout: s.timeout,
-        retry_cnt: s.retry_cnt,
-        rnr_retry: s.rnr_retry,
-        ..Default::default()
-    };
-    (attr, crate::AttrMask(a.mask.0))
-}
+use softrdma_proto::QpType;
+use softrdma_wire::Qpn;
 
 pub(super) fn modify(dev: &Device, qpn: Qpn, a: &QpAttrs) -> Result<()> {
-    let (attr, mask) = to_verbs(a, dev.local_addr().port());
+    // The CM's attributes as verbs attributes (proto's `cm_attr`, which
+    // the simulator's CM runs use too).
+    let (attr, mask) = softrdma_proto::cm_attr::from_cm(a, dev.local_addr().port());
     dev.shared()
         .modify_qp(qpn, &attr, mask)
         .map_err(Error::from)

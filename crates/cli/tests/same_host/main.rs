@@ -9,7 +9,12 @@
 //! opened). A target stopped with SIGSTOP while 24 MiB of WRITEs come fills
 //! its ring: refused datagrams are loss, recovered once it runs again. A
 //! target killed with SIGKILL mid-stream leaves the initiator with an
-//! error completion (retry exceeded) and lets go of its rings.
+//! error completion (retry exceeded) and lets go of its rings (with the
+//! path off too: retry exceeded over UDP).
+//! Both processes capture (`SOFTRDMA_PCAP`) what the path carries as
+//! the wire would: `softrdma dump` and tshark decode both files, every
+//! ICRC right. The soak's invariants hold over the path with faults
+//! injected on both devices.
 //!
 //! Rings do not outlive their peers: a target that served short-lived
 //! initiators (half of them killed, half closing normally) ends with no
@@ -19,7 +24,7 @@
 //! waits for a connection that does not speak, and an offer of a ring
 //! that meets the member's full ring is not lost.
 //!
-//! Addresses 127.64.x.y and 127.42.x.y. About 2 s.
+//! Addresses 127.64.x.y, 127.42.x.y and 127.74.2-4.x. About 5 s.
 
 use softrdma::cm::{connect_rc, Listener};
 use softrdma::*;
@@ -29,6 +34,11 @@ use std::net::IpAddr;
 use std::process::{Child, Command};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+mod capture;
+mod rings;
+mod soak;
+use soak::{soak_recv_slot, SOAK_SENDS};
 
 const T: Duration = Duration::from_secs(30);
 const LEN: usize = 1 << 20;
@@ -70,7 +80,10 @@ fn path_maps() -> usize {
 fn say_rings_freed(dev: &Device) {
     let deadline = std::time::Instant::now() + T;
     while std::time::Instant::now() < deadline {
-        let c = dev.same_host_counters().unwrap();
+        // (None: the path is off.)
+        let Some(c) = dev.same_host_counters() else {
+            break;
+        };
         if c.rings_out == 0 && c.rings_in == 0 && path_maps() == 0 {
             break;
         }
@@ -128,6 +141,41 @@ fn target_role() {
     let conn = l
         .accept_rc(&pd, &cq, QpType::Rc, Some(&mr), &ConnectOptions::default())
         .unwrap();
+    if mode == "soak" {
+        for k in 0..SOAK_SENDS {
+            conn.qp
+                .post_recv(RecvWr {
+                    wr_id: k as u64,
+                    sg_list: vec![mr.sge(soak_recv_slot(k), SEND_LEN as u32)],
+                })
+                .unwrap();
+        }
+        say(&format!("READY {}", conn.qp.qpn().value()));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        // Every SEND arrived once, in order, whole.
+        let wc = cq.wait(SOAK_SENDS, T).unwrap();
+        let mut good = 0;
+        for (k, w) in wc.iter().enumerate() {
+            let len = w.byte_len as usize;
+            if w.wr_id == k as u64
+                && w.status == WcStatus::Success
+                && mr.to_vec(soak_recv_slot(k), len) == pattern(k as u8 ^ 0x5a, len)
+            {
+                good += 1;
+            } else {
+                say(&format!("BAD RECV {k}: {w:?}"));
+            }
+        }
+        let extra = cq.wait(1, Duration::from_millis(200)).unwrap();
+        say(&format!(
+            "CHECK sends={good} extra={} counter={}",
+            extra.len(),
+            mr.atomic_u64(COUNTER).load(Ordering::SeqCst)
+        ));
+        say(&counters(&dev));
+        return;
+    }
     conn.qp
         .post_recv(RecvWr {
             wr_id: 5,
@@ -199,10 +247,14 @@ fn initiator_role() {
     let cq = dev.create_cq(256, None).unwrap();
     let mr = pd.alloc_mr(LEN, access()).unwrap();
     let mut opts = ConnectOptions::default();
-    if mode == "offer" || mode == "late" {
+    if mode == "offer" || mode == "late" || mode == "garble" {
         // 4.096 µs × 2^17 ≈ 0.5 s, 7 retries: the target stopped for a
         // while is not given up on.
         opts.timeout = 17;
+    }
+    if mode == "soak" {
+        // 4.096 µs × 2^12 ≈ 17 ms: lost packets are retried soon.
+        opts.timeout = 12;
     }
     if mode == "kill" {
         // 4.096 µs × 2^10 ≈ 4 ms, 3 retries: a dead peer is seen soon.
@@ -271,7 +323,8 @@ fn initiator_role() {
             ok(1);
             say("DONE");
         }
-        "flood" | "offer" | "late" => {
+        "soak" => soak::soak(&conn, &mr, &cq, remote),
+        "flood" | "offer" | "late" | "garble" => {
             // 24 × 1 MiB while the target is stopped: more than its ring.
             say("STREAMING");
             let mut line = String::new();
@@ -343,7 +396,10 @@ fn role(name: &str, same_host: &str, vars: &[(&str, String)]) -> Child {
     for (k, v) in vars {
         c.env(k, v);
     }
-    if vars.iter().any(|(k, v)| *k == "SH_MODE" && v == "flood") {
+    if vars
+        .iter()
+        .any(|(k, v)| *k == "SH_MODE" && (v == "flood" || v == "garble"))
+    {
         // A 1 MiB ring (about 250 packets of 4 KiB): one 512 KiB WRITE fits,
         // the 24 of them while the target is stopped do not.
         c.env("SOFTRDMA_PATH_RING", "1048576");
@@ -397,6 +453,18 @@ fn pair_with(
     target_ip: &str,
     extra: &[(&str, String)],
 ) -> Pair {
+    pair_with_target(same_host, mode, init_ip, target_ip, extra, &[])
+}
+
+/// [`pair_with`], with `target_extra` for the target alone.
+fn pair_with_target(
+    same_host: &str,
+    mode: &str,
+    init_ip: &str,
+    target_ip: &str,
+    extra: &[(&str, String)],
+    target_extra: &[(&str, String)],
+) -> Pair {
     let port = free_port();
     let mut tv = vec![
         ("SH_ADDR", target_ip.to_string()),
@@ -404,6 +472,7 @@ fn pair_with(
         ("SH_MODE", mode.to_string()),
     ];
     tv.extend_from_slice(extra);
+    tv.extend_from_slice(target_extra);
     let mut target = role("target_role", same_host, &tv);
     let mut tout = BufReader::new(target.stdout.take().unwrap());
     let host_pid = wait_line(&mut tout, "HOST")[5..].parse().unwrap();
@@ -440,7 +509,18 @@ fn ops_with(
     target_ip: &str,
     extra: &[(&str, String)],
 ) -> (String, String) {
-    let mut p = pair_with(same_host, "ops", init_ip, target_ip, extra);
+    ops_with_target(same_host, init_ip, target_ip, extra, &[])
+}
+
+/// [`ops_with`], with `target_extra` for the target alone.
+fn ops_with_target(
+    same_host: &str,
+    init_ip: &str,
+    target_ip: &str,
+    extra: &[(&str, String)],
+    target_extra: &[(&str, String)],
+) -> (String, String) {
+    let mut p = pair_with_target(same_host, "ops", init_ip, target_ip, extra, target_extra);
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");
     p.ask_target_to_check();
@@ -478,54 +558,6 @@ fn the_same_over_udp_when_the_path_is_off() {
     let (ic, tc) = ops("udp", "127.64.3.1", "127.64.3.1");
     assert_eq!(ic, "COUNTERS none");
     assert_eq!(tc, "COUNTERS none");
-}
-
-#[test]
-fn captures_of_the_path_decode_as_the_wire_would() {
-    let dir = std::env::temp_dir().join(format!("softrdma-samehost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("cap-{addr}.pcap");
-    let (ic, tc) = ops_with(
-        "shm",
-        "127.64.6.1",
-        "127.64.6.2",
-        &[("SOFTRDMA_PCAP", pcap.display().to_string())],
-    );
-    assert_path_carried(&ic, &tc);
-    for ip in ["127.64.6.1", "127.64.6.2"] {
-        let f = dir.join(format!("cap-{ip}.pcap"));
-        let o = Command::new(env!("CARGO_BIN_EXE_softrdma"))
-            .arg("dump")
-            .arg(&f)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        // Both directions, every kind of packet the run made, sent and
-        // received, all with good ICRCs.
-        for what in [
-            // (WRITE ONLY per packet towards loopback peers.)
-            "RC_RDMA_WRITE_",
-            "RC_RDMA_READ_REQUEST",
-            "RC_RDMA_READ_RESPONSE_",
-            "RC_FETCH_ADD",
-            "RC_COMPARE_SWAP",
-            "RC_ATOMIC_ACKNOWLEDGE",
-            "RC_SEND_ONLY",
-            "RC_ACKNOWLEDGE",
-            "127.64.6.1:4791 > 127.64.6.2:4791",
-            "127.64.6.2:4791 > 127.64.6.1:4791",
-            "ICRC bad 0, malformed 0",
-        ] {
-            assert!(
-                text.contains(what),
-                "{what} missing in {}:\n{text}",
-                f.display()
-            );
-        }
-        assert!(!text.contains("icrc=bad"), "{text}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn signal(c: &Child, sig: i32) {
@@ -572,6 +604,25 @@ fn a_killed_target_leaves_the_initiator_with_an_error_completion() {
     assert!(p.init.wait().unwrap().success());
 }
 
+/// The same with the path off: the killed target's QP goes with it from
+/// its device process, which drops what comes for it; the initiator's
+/// WRITEs are lost on UDP until it runs out of retries.
+#[test]
+fn a_killed_target_leaves_the_initiator_with_an_error_completion_over_udp() {
+    let mut p = pair("udp", "kill", "127.74.4.1", "127.74.4.1");
+    wait_line(&mut p.iout, "STREAMING");
+    std::thread::sleep(Duration::from_millis(50));
+    signal(&p.target, libc::SIGKILL);
+    let _ = p.target.wait();
+    let e = wait_line(&mut p.iout, "ERROR");
+    assert!(e.starts_with("ERROR RetryExcErr"), "{e}");
+    assert_eq!(wait_line(&mut p.iout, "MAPS"), "MAPS 0");
+    assert_eq!(wait_line(&mut p.iout, "COUNTERS"), "COUNTERS none");
+    let mut rest = String::new();
+    let _ = p.iout.read_to_string(&mut rest);
+    assert!(p.init.wait().unwrap().success());
+}
+
 #[test]
 fn a_path_answer_that_comes_too_late_does_not_keep_the_sender_on_udp() {
     // The target's device process is stopped while the initiator asks it
@@ -602,278 +653,4 @@ fn a_path_answer_that_comes_too_late_does_not_keep_the_sender_on_udp() {
     assert!(check.starts_with("CHECK written=true"), "{check}");
     assert!(p.init.wait().unwrap().success());
     assert!(p.target.wait().unwrap().success());
-}
-
-#[test]
-fn rings_of_short_lived_peers_are_freed_whether_they_close_or_die() {
-    const N: usize = 6;
-    let port = free_port();
-    let target_ip = "127.42.1.1";
-    let mut target = role(
-        "target_role",
-        "shm",
-        &[
-            ("SH_ADDR", target_ip.to_string()),
-            ("SH_PORT", port.to_string()),
-            ("SH_MODE", "serve".to_string()),
-            ("SH_N", N.to_string()),
-        ],
-    );
-    let mut tout = BufReader::new(target.stdout.take().unwrap());
-    wait_line(&mut tout, "LISTENING");
-    for k in 0..N {
-        // Half on the target's address (its device process), half on
-        // another (a device process that leaves with its only member);
-        // half killed, half closing their device.
-        let ip = if k % 2 == 0 { target_ip } else { "127.42.1.2" };
-        let end = if k < N / 2 { "kill" } else { "close" };
-        let mut init = role(
-            "initiator_role",
-            "shm",
-            &[
-                ("SH_ADDR", ip.to_string()),
-                ("SH_TARGET", format!("{target_ip}:{port}")),
-                ("SH_MODE", "short".to_string()),
-                ("SH_END", end.to_string()),
-            ],
-        );
-        let mut iout = BufReader::new(init.stdout.take().unwrap());
-        wait_line(&mut tout, "ACCEPTED");
-        let ic = wait_line(&mut iout, "COUNTERS");
-        let c = parse_counters(&ic).unwrap();
-        assert!(c[0] > 0 && c[1] > 0 && c[3] == 1, "initiator {k}: {ic}");
-        if end == "kill" {
-            wait_line(&mut iout, "KILL ME");
-            signal(&init, libc::SIGKILL);
-            let _ = init.wait();
-        } else {
-            assert!(init.wait().unwrap().success());
-        }
-    }
-    target.stdin.take().unwrap().write_all(b"check\n").unwrap();
-    assert_eq!(wait_line(&mut tout, "MAPS"), "MAPS 0");
-    let tc = wait_line(&mut tout, "COUNTERS");
-    let c = parse_counters(&tc).unwrap();
-    assert_eq!(c[3], N as u64, "a path to each initiator: {tc}");
-    assert_eq!((c[4], c[5]), (0, 0), "rings kept: {tc}");
-    assert!(target.wait().unwrap().success());
-}
-
-#[test]
-fn a_forked_child_that_exits_leaves_its_parents_rings_alone() {
-    let mut p = pair("shm", "fork", "127.42.4.1", "127.42.4.2");
-    wait_line(&mut p.iout, "PHASE1");
-    let mut tin = p.target.stdin.take().unwrap();
-    tin.write_all(b"fork\n").unwrap();
-    wait_line(&mut p.tout, "FORKED");
-    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    wait_line(&mut p.iout, "DONE");
-    let ic = wait_line(&mut p.iout, "COUNTERS");
-    tin.write_all(b"check\n").unwrap();
-    let check = wait_line(&mut p.tout, "CHECK");
-    assert_eq!(check, "CHECK written=true counter=77 send=true");
-    let tc = wait_line(&mut p.tout, "COUNTERS");
-    assert!(p.init.wait().unwrap().success());
-    assert!(p.target.wait().unwrap().success());
-    // The same rings before and after the fork, nothing refused.
-    assert_path_carried(&ic, &tc);
-    for c in [&ic, &tc] {
-        let v = parse_counters(c).unwrap();
-        assert_eq!(v[2], 0, "refused: {c}");
-        assert_eq!((v[4], v[5]), (1, 1), "{c}");
-    }
-}
-
-#[test]
-fn a_parent_killed_while_its_forked_child_lives_is_seen_dead() {
-    let mut p = pair("shm", "kill", "127.42.5.1", "127.42.5.2");
-    wait_line(&mut p.iout, "STREAMING");
-    let mut tin = p.target.stdin.take().unwrap();
-    tin.write_all(b"fork-and-stay\n").unwrap();
-    let child: i32 = wait_line(&mut p.tout, "CHILD")[6..].parse().unwrap();
-    signal(&p.target, libc::SIGKILL);
-    let _ = p.target.wait();
-    let e = wait_line(&mut p.iout, "ERROR");
-    assert!(e.starts_with("ERROR RetryExcErr"), "{e}");
-    assert_eq!(wait_line(&mut p.iout, "MAPS"), "MAPS 0");
-    let ic = wait_line(&mut p.iout, "COUNTERS");
-    let c = parse_counters(&ic).unwrap();
-    assert_eq!((c[4], c[5]), (0, 0), "rings of a dead peer kept: {ic}");
-    // The child held every descriptor all along.
-    // SAFETY: signal 0 only checks that the process exists.
-    let alive = unsafe { libc::kill(child, 0) } == 0;
-    // SAFETY: the target's child (reparented): ours to end.
-    unsafe { libc::kill(child, libc::SIGKILL) };
-    assert!(alive, "the forked child was gone before the check");
-    assert!(p.init.wait().unwrap().success());
-}
-
-/// A plain socket connected to a device's rendezvous name (non-blocking),
-/// saying nothing.
-fn silent_connection(ip: &str, port: u16) -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    use std::os::unix::fs::MetadataExt;
-    let ns = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let name = format!("softrdma-device/{uid}/{ns:x}/{ip}/{port}");
-    // SAFETY: plain socket calls on a descriptor we own; the address is a
-    // zeroed sockaddr_un with the abstract name written in bounds.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        );
-        assert!(fd >= 0);
-        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
-        let mut a: libc::sockaddr_un = std::mem::zeroed();
-        a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        for (i, b) in name.bytes().enumerate() {
-            a.sun_path[i + 1] = b as libc::c_char;
-        }
-        let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-        use std::os::fd::AsRawFd;
-        let r = libc::connect(
-            fd.as_raw_fd(),
-            &a as *const libc::sockaddr_un as *const libc::sockaddr,
-            len as libc::socklen_t,
-        );
-        (r == 0).then_some(fd)
-    }
-}
-
-#[test]
-fn connections_that_never_speak_do_not_stop_the_device_process() {
-    // Path off: every datagram goes through the device process, and the
-    // initiator joins it (on the target's address) while connections that
-    // say nothing keep arriving.
-    let ip = "127.42.2.1";
-    let port = free_port();
-    let mut target = role(
-        "target_role",
-        "udp",
-        &[
-            ("SH_ADDR", ip.to_string()),
-            ("SH_PORT", port.to_string()),
-            ("SH_MODE", "ops".to_string()),
-        ],
-    );
-    let mut tout = BufReader::new(target.stdout.take().unwrap());
-    wait_line(&mut tout, "LISTENING");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    let staller = std::thread::spawn(move || {
-        let mut held = Vec::new();
-        while !s2.load(Ordering::SeqCst) {
-            if let Some(c) = silent_connection(ip, 4791) {
-                held.push(c);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        held.len()
-    });
-    std::thread::sleep(Duration::from_millis(200));
-    let mut init = role(
-        "initiator_role",
-        "udp",
-        &[
-            ("SH_ADDR", ip.to_string()),
-            ("SH_TARGET", format!("{ip}:{port}")),
-            ("SH_MODE", "ops".to_string()),
-        ],
-    );
-    let mut iout = BufReader::new(init.stdout.take().unwrap());
-    // (The initiator first: one that cannot join exits, and says so.)
-    wait_line(&mut iout, "DONE");
-    wait_line(&mut tout, "READY");
-    stop.store(true, Ordering::SeqCst);
-    let held = staller.join().unwrap();
-    assert!(held > 0, "no silent connection was made");
-    target.stdin.take().unwrap().write_all(b"check\n").unwrap();
-    let check = wait_line(&mut tout, "CHECK");
-    assert_eq!(check, "CHECK written=true counter=77 send=true");
-    assert!(init.wait().unwrap().success());
-    assert!(target.wait().unwrap().success());
-}
-
-#[test]
-fn an_offer_that_meets_a_full_member_ring_is_not_lost() {
-    let dir = std::env::temp_dir().join(format!("softrdma-samehost-offer-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("trace");
-    let ip = "127.42.3.1";
-    let mut p = pair_with(
-        "shm",
-        "offer",
-        ip,
-        ip,
-        &[("SOFTRDMA_HOST_TRACE", trace.display().to_string())],
-    );
-    wait_line(&mut p.iout, "STREAMING");
-    // The target stops; datagrams for its QP fill its device-process
-    // ring (8 MiB) from a plain UDP socket.
-    signal(&p.target, libc::SIGSTOP);
-    let sock = std::net::UdpSocket::bind("127.42.3.9:0").unwrap();
-    let mut d = vec![0u8; 4000];
-    d[0] = 0x04; // RC SEND ONLY; garbage after the BTH (a bad ICRC).
-    d[5..8].copy_from_slice(&p.target_qpn.to_be_bytes()[1..]);
-    for k in 0..6000 {
-        let _ = sock.send_to(&d, (ip, 4791));
-        if k % 64 == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    // Now the initiator's first WRITE asks for the path: the device
-    // process offers the target its ring while the target's ring is full.
-    p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    wait_line(&mut p.iout, "POSTED");
-    std::thread::sleep(Duration::from_millis(100));
-    signal(&p.target, libc::SIGCONT);
-    wait_line(&mut p.iout, "DONE");
-    let ic = wait_line(&mut p.iout, "COUNTERS");
-    let i = parse_counters(&ic).unwrap();
-    assert_eq!(i[3], 1, "{ic}");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
-    let check = wait_line(&mut p.tout, "CHECK");
-    assert!(check.starts_with("CHECK written=true"), "{check}");
-    let tc = wait_line(&mut p.tout, "COUNTERS");
-    let t = parse_counters(&tc).unwrap();
-    assert!(t[1] > 0, "the target never read the path: {tc}");
-    assert!(p.init.wait().unwrap().success());
-    assert!(p.target.wait().unwrap().success());
-    // The target's ring was full indeed (the device process says so when
-    // the target leaves).
-    let deadline = std::time::Instant::now() + T;
-    let refused = loop {
-        let text = std::fs::read_to_string(&trace).unwrap_or_default();
-        let line = text
-            .lines()
-            .find(|l| l.contains(&format!("pid {} left", p.target.id())))
-            .map(str::to_string);
-        if let Some(l) = line {
-            let r: u64 = l
-                .split("ring refused ")
-                .nth(1)
-                .unwrap()
-                .split(',')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            break r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no leave line:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(refused > 0, "the target's ring never filled");
-    let _ = std::fs::remove_dir_all(&dir);
 }

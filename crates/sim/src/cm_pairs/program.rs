@@ -1,56 +1,76 @@
-//! The driver model of a CM run: how a node answers its CM's events
-//! (accept, reject, answer late, RTU, disconnect, destroy) and carries out
-//! the scenario's actions (connect, SIDR, teardown, kill a node).
+//! The program model of a CM run: what each node's program does through
+//! its rdma_cm ids (the endpoint's calls: connect, accept, reject, answer
+//! late, establish, disconnect, destroy, SIDR) when an event comes, and how
+//! it carries out the scenario's actions (kill a node, close the
+//! listeners). It never touches a CM directly.
 
 use super::world::{Action, IdLog, Owner, World};
-use super::{ClientPlan, ServerPlan, Teardown, RC_SERVICE, UD_SERVICE, UNHEARD_SERVICE};
-use softrdma_cm::negotiate::{self, ConnParam};
-use softrdma_cm::rdma::{self, Admission, EventType, Transport};
-use softrdma_cm::{
-    CmId, Event, QpType, RejReason, ServiceId, SidrRepParams, SidrReqParams, SidrStatus, State,
-    Unanswered,
-};
-use softrdma_wire::cm::{CmaHdrRepr, PortSpace};
-use softrdma_wire::{PKey, QKey, Qpn};
-use std::net::IpAddr;
+use super::{ClientPlan, ServerPlan, Teardown, RC_PORT, UD_PORT};
+use softrdma_cm::rdma::{self, ConnParam, EventType, Observed, Transport};
+use softrdma_cm::{Event, PortSpace, RejReason, SidrStatus, State, Unanswered};
+use std::net::SocketAddr;
+
+/// The device limit of READs in flight the program model gives the layer.
+const MAX_RD_ATOM: u8 = 16;
+
+/// The `conn_param` of the model's RC connects and accepts: one READ each
+/// way, retries 7, the QP's number.
+fn rc_param(qp_num: u32) -> ConnParam {
+    ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        qp_num,
+        ..ConnParam::zero()
+    }
+}
 
 impl World<'_> {
-    pub(super) fn on_event(&mut self, node: usize, e: Event) {
+    /// A CM event of `node`'s endpoint, the rdma_cm id it went to and the
+    /// rdma_cm event it became: what the program model does about it.
+    pub(super) fn on_event(&mut self, node: usize, o: Observed) {
         let now = self.now;
-        let id = e.id();
-        let owner = match &e {
-            Event::ConnectRequest(_) | Event::SidrRequest(_) => None,
-            _ => match self.owners.get(&(node, id)) {
+        let e = o.event;
+        let request = matches!(e, Event::ConnectRequest(_) | Event::SidrRequest(_));
+        let Some(id) = o.id else {
+            // The layer's checks (`cma_ib_req_handler`: the listener of
+            // the request's address, its transport and backlog) refused
+            // it, or the CM spoke of an id the layer does not hold.
+            let what = if request {
+                "a request no rdma_cm listener takes"
+            } else {
+                "an event for an id the layer does not hold"
+            };
+            self.violation(format!("{what}: {e:?}"));
+            return;
+        };
+        let owner = if request {
+            // The program takes the request at once.
+            self.nodes[node].ep.claim(id);
+            None
+        } else {
+            match self.owners.get(&(node, id)) {
                 Some(o) => Some(*o),
                 None => {
-                    self.violation(format!("event for an id the driver does not hold: {e:?}"));
+                    self.violation(format!("event for an id the program does not hold: {e:?}"));
                     return;
                 }
-            },
+            }
         };
         if owner.is_some() {
-            self.rdma_report(node, &e);
+            self.rdma_report(node, id, &e, o.reported);
         }
         match e {
             Event::ConnectRequest(cr) => {
-                // The rdma_cm layer's checks (`cma_ib_req_handler`): the
-                // listener of the request's address, its transport and
-                // backlog; the program takes the request at once.
                 let req = cr.req();
-                let transport = Transport::of_req(req.transport_service_type);
-                let sid = req.service_id;
-                if !self.admit(node, sid, cr.cma.map(|h| h.dst), transport) {
-                    self.violation(format!("a REQ no rdma_cm listener takes: {sid:?}"));
-                    let _ = self.nodes[node].dev.cm.destroy(now, cr.id);
-                    return;
-                }
                 let qpn = req.local_qpn.value();
                 let Some(&c) = self.conn_of_qpn.get(&qpn) else {
                     self.violation(format!("REQ of no plan: QPN {qpn:#x}"));
                     return;
                 };
-                self.owners.insert((node, cr.id), Owner::ConnServer(c));
-                self.ids.insert((node, cr.id), IdLog::default());
+                self.owners.insert((node, id), Owner::ConnServer(c));
+                self.ids.insert((node, id), IdLog::default());
                 // The client's address and the port its id holds.
                 let cma_ok = cr.cma.is_some_and(|h| {
                     h.src == self.nodes[self.sc.conns[c].client].ip
@@ -60,7 +80,7 @@ impl World<'_> {
                     self.violation(format!("conn {c}: REQ without the client's cma header"));
                 }
                 let first = self.report.conns[c].server_ids.is_empty();
-                self.report.conns[c].server_ids.push(cr.id);
+                self.report.conns[c].server_ids.push(id);
                 let delay = match self.sc.conns[c].server_plan {
                     ServerPlan::Accept { delay_ms }
                     | ServerPlan::Reject { delay_ms }
@@ -70,15 +90,9 @@ impl World<'_> {
                 // A REQ that comes back after its first id is gone is
                 // declined at once.
                 let delay = if first { delay } else { 0 };
-                self.schedule(now.add_ms(delay), Action::ServerAnswer(c, cr.id));
+                self.schedule(now.add_ms(delay), Action::ServerAnswer(c, id));
             }
             Event::SidrRequest(sr) => {
-                let (sid, dst) = (sr.service_id, sr.cma.map(|h| h.dst));
-                if !self.admit(node, sid, dst, Some(Transport::Ud)) {
-                    self.violation(format!("a SIDR_REQ no rdma_cm listener takes: {sid:?}"));
-                    let _ = self.nodes[node].dev.cm.destroy(now, sr.id);
-                    return;
-                }
                 // The user data after the cma header names the plan.
                 let s = sr
                     .private_data
@@ -89,23 +103,17 @@ impl World<'_> {
                     self.report.sidrs[s].requests += 1;
                 }
                 self.owners
-                    .insert((node, sr.id), Owner::SidrServer(s.unwrap_or(usize::MAX)));
-                let r = self.nodes[node].dev.cm.sidr_reply(
-                    now,
-                    sr.id,
-                    &SidrRepParams {
-                        status: SidrStatus::SUCCESS,
-                        qpn: Qpn::new(0x100 + node as u32),
-                        qkey: QKey(softrdma_cm::limits::RDMA_UDP_QKEY),
-                        info: Vec::new(),
-                        private_data: Vec::new(),
-                        ece: Default::default(),
-                    },
-                );
+                    .insert((node, id), Owner::SidrServer(s.unwrap_or(usize::MAX)));
+                // `rdma_accept` of the UD id: the SIDR_REP with its QP.
+                let p = ConnParam {
+                    qp_num: 0x100 + node as u32,
+                    ..ConnParam::zero()
+                };
+                let r = self.nodes[node].ep.accept(id, now, Some(&p), MAX_RD_ATOM);
                 if r.is_err() {
                     self.violation(format!("SIDR reply failed: {r:?}"));
                 }
-                self.destroy(node, sr.id);
+                self.destroy(node, id);
             }
             Event::RepReceived(_) => {
                 let Some(Owner::ConnClient(c)) = owner else {
@@ -125,6 +133,7 @@ impl World<'_> {
                 self.outcome(node, id, "ESTABLISHED");
                 if let Some(Owner::ConnServer(c)) = owner {
                     self.report.conns[c].server_established += 1;
+                    self.check_rts(node, id, Self::client_qpn(c));
                 } else {
                     self.violation(format!("ESTABLISHED on a non-server id {id}"));
                 }
@@ -181,7 +190,7 @@ impl World<'_> {
                 }
                 if let Event::DisconnectRequest { .. } = e {
                     // rdma_disconnect: the DREP.
-                    if let Err(err) = self.nodes[node].dev.cm.disconnect(now, id, &[]) {
+                    if let Err(err) = self.nodes[node].ep.disconnect(id, now) {
                         self.violation(format!("DREP for {id} failed: {err}"));
                     }
                 }
@@ -210,11 +219,9 @@ impl World<'_> {
     /// The rdma_cm event the layer reports for `e` (the id's state moved
     /// as `cma_ib_handler` moves it), checked against `e`: the event and
     /// status the program would see, DISCONNECTED once.
-    fn rdma_report(&mut self, node: usize, e: &Event) {
-        let log = self.ids.entry((node, e.id())).or_default();
+    fn rdma_report(&mut self, node: usize, id: u64, e: &Event, got: Option<(EventType, i32)>) {
+        let log = self.ids.entry((node, id)).or_default();
         let first_disconnect = log.disconnects == 0;
-        let r = rdma::report(&mut log.st, None, e);
-        let got = r.as_ref().map(|r| (r.event, r.status));
         let want = match e {
             Event::RepReceived(_) => Some((EventType::ConnectResponse, 0)),
             Event::Established { .. } => Some((EventType::Established, 0)),
@@ -242,40 +249,10 @@ impl World<'_> {
         }
     }
 
-    /// Whether an rdma_cm listener of `node` takes a request for `sid` to
-    /// `dst` asking for `transport` (the layer's `find` and `admit`; the
-    /// program takes it at once, so it never stays pending).
-    fn admit(
-        &mut self,
-        node: usize,
-        sid: ServiceId,
-        dst: Option<IpAddr>,
-        transport: Option<Transport>,
-    ) -> bool {
-        let n = &mut self.nodes[node];
-        let (Some(dst), Some(transport)) = (dst, transport) else {
-            return false;
-        };
-        let Some(num) = rdma::find(
-            n.listeners.iter().map(|(&k, l)| (k, l)),
-            node as u64,
-            sid,
-            dst,
-        ) else {
-            return false;
-        };
-        let l = n.listeners.get_mut(&num).expect("found");
-        let taken = l.admit(transport) == Admission::Take;
-        if taken {
-            l.taken();
-        }
-        taken
-    }
-
     /// After REJ: an idle id is destroyed; one in timewait waits for its
     /// exit.
-    fn after_outcome(&mut self, node: usize, id: CmId) {
-        if self.nodes[node].dev.cm.state(id) != Some(State::Timewait) {
+    fn after_outcome(&mut self, node: usize, id: u64) {
+        if self.nodes[node].ep.cm_state(id) != Some(State::Timewait) {
             self.destroy(node, id);
         }
     }
@@ -288,48 +265,31 @@ impl World<'_> {
                 if !self.nodes[p.client].up {
                     return;
                 }
-                let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
-                // `rdma_resolve_addr` binds an ephemeral port.
-                let (num, port) = match self.nodes[p.client].bind(PortSpace::Tcp, src, 0) {
-                    Ok(x) => x,
-                    Err(e) => return self.violation(format!("conn {c}: bind: {e}")),
-                };
-                let held = Some((PortSpace::Tcp, port, num));
-                self.report.conns[c].client_port = Some(port);
-                let path = negotiate::rdma_cm_path(src, dst, port, 7174, 3, 0, 64);
-                let cma = CmaHdrRepr {
-                    src_port: port,
-                    src,
-                    dst,
-                };
-                let conn = ConnParam {
-                    responder_resources: 1,
-                    initiator_depth: 1,
-                    retry_count: 7,
-                    rnr_retry_count: 7,
-                    qp_num: Qpn::new(Self::client_qpn(c)),
-                    ..Default::default()
-                };
-                let sid = if p.server_plan == ServerPlan::NoListener {
-                    UNHEARD_SERVICE
+                let port = if p.server_plan == ServerPlan::NoListener {
+                    9999
                 } else {
-                    RC_SERVICE
+                    RC_PORT
                 };
-                let psn = self.nodes[p.client].dev.cm.random_psn();
-                let params = match negotiate::req_params(&path, sid, &cma, QpType::Rc, psn, &conn) {
-                    Ok(x) => x,
-                    Err(e) => return self.violation(format!("req params: {e}")),
-                };
-                match self.nodes[p.client].dev.cm.connect(now, &params) {
-                    Ok(id) => {
-                        self.owners.insert((p.client, id), Owner::ConnClient(c));
-                        let log = IdLog {
-                            port: held,
-                            ..IdLog::default()
-                        };
-                        self.ids.insert((p.client, id), log);
-                        self.report.conns[c].client_id = Some(id);
-                        if let ClientPlan::DestroyEarly { after_ms } = p.client_plan {
+                let dst = SocketAddr::new(self.nodes[p.server].ip, port);
+                let client = p.client;
+                let (num, port) =
+                    match self.nodes[client].active(PortSpace::Tcp, Transport::Rc, dst) {
+                        Ok(x) => x,
+                        Err(e) => return self.violation(format!("conn {c}: {e}")),
+                    };
+                self.report.conns[c].client_port = Some(port);
+                let conn = rc_param(Self::client_qpn(c));
+                self.owners.insert((client, num), Owner::ConnClient(c));
+                self.ids.insert((client, num), IdLog::default());
+                self.create_qp(client, num, Self::client_qpn(c));
+                match self.nodes[client]
+                    .ep
+                    .connect(num, now, Some(&conn), MAX_RD_ATOM)
+                {
+                    Ok(()) => {
+                        self.report.conns[c].client_id = Some(num);
+                        if let ClientPlan::DestroyEarly { after_ms } = self.sc.conns[c].client_plan
+                        {
                             self.schedule(now.add_ms(after_ms), Action::ClientGiveUp(c));
                         }
                     }
@@ -341,42 +301,25 @@ impl World<'_> {
                 if !self.nodes[p.client].up {
                     return;
                 }
-                let (src, dst) = (self.nodes[p.client].ip, self.nodes[p.server].ip);
-                let (num, port) = match self.nodes[p.client].bind(PortSpace::Udp, src, 0) {
-                    Ok(x) => x,
-                    Err(e) => return self.violation(format!("SIDR {s}: bind: {e}")),
-                };
-                let held = Some((PortSpace::Udp, port, num));
-                let cma = CmaHdrRepr {
-                    src_port: port,
-                    src,
-                    dst,
-                };
-                let sid = if p.listening {
-                    UD_SERVICE
-                } else {
-                    ServiceId::rdma_cm(PortSpace::Udp, 9998)
+                let port = if p.listening { UD_PORT } else { 9998 };
+                let dst = SocketAddr::new(self.nodes[p.server].ip, port);
+                let client = p.client;
+                let num = match self.nodes[client].active(PortSpace::Udp, Transport::Ud, dst) {
+                    Ok((num, _)) => num,
+                    Err(e) => return self.violation(format!("SIDR {s}: {e}")),
                 };
                 // The user data names the plan.
-                let user = (s as u32).to_be_bytes();
-                let params = match negotiate::sidr_req_params(dst, sid, &cma, &user) {
-                    Ok(mut x) => {
-                        x.pkey = PKey::DEFAULT;
-                        x
-                    }
-                    Err(e) => return self.violation(format!("sidr params: {e}")),
+                let conn = ConnParam {
+                    private_data: (s as u32).to_be_bytes().to_vec(),
+                    ..ConnParam::zero()
                 };
-                let params: SidrReqParams = params;
-                match self.nodes[p.client].dev.cm.sidr_request(now, &params) {
-                    Ok(id) => {
-                        self.owners.insert((p.client, id), Owner::SidrClient(s));
-                        let log = IdLog {
-                            port: held,
-                            ..IdLog::default()
-                        };
-                        self.ids.insert((p.client, id), log);
-                    }
-                    Err(e) => self.violation(format!("sidr_request: {e}")),
+                self.owners.insert((client, num), Owner::SidrClient(s));
+                self.ids.insert((client, num), IdLog::default());
+                if let Err(e) = self.nodes[client]
+                    .ep
+                    .connect(num, now, Some(&conn), MAX_RD_ATOM)
+                {
+                    self.violation(format!("SIDR connect: {e}"));
                 }
             }
             Action::ServerAnswer(c, id) => {
@@ -386,19 +329,13 @@ impl World<'_> {
                     return;
                 }
                 let first = self.report.conns[c].server_ids.first() == Some(&id);
-                let cm = &mut self.nodes[node].dev.cm;
                 let r = match (p.server_plan, first) {
                     (ServerPlan::Accept { .. }, true) => {
-                        let conn = ConnParam {
-                            responder_resources: 1,
-                            initiator_depth: 1,
-                            rnr_retry_count: 7,
-                            qp_num: Qpn::new(Self::server_qpn(c)),
-                            ..Default::default()
-                        };
-                        let psn = cm.random_psn();
-                        let rep = negotiate::rep_params(psn, &conn).expect("REP params");
-                        let r = cm.accept(now, id, &rep);
+                        // `rdma_create_qp`, then the accept moves it to RTS.
+                        self.create_qp(node, id, Self::server_qpn(c));
+                        let conn = rc_param(Self::server_qpn(c));
+                        let ep = &mut self.nodes[node].ep;
+                        let r = ep.accept(id, now, Some(&conn), MAX_RD_ATOM);
                         if r.is_ok() {
                             self.report.conns[c].accepted = true;
                         }
@@ -408,12 +345,17 @@ impl World<'_> {
                         self.destroy(node, id);
                         return;
                     }
-                    _ => cm.reject(now, id, RejReason::CONSUMER_DEFINED, &[], b"no thanks"),
+                    _ => self.nodes[node].ep.reject(
+                        id,
+                        now,
+                        b"no thanks",
+                        RejReason::CONSUMER_DEFINED,
+                    ),
                 };
                 // An error: the id ended meanwhile (REJ "timeout" from a
                 // client that gave up), and its event destroys it. A reject
                 // leaves it idle: destroy it now.
-                if r.is_ok() && self.nodes[node].dev.cm.state(id) == Some(State::Idle) {
+                if r.is_ok() && self.nodes[node].ep.cm_state(id) == Some(State::Idle) {
                     self.destroy(node, id);
                 }
             }
@@ -428,7 +370,19 @@ impl World<'_> {
                 }
                 match p.client_plan {
                     ClientPlan::Establish { .. } => {
-                        if self.nodes[node].dev.cm.establish(now, id, &[]).is_ok() {
+                        // librdmacm's part of CONNECT_RESPONSE: the QP to
+                        // RTR and RTS, then the RTU.
+                        match self.nodes[node].ep.rep_changes(id) {
+                            Ok(changes) => {
+                                let q = softrdma_wire::Qpn::new(Self::client_qpn(c));
+                                for ch in &changes {
+                                    self.apply(node, id, q, ch);
+                                }
+                            }
+                            Err(e) => self.violation(format!("conn {c}: REP's QP changes: {e}")),
+                        }
+                        if self.nodes[node].ep.establish(id, now).is_ok() {
+                            self.check_rts(node, id, Self::server_qpn(c));
                             self.outcome(node, id, "ESTABLISHED (RTU)");
                             self.report.conns[c].client_established += 1;
                             let data = p.data_ms.min(p.hold_ms / 2);
@@ -451,9 +405,8 @@ impl World<'_> {
                     }
                     ClientPlan::Reject { .. } => {
                         if self.nodes[node]
-                            .dev
-                            .cm
-                            .reject(now, id, RejReason::CONSUMER_DEFINED, &[], &[])
+                            .ep
+                            .reject(id, now, &[], RejReason::CONSUMER_DEFINED)
                             .is_ok()
                         {
                             self.after_outcome(node, id);
@@ -484,10 +437,10 @@ impl World<'_> {
                 let ids = self.report.conns[c].server_ids.clone();
                 for id in ids {
                     if matches!(
-                        self.nodes[node].dev.cm.state(id),
+                        self.nodes[node].ep.cm_state(id),
                         Some(State::RepSent | State::MraRepRcvd)
                     ) {
-                        let _ = self.nodes[node].dev.cm.notify_established(id);
+                        let _ = self.nodes[node].ep.notify_established(id);
                         self.drain_events(node);
                     }
                 }
@@ -503,7 +456,7 @@ impl World<'_> {
                     p.teardown,
                     Teardown::ClientDestroy | Teardown::ServerDestroy
                 );
-                let sides: Vec<(usize, CmId)> = match who {
+                let sides: Vec<(usize, u64)> = match who {
                     0 => client.into_iter().collect(),
                     1 => server.into_iter().collect(),
                     _ => client.into_iter().chain(server).collect(),
@@ -512,11 +465,11 @@ impl World<'_> {
                     if !self.nodes[node].up || !self.owners.contains_key(&(node, id)) {
                         continue;
                     }
-                    let st = self.nodes[node].dev.cm.state(id);
+                    let st = self.nodes[node].ep.cm_state(id);
                     if destroy && st == Some(State::Established) {
                         self.destroy(node, id);
                     } else if st == Some(State::Established) {
-                        let _ = self.nodes[node].dev.cm.disconnect(now, id, &[]);
+                        let _ = self.nodes[node].ep.disconnect(id, now);
                     } else if matches!(st, Some(State::RepSent | State::MraRepRcvd)) {
                         // Not connected yet on this side (RTU on its way):
                         // try again later.
@@ -538,9 +491,9 @@ impl World<'_> {
                 };
                 if let Some((node, id)) = side {
                     if self.nodes[node].up && self.owners.contains_key(&(node, id)) {
-                        match self.nodes[node].dev.cm.state(id) {
+                        match self.nodes[node].ep.cm_state(id) {
                             Some(State::Established) => {
-                                let _ = self.nodes[node].dev.cm.disconnect(now, id, &[]);
+                                let _ = self.nodes[node].ep.disconnect(id, now);
                             }
                             Some(State::RepSent | State::MraRepRcvd | State::DreqSent) => {
                                 self.schedule(now.add_ms(30_000), Action::Watchdog(c, server_side));
@@ -558,11 +511,12 @@ impl World<'_> {
                     if !self.nodes[n].up {
                         continue;
                     }
-                    let now = self.now;
-                    let node = &mut self.nodes[n];
-                    for (num, l) in std::mem::take(&mut node.listeners) {
-                        node.dev.unlisten(now, l.service_id());
-                        node.unbind(l.ps, l.bound.port(), num);
+                    // `rdma_destroy_id` of each listener: the device stops
+                    // listening once none covers it, the ports go.
+                    for num in std::mem::take(&mut self.nodes[n].listeners) {
+                        if let Err(e) = self.nodes[n].ep.destroy(num, now) {
+                            self.violation(format!("destroy of listener {num}: {e}"));
+                        }
                     }
                 }
             }
