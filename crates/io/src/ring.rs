@@ -214,7 +214,10 @@ impl AsFd for Shm {
     }
 }
 
-const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRNG2");
+/// The layout's and the records' version: `SRDMRNG3` since a record's
+/// header may say its packet carries no ICRC (a ring of another version is
+/// not attached).
+const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRNG3");
 const OFF_MAGIC: usize = 0;
 const OFF_CAP_LOG2: usize = 8;
 const OFF_TAIL: usize = 64;
