@@ -16,13 +16,7 @@ fn captures_of_the_path_decode_as_the_wire_would() {
     assert_path_carried(&ic, &tc);
     for ip in ["127.64.6.1", "127.64.6.2"] {
         let f = dir.join(format!("cap-{ip}.pcap"));
-        let o = Command::new(env!("CARGO_BIN_EXE_softrdma"))
-            .arg("dump")
-            .arg(&f)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = dump(&f);
         // Both directions, every kind of packet the run made, sent and
         // received, all with good ICRCs.
         for what in [
@@ -220,13 +214,7 @@ fn a_receiver_alone_capturing_records_the_icrc_its_sender_left_out() {
         &[("SOFTRDMA_PCAP", f.display().to_string())],
     );
     assert_path_carried(&ic, &tc);
-    let o = Command::new(env!("CARGO_BIN_EXE_softrdma"))
-        .arg("dump")
-        .arg(&f)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = dump(&f);
     for what in [
         "RC_RDMA_WRITE_",
         "RC_SEND_ONLY",
@@ -243,4 +231,15 @@ fn a_receiver_alone_capturing_records_the_icrc_its_sender_left_out() {
     }
     assert!(!text.contains("icrc=bad"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `softrdma dump FILE`'s output (it must succeed).
+fn dump(file: &std::path::Path) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .arg("dump")
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }

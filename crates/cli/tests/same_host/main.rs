@@ -440,6 +440,13 @@ impl Pair {
             .write_all(b"check\n")
             .unwrap();
     }
+
+    /// Reads what the initiator still says and checks it exits well.
+    fn initiator_ends_well(&mut self) {
+        let mut rest = String::new();
+        let _ = self.iout.read_to_string(&mut rest);
+        assert!(self.init.wait().unwrap().success());
+    }
 }
 
 fn pair(same_host: &str, mode: &str, init_ip: &str, target_ip: &str) -> Pair {
@@ -599,9 +606,7 @@ fn a_killed_target_leaves_the_initiator_with_an_error_completion() {
     let c = parse_counters(&ic).unwrap();
     assert!(c[0] > 0 && c[3] == 1, "{ic}");
     assert_eq!((c[4], c[5]), (0, 0), "rings of a dead peer kept: {ic}");
-    let mut rest = String::new();
-    let _ = p.iout.read_to_string(&mut rest);
-    assert!(p.init.wait().unwrap().success());
+    p.initiator_ends_well();
 }
 
 /// The same with the path off: the killed target's QP goes with it from
@@ -618,9 +623,7 @@ fn a_killed_target_leaves_the_initiator_with_an_error_completion_over_udp() {
     assert!(e.starts_with("ERROR RetryExcErr"), "{e}");
     assert_eq!(wait_line(&mut p.iout, "MAPS"), "MAPS 0");
     assert_eq!(wait_line(&mut p.iout, "COUNTERS"), "COUNTERS none");
-    let mut rest = String::new();
-    let _ = p.iout.read_to_string(&mut rest);
-    assert!(p.init.wait().unwrap().success());
+    p.initiator_ends_well();
 }
 
 #[test]
@@ -631,24 +634,18 @@ fn a_path_answer_that_comes_too_late_does_not_keep_the_sender_on_udp() {
     let mut p = pair("shm", "late", "127.42.6.1", "127.42.6.2");
     wait_line(&mut p.iout, "STREAMING");
     let host: i32 = p.host_pid;
-    // SAFETY: the device process our target started (same user).
-    assert_eq!(unsafe { libc::kill(host, libc::SIGSTOP) }, 0);
+    // The device process our target started (same user).
+    softrdma_testkit::signal(host, libc::SIGSTOP).unwrap();
     p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
     wait_line(&mut p.iout, "POSTED");
     std::thread::sleep(Duration::from_millis(50));
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(host, libc::SIGCONT) }, 0);
+    softrdma_testkit::signal(host, libc::SIGCONT).unwrap();
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");
     let i = parse_counters(&ic).unwrap();
     // The last WRITE (128 packets) went through the path.
     assert!(i[0] >= 128 && i[3] == 1 && i[4] == 1, "{ic}");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
+    p.ask_target_to_check();
     let check = wait_line(&mut p.tout, "CHECK");
     assert!(check.starts_with("CHECK written=true"), "{check}");
     assert!(p.init.wait().unwrap().success());

@@ -98,10 +98,10 @@ fn a_parent_killed_while_its_forked_child_lives_is_seen_dead() {
     let c = parse_counters(&ic).unwrap();
     assert_eq!((c[4], c[5]), (0, 0), "rings of a dead peer kept: {ic}");
     // The child held every descriptor all along.
-    // SAFETY: signal 0 only checks that the process exists.
-    let alive = unsafe { libc::kill(child, 0) } == 0;
-    // SAFETY: the target's child (reparented): ours to end.
-    unsafe { libc::kill(child, libc::SIGKILL) };
+    // Signal 0 only checks that the process exists.
+    let alive = softrdma_testkit::signal(child, 0).is_ok();
+    // The target's child (reparented): ours to end.
+    let _ = softrdma_testkit::signal(child, libc::SIGKILL);
     assert!(alive, "the forked child was gone before the check");
     assert!(p.init.wait().unwrap().success());
 }
@@ -232,12 +232,7 @@ fn an_offer_that_meets_a_full_member_ring_is_not_lost() {
     let ic = wait_line(&mut p.iout, "COUNTERS");
     let i = parse_counters(&ic).unwrap();
     assert_eq!(i[3], 1, "{ic}");
-    p.target
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"check\n")
-        .unwrap();
+    p.ask_target_to_check();
     let check = wait_line(&mut p.tout, "CHECK");
     assert!(check.starts_with("CHECK written=true"), "{check}");
     let tc = wait_line(&mut p.tout, "COUNTERS");
