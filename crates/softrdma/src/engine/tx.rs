@@ -117,10 +117,15 @@ impl Shared {
                 samehost::Lead::Ring(n) => Ok(n),
                 samehost::Lead::Full => Ok(0),
                 samehost::Lead::Udp(limit) => {
-                    // (What one `send_some` can take at most.)
-                    let most = limit.min(softrdma_io::BATCH_SIZE * softrdma_io::MAX_GSO_SEGMENTS);
-                    for d in tx.pending.iter_mut().take(most) {
-                        d.fill_icrc();
+                    // Only a device with same-host paths leaves ICRCs out
+                    // (`poll` above): the UDP-only path skips this walk.
+                    if self.host.as_ref().is_some_and(|h| h.paths.is_some()) {
+                        // (What one `send_some` can take at most.)
+                        let most =
+                            limit.min(softrdma_io::BATCH_SIZE * softrdma_io::MAX_GSO_SEGMENTS);
+                        for d in tx.pending.iter_mut().take(most) {
+                            d.fill_icrc();
+                        }
                     }
                     self.send_some(tx, limit)
                 }
