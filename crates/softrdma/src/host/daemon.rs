@@ -49,6 +49,25 @@ const REAP_EVERY: Duration = Duration::from_millis(100);
 /// Unrouted datagrams `SOFTRDMA_HOST_TRACE` names one by one (the first
 /// ones; after a member's death its peers' retransmissions follow).
 const TRACE_UNROUTED: u64 = 32;
+/// Least receive buffer of the device process's socket (`SO_RCVBUF`,
+/// `SO_RCVBUFFORCE` where permitted; otherwise the kernel caps it at
+/// `net.core.rmem_max`): the one socket takes the traffic of every
+/// member, each of which would have had a program's whole buffer (8 MiB
+/// by default) on a device of its own, and it fills whenever the device
+/// process is not run — on a loaded 2-CPU machine for up to a second in
+/// the 8+8-rank Open MPI test, overflowing 900-7,700 datagrams per run
+/// with 8 MiB; each loss costs its QP an RC timeout and a go-back-N
+/// burst that arrives while the backlog is still there.
+const HOST_RECV_BUFFER: usize = 64 << 20;
+/// The device process's nice value where it may take it (`CAP_SYS_NICE`,
+/// or an `RLIMIT_NICE` that allows it; otherwise it keeps its parent's):
+/// every datagram of every member waits for this one thread, and on a
+/// loaded machine the scheduler let it wait up to 8.6 s behind the
+/// members' own busy threads in its scheduler group — as long as UCX's
+/// whole RC retry budget (1 s × 8), so every peer's QP towards the host
+/// failed with retry exceeded at once. It spends its time asleep or
+/// moving datagrams; a weight above theirs makes it run when woken.
+const HOST_NICE: i32 = -10;
 /// Datagrams received per call.
 const RX_BATCH: usize = 32;
 /// Receive buffer (a GRO train).
@@ -206,7 +225,7 @@ pub fn serve(opts: &HostOptions) -> i32 {
         Err(_) => return EXIT_ERROR,
     };
     let mut cfg = SocketConfig::default();
-    cfg.recv_buffer = opts.recv_buffer;
+    cfg.recv_buffer = opts.recv_buffer.max(HOST_RECV_BUFFER);
     cfg.send_buffer = opts.send_buffer;
     cfg.recv_dst_ip = false;
     let socket = match bind_waiting(opts.addr, &cfg, BIND_WAIT) {
@@ -217,6 +236,13 @@ pub fn serve(opts: &HostOptions) -> i32 {
     if softrdma_io::detach().is_err() {
         return EXIT_ERROR;
     }
+    let nice = softrdma_io::set_nice(HOST_NICE);
+    trace(&format!(
+        "device process {} for {}: receive buffer {:?} (SO_SNDBUF, SO_RCVBUF), nice {nice:?}",
+        std::process::id(),
+        opts.addr,
+        socket.buffer_sizes().ok()
+    ));
     let r = Host::new(listener, socket).and_then(|mut h| h.run());
     trace(&format!(
         "device process {} ends: {r:?}",
