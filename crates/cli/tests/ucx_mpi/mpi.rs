@@ -35,6 +35,17 @@ pub(crate) fn mpi_program(mpicc: &str, name: &str, tag: &str) -> PathBuf {
 /// without, 2 of 2 passed each (late at most 0.6 s).
 const SHARED_YIELD: &str = "0";
 
+/// `TEST_MPI_ENV="K=V K2=V2"`: more settings for every rank (debugging,
+/// e.g. `UCX_LOG_LEVEL=debug` or a UCX tunable; the environment of the
+/// test itself never reaches the ranks, see `clean_env`).
+fn extra_env() -> Vec<String> {
+    std::env::var("TEST_MPI_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Mpi {
     OpenMpi,
@@ -101,6 +112,10 @@ impl Mpi {
                 if per_host > 1 {
                     v.extend(s(&["-x", &format!("SOFTRDMA_POLL_YIELD={}", SHARED_YIELD)]));
                 }
+                for e in extra_env() {
+                    v.push("-x".into());
+                    v.push(e);
+                }
                 ("mpirun.openmpi", v)
             }
             Mpi::Mpich => {
@@ -127,6 +142,10 @@ impl Mpi {
                 }
                 if per_host > 1 {
                     v.extend(s(&["-genv", "SOFTRDMA_POLL_YIELD", SHARED_YIELD]));
+                }
+                for e in extra_env() {
+                    let (k, val) = e.split_once('=').unwrap_or((&e, ""));
+                    v.extend(s(&["-genv", k, val]));
                 }
                 ("mpiexec.mpich", v)
             }
