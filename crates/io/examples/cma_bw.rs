@@ -3,7 +3,10 @@
 //! packets out of a 4 MiB ring in this process (today's path: the sender
 //! copied them in) vs `process_vm_readv` straight from the peer's memory
 //! (`softrdma_io::cma`), at several sizes per call. Rounds alternate; the
-//! medians and each round's ratio to the ring copy are printed.
+//! medians and each round's ratio to the ring copy are printed. The ring
+//! copy here reads lines this core wrote (warm caches), where the real
+//! path's receiver reads lines the sender's core just wrote: it is an
+//! upper bound of the receiver's copy, not its figure.
 //!
 //! ```text
 //! cargo run --release -p softrdma-io --example cma_bw -- [--secs S] [--rounds N]
@@ -118,7 +121,7 @@ fn main() {
         }
     }
     let b = median(&mut base.clone());
-    println!("ring copy, 4 KiB a packet: {b:.2} GB/s (rounds {base:.2?})");
+    println!("ring copy, 4 KiB a packet (warm caches: an upper bound): {b:.2} GB/s (rounds {base:.2?})");
     for (c, f) in chunks.iter().zip(&figs) {
         let ratios: Vec<f64> = f.iter().zip(&base).map(|(x, y)| x / y).collect();
         println!(
