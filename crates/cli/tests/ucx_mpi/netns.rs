@@ -107,28 +107,29 @@ fn mpich_eight_ranks_per_namespace_share_its_address() {
     ranks_share_the_host_address(Mpi::Mpich, 8);
 }
 
-/// Once opt-in (issue 19): failed 1 of 3 fresh-clone CI runs (exit 134
+/// Still opt-in (issue 19): failed 1 of 3 fresh-clone CI runs (exit 134
 /// after 58.8 s, RC retry exceeded inside `MPI_Finalize`). Reproduced
-/// (mpi19b, 2026-12-05, 1 of 7 runs at load 22-36, with
-/// `TEST_MPI_ENV=UCX_LOG_LEVEL=debug` and `TEST_SOFTRDMA_HOST_TRACE`):
-/// the device process of 198.18.0.2 "ran 8.606452413s after its wait
-/// ended (timeout 100ms)" — not scheduled, while the ranks of the first
-/// namespace waited in Open MPI's first finalize fence
-/// (`ompi_mpi_finalize` → `opal_progress`) with their last WRs to the
-/// second unacknowledged; 7 of them got "transport retry counter
-/// exceeded" within 120 ms, towards QPs of 198.18.0.2 (UCX's RC budget:
-/// 1 s × 8 tries). A NIC (or rxe, in softirq) answers without a process
-/// being scheduled; the device process is that process here, so it now
-/// takes nice -10 where permitted (root here and in CI) and a 64 MiB
-/// receive buffer (tests/shared_device.rs checks both). After: 17 of 17
-/// runs passed at load 15-34 (12 with UCX debug logs; 7 after merging
-/// main), 0 socket overflows (before: 833-7,743 per device process per
-/// run), and its late loops (9, at most 3.75 s) all fell within 1 s of
-/// a stall that a sleeping thread pinned to each CPU, in a session of
-/// its own, saw too: the machine's, not the device process's (before: 7
-/// of 13 were not). A stall of the whole machine as long as UCX's retry
-/// budget would still end the job, as it would end any RC peer's.
+/// twice (mpi19b, 2026-12-05, `TEST_SOFTRDMA_HOST_TRACE`, and
+/// `TEST_MPI_ENV=UCX_LOG_LEVEL=debug` the first time): the device process
+/// of 198.18.0.2 "ran 8.6 s after its wait ended (timeout 100ms)" — not
+/// scheduled, while the ranks of the first namespace waited in Open
+/// MPI's first finalize fence (`ompi_mpi_finalize` → `opal_progress`)
+/// with their last WRs to the second unacknowledged; 7 of them got
+/// "transport retry counter exceeded" within 120 ms of its return,
+/// towards QPs of 198.18.0.2 (UCX's RC budget: 1 s × 8 tries). The
+/// second time (8.56 s, with the device process at nice -10) two
+/// threads sleeping 10 ms in a loop, pinned one to each CPU in a session
+/// of their own, were not run for the same 8.57/8.63 s (steal time: 2
+/// ticks) while the ranks went on retrying: the machine (a loaded 2-vCPU
+/// VM, Linux 6.18) stops running waking tasks for that long, which no
+/// priority of the device process survives; a NIC, or rxe in softirq,
+/// answers without a task being scheduled. Fixed on the way: the device
+/// process's own lateness (nice -10 where permitted: before, 7 of 13 of
+/// its late loops fell outside such machine stalls, after, 0 of 9) and
+/// its socket overflows (64 MiB: 833-7,743 per run before, 0 in 18 runs
+/// after); 17 of 18 runs passed after, at load 15-34.
 #[test]
+#[ignore = "known defect (issue 19): a machine stall of ~8.6 s of waking tasks (seen twice on the loaded 2-vCPU VM) leaves the device process unscheduled for UCX's whole RC retry budget; run with --run-ignored"]
 fn openmpi_eight_ranks_per_namespace_share_its_address() {
     let _s = serial();
     ranks_share_the_host_address(Mpi::OpenMpi, 8);
