@@ -69,6 +69,11 @@ const OPEN_WAIT: Duration = Duration::from_secs(2);
 /// (destination, QPN) at a time; past it a destination stays on UDP and
 /// is looked at again later).
 const MAX_ASKING: usize = 256;
+/// How long `ibv_modify_qp` to RTR waits (holding no lock) for the way
+/// to the QP's peer, as the kernel's modify resolves the peer's
+/// neighbour: its first datagrams then find the way known. Past it they
+/// go through UDP until the answer comes.
+pub(crate) const RESOLVE_WAIT: Duration = Duration::from_secs(1);
 /// A full ring whose reader moved within this time holds the datagram
 /// back (as a full socket does: it waits in the send queue); one whose
 /// reader has not — stopped, dead, starved — loses it.
@@ -109,6 +114,8 @@ struct Question {
 struct Answer {
     dst: SocketAddr,
     qpn: u32,
+    /// The question offered a ring.
+    offered: bool,
     ring: Option<Ring>,
     said: io::Result<Option<Said>>,
 }
@@ -153,6 +160,7 @@ impl Asker {
                                 let a = Answer {
                                     dst: q.dst,
                                     qpn: q.qpn,
+                                    offered: q.offer,
                                     ring: None,
                                     said: Err(e),
                                 };
@@ -166,6 +174,7 @@ impl Asker {
                         let a = Answer {
                             dst: q.dst,
                             qpn: q.qpn,
+                            offered: q.offer,
                             ring,
                             said,
                         };
@@ -249,6 +258,11 @@ pub(crate) struct Paths {
     asker: Option<Asker>,
     /// Questions out.
     asking: usize,
+    /// Questions out that offer a ring, by destination: another question
+    /// for that destination offers none meanwhile (the asker asks in
+    /// order, so the device process has the ring by then and answers
+    /// `Have`), or two rings would go to one member.
+    offering: HashMap<SocketAddr, usize>,
     /// When the rings' readers were last looked at.
     last_reap: Instant,
     pub sent: u64,
@@ -278,6 +292,7 @@ impl Paths {
             opened: 0,
             asker: None,
             asking: 0,
+            offering: HashMap::new(),
             last_reap: Instant::now(),
             sent: 0,
             refused: 0,
@@ -368,7 +383,8 @@ impl Paths {
         // A ring goes with the first question when we write to no member
         // of `dst` yet (the usual case: one peer process per address);
         // otherwise only when the device process asks for one.
-        let offer = !self.owners.keys().any(|(d, _)| *d == dst);
+        let offer =
+            !self.owners.keys().any(|(d, _)| *d == dst) && !self.offering.contains_key(&dst);
         let way = if self.ask_later(dst, qpn, offer) {
             Way::Asking
         } else {
@@ -376,6 +392,23 @@ impl Paths {
         };
         self.ways.insert((dst, qpn), way);
         None
+    }
+
+    /// Asks for the way to QP `qpn` at `dst` ahead of its first datagram
+    /// (a QP that learnt its peer), without waiting.
+    pub fn prepare(&mut self, dst: SocketAddr, qpn: u32, now: Instant) {
+        let mut h = [0u8; 12];
+        h[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        let _ = self.way(dst, &h, now);
+    }
+
+    /// Whether the way to QP `qpn` at `dst` is known (a ring, or UDP),
+    /// not being asked for any more (takes the asker's answers).
+    pub fn resolved(&mut self, dst: SocketAddr, qpn: u32, now: Instant) -> bool {
+        if self.asking > 0 {
+            self.take_answers(now);
+        }
+        !matches!(self.ways.get(&(dst, qpn)), Some(Way::Asking))
     }
 
     /// Hands a question to the asker: whether it took it.
@@ -394,6 +427,9 @@ impl Paths {
             return false;
         }
         self.asking += 1;
+        if offer {
+            *self.offering.entry(dst).or_default() += 1;
+        }
         true
     }
 
@@ -427,6 +463,14 @@ impl Paths {
     /// Acts on an answer: a way, a second question (with a ring), or UDP
     /// for a while.
     fn settle(&mut self, a: Answer, now: Instant) {
+        if a.offered {
+            if let Some(n) = self.offering.get_mut(&a.dst) {
+                *n -= 1;
+                if *n == 0 {
+                    self.offering.remove(&a.dst);
+                }
+            }
+        }
         // A ring offered and not kept (not taken, or a question that
         // failed) is closed before it is dropped: if the device process
         // did take it, its member lets go of it at once.
