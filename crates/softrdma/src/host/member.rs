@@ -418,8 +418,12 @@ impl Member {
     }
 
     /// An answer that came after its request gave up: rings are taken as
-    /// if in time (the device process gave them away), a claim or a
-    /// listen that was granted is given back.
+    /// if in time (the device process gave them away), a claim that was
+    /// granted is given back (the core drew another number). A late
+    /// `Listen` grant is kept: the program may have asked again for the
+    /// same service meanwhile, and an `Unlisten` would take that away; a
+    /// listener the driver does not know answers requests with a REJ.
+    /// Requests are numbered after the handshake.
     fn late_answer(&self, reply: Reply, fds: Vec<OwnedFd>, asked_for: Option<Request>) {
         super::daemon::trace(&format!(
             "member pid {}: a late answer {reply:?} to {asked_for:?} set aside",
@@ -428,7 +432,6 @@ impl Member {
         match (reply, asked_for) {
             (Reply::Rings(gifts), _) => self.adopt_rings(&gifts, fds),
             (Reply::Ok, Some(Request::ClaimQpn(q))) => self.notify(&Request::FreeQpn(q)),
-            (Reply::Ok, Some(Request::Listen(s))) => self.notify(&Request::Unlisten(s)),
             _ => {}
         }
     }
