@@ -60,7 +60,7 @@ mod pending;
 mod rx;
 mod samehost;
 mod tx;
-use faults::Refuser;
+use faults::{flip_bit, responder, Refuser};
 use pending::Pending;
 pub(crate) use samehost::same_host_enabled;
 
@@ -485,26 +485,6 @@ impl Shared {
         r
     }
 
-    /// A connected QP learnt its peer (RTR): the same-host path's way to
-    /// it is found now, as the kernel's modify resolves the peer's
-    /// neighbour, so that its first datagrams find it known — waited for
-    /// here, in the verb, holding no lock, `RESOLVE_WAIT` at most; the
-    /// send path never waits for a way (past the wait, UDP until the
-    /// answer comes).
-    pub(crate) fn find_way(&self, dst: SocketAddr, qpn: Qpn) {
-        let Some(p) = self.host.as_ref().and_then(|h| h.paths.as_ref()) else {
-            return;
-        };
-        let qpn = qpn.value();
-        let asked = std::time::Instant::now();
-        p.lock().prepare(dst, qpn, asked);
-        while !p.lock().resolved(dst, qpn, std::time::Instant::now())
-            && asked.elapsed() < crate::host::path::RESOLVE_WAIT
-        {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-
     /// Like [`Self::with_core`] for reads that produce nothing to send.
     pub fn peek_core<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
         f(&self.lock_core())
@@ -905,25 +885,6 @@ impl Shared {
         if let Some(p) = &self.pcap {
             let _ = lock(p).flush();
         }
-    }
-}
-
-/// What the receive injector needs to answer a request for local QP `q`.
-fn responder(core: &Core, q: Qpn) -> Option<Responder> {
-    core.responder_view(q).map(|v| Responder {
-        dest_qpn: v.dest_qpn,
-        dest: v.dest,
-        msn: v.msn,
-        rnr_timer: v.min_rnr_timer,
-        traffic_class: v.traffic_class,
-        hop_limit: v.hop_limit,
-    })
-}
-
-/// Flips bit `b` of a datagram (bit `b % 8` of byte `b / 8`).
-fn flip_bit(d: &mut [u8], b: u64) {
-    if let Some(x) = d.get_mut((b / 8) as usize) {
-        *x ^= 1 << (b % 8);
     }
 }
 

@@ -216,3 +216,22 @@ impl Shared {
         }
     }
 }
+
+/// What the receive injector needs to answer a request for local QP `q`.
+pub(super) fn responder(core: &Core, q: Qpn) -> Option<Responder> {
+    core.responder_view(q).map(|v| Responder {
+        dest_qpn: v.dest_qpn,
+        dest: v.dest,
+        msn: v.msn,
+        rnr_timer: v.min_rnr_timer,
+        traffic_class: v.traffic_class,
+        hop_limit: v.hop_limit,
+    })
+}
+
+/// Flips bit `b` of a datagram (bit `b % 8` of byte `b / 8`).
+pub(super) fn flip_bit(d: &mut [u8], b: u64) {
+    if let Some(x) = d.get_mut((b / 8) as usize) {
+        *x ^= 1 << (b % 8);
+    }
+}
