@@ -58,6 +58,14 @@ impl Castable for Cq {
     type Api = ibv_cq;
     const KIND: Kind = Kind::Cq;
     const MAGIC: u64 = 0x5352_4351_0000_0006;
+    fn release_uses(&self) {
+        if let Some(c) = &self._channel {
+            c.release();
+        }
+        if let Some(p) = &self._parent {
+            p.release();
+        }
+    }
 }
 
 /// The `wc_flags` of `ibv_create_cq_ex` softrdma fills: the standard

@@ -18,6 +18,9 @@ pub struct Mw {
 }
 
 impl Castable for Mw {
+    fn release_uses(&self) {
+        self._pd.release();
+    }
     type Repr = ibv_mw;
     type Api = ibv_mw;
     const KIND: Kind = Kind::Mw;

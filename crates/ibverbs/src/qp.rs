@@ -40,6 +40,14 @@ impl Castable for Qp {
     type Api = ibv_qp;
     const KIND: Kind = Kind::Qp;
     const MAGIC: u64 = 0x5352_5150_0000_0008;
+    fn release_uses(&self) {
+        self._pd.release();
+        self._send_cq.release();
+        self._recv_cq.release();
+        if let Some(s) = &self._srq {
+            s.release();
+        }
+    }
 }
 
 impl Qp {
