@@ -303,7 +303,7 @@ pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {
     // A QP still attached to multicast groups: EBUSY (uverbs refuses a
     // user's destroy until the program detaches them).
     if Obj::<Qp>::get(q).is_some_and(|x| !x.qp.mcast_groups().is_empty()) {
-        return libc::EBUSY;
+        return crate::util::errno_too(libc::EBUSY);
     }
     guard_errno(|| match Obj::<Qp>::take(q) {
         Ok(x) => {

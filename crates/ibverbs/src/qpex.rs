@@ -328,7 +328,7 @@ unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
-    guard_data(libc::EIO, || {
+    crate::util::guard_data_errno(|| {
         let Some(x) = qp_fast(q.cast()) else {
             return libc::EINVAL;
         };
