@@ -393,9 +393,13 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
 }
 
 /// For the cq_ex functions: the CQ (data path: the magic word only).
-pub fn cq_ex<'a>(p: *mut ibv_cq_ex) -> Option<&'a Obj<Cq>> {
-    // SAFETY: the program passes a CQ it created, through its own
-    // function pointers (`cq->start_poll` …).
+///
+/// # Safety
+/// As [`Obj::fast`]: `p` is NULL or a CQ the program got from us and has
+/// not destroyed, passed through its own function pointers
+/// (`cq->start_poll` …); the result does not outlive the call.
+pub unsafe fn cq_ex<'a>(p: *mut ibv_cq_ex) -> Option<&'a Obj<Cq>> {
+    // SAFETY: per the contract.
     unsafe { Obj::<Cq>::fast(p.cast()) }
 }
 

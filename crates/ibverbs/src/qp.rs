@@ -60,10 +60,15 @@ impl Qp {
 }
 
 /// The data path's check (post, `ibv_wr_*`): NULL and the magic word.
+///
+/// # Safety
+/// As [`Obj::fast`]: `p` is NULL or a QP the program got from us and has
+/// not destroyed (the C contract of the verb, reached through
+/// `context->ops` or the QP's own function pointers); the result does not
+/// outlive the call.
 #[inline]
-pub fn qp_fast<'a>(p: *mut ibv_qp) -> Option<&'a Obj<Qp>> {
-    // SAFETY: reached through `context->ops` or the QP's own function
-    // pointers with the program's QP.
+pub unsafe fn qp_fast<'a>(p: *mut ibv_qp) -> Option<&'a Obj<Qp>> {
+    // SAFETY: per the contract.
     unsafe { Obj::<Qp>::fast(p) }
 }
 
