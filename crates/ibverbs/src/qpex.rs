@@ -329,8 +329,13 @@ unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, srqn: u32) {
     })
 }
 
-fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {
-    // SAFETY: the program's buffers, copied now (inline semantics).
+/// The inline data of the request being built, gathered now.
+///
+/// # Safety
+/// As [`gather_inline`]: each of `bufs` describes readable memory of the
+/// program (the `ibv_wr_set_inline_data*` contract).
+unsafe fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {
+    // SAFETY: per the contract; copied now (inline semantics).
     match unsafe { gather_inline(bufs) } {
         Ok(v) => {
             if let Some(w) = last(b) {
@@ -359,14 +364,17 @@ unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, le
         let Ok(length) = u32::try_from(len) else {
             return fail(b, libc::EINVAL);
         };
-        set_inline(
-            b,
-            &[ibv_sge {
-                addr: addr as u64,
-                length,
-                lkey: 0,
-            }],
-        )
+        // SAFETY: the program's buffer (the verb's contract).
+        unsafe {
+            set_inline(
+                b,
+                &[ibv_sge {
+                    addr: addr as u64,
+                    length,
+                    lkey: 0,
+                }],
+            )
+        }
     })
 }
 
@@ -403,7 +411,8 @@ unsafe extern "C" fn wr_set_inline_data_list(
                 lkey: 0,
             });
         }
-        set_inline(b, &sges)
+        // SAFETY: the program's buffers (the verb's contract).
+        unsafe { set_inline(b, &sges) }
     })
 }
 
