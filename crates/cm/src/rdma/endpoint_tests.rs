@@ -288,3 +288,6 @@ fn ports_and_options() {
         Some(EndpointError::NoSuchId)
     );
 }
+
+#[path = "gate_tests.rs"]
+mod gate_tests;

@@ -36,13 +36,17 @@ mod calls;
 mod device;
 mod endpoint;
 mod event;
+mod gate;
 mod listen;
+mod mcast;
 mod ports;
 mod qp;
 
 pub use device::{request_sid, DeviceCm, Refused};
 pub use endpoint::{Endpoint, EndpointError, Id, IdEvent, Observed, Options};
 pub use event::{report, ConnParam, EventType, IdState, Report, UdParam, ETIMEDOUT};
+pub use gate::GateAsk;
 pub use listen::{backlog, find, service_id, Admission, Listener, Transport};
+pub use mcast::{Join, MCAST_HOP_LIMIT};
 pub use ports::{Binding, PortError, Ports};
 pub use qp::{init_qp_attr, to_rts, ud_setup, QpChange};
