@@ -373,8 +373,72 @@ impl Endpoint {
         Ok(port)
     }
 
+    /// `rdma_resolve_addr` as resolved by the driver (the device `dev`
+    /// whose address `src` reaches `dst`): an unbound id takes an
+    /// ephemeral port on `src`, one bound to a wildcard keeps its port on
+    /// `src` (if the port tables allow it there); ADDR_RESOLVED queued.
+    pub fn resolve_addr(
+        &mut self,
+        num: u64,
+        dev: u64,
+        src: IpAddr,
+        dst: SocketAddr,
+        start: u32,
+    ) -> Result<u16, EndpointError> {
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Err(EndpointError::State(
+                "rdma_resolve_addr: addresses of two families",
+            ));
+        }
+        let e = self.entry(num)?;
+        let port = match (e.st, e.src) {
+            (IdState::Idle, _) => self.bind(num, Some(dev), SocketAddr::new(src, 0), start)?,
+            (IdState::AddrBound, Some(s)) if s.ip().is_unspecified() => {
+                let (ps, b) = (e.ps, e.binding(src));
+                self.ports.check(ps, s.port(), num, b)?;
+                self.ports.update(ps, s.port(), num, b);
+                s.port()
+            }
+            (IdState::AddrBound, Some(s)) if s.ip() == src => s.port(),
+            _ => return Err(EndpointError::State("rdma_resolve_addr: in use")),
+        };
+        let e = self.entry(num)?;
+        e.dev = Some(dev);
+        e.src = Some(SocketAddr::new(src, port));
+        e.dst = Some(dst);
+        e.st = IdState::AddrResolved;
+        self.push(IdEvent::new(num, EventType::AddrResolved, 0));
+        Ok(port)
+    }
+
+    /// `rdma_resolve_addr` that found no device reaching the destination:
+    /// ADDR_ERROR with `status` (a negative errno) queued.
+    pub fn resolve_failed(&mut self, num: u64, status: i32) -> Result<(), EndpointError> {
+        self.entry(num)?;
+        self.push(IdEvent::new(num, EventType::AddrError, status));
+        Ok(())
+    }
+
+    /// `rdma_resolve_route` with the path the driver made (the egress
+    /// interface's MTU, the id's TOS and ACK timeout):
+    /// ROUTE_RESOLVED queued.
+    pub fn resolve_route(&mut self, num: u64, path: Path) -> Result<(), EndpointError> {
+        let e = self.entry(num)?;
+        if e.st != IdState::AddrResolved || e.dev.is_none() {
+            return Err(EndpointError::State(
+                "rdma_resolve_route: address not resolved",
+            ));
+        }
+        e.path = Some(path);
+        e.st = IdState::RouteResolved;
+        self.push(IdEvent::new(num, EventType::RouteResolved, 0));
+        Ok(())
+    }
+
     /// `rdma_listen`: the id takes the requests for its port on its device
-    /// (every device for a wildcard address); `backlog` ≤ 0: the most.
+    /// (every device for a wildcard address); `backlog` ≤ 0: the most. A
+    /// port shared with REUSEADDR must be the id's alone to listen
+    /// (`cma_bind_listen`).
     pub fn listen(&mut self, num: u64, backlog: i32, now: Instant) -> Result<(), EndpointError> {
         self.tick(now);
         let e = self.entry(num)?;
@@ -387,6 +451,13 @@ impl Endpoint {
         let (IdState::AddrBound, Some(src)) = (e.st, e.src) else {
             return Err(EndpointError::State("rdma_listen: not bound"));
         };
+        let exclusive = Binding {
+            reuseaddr: false,
+            ..e.binding(src.ip())
+        };
+        let ps = e.ps;
+        self.ports.check(ps, src.port(), num, exclusive)?;
+        let e = self.entry(num)?;
         let l = Listener::new(e.ps, src, e.opts.afonly, e.dev, e.transport, backlog);
         let sid = l.service_id();
         e.listen = Some(l);

@@ -28,7 +28,8 @@
 //! or DREP, and its CM listeners stay as they are: in the parent they are
 //! still the parent's.
 
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, EndpointError};
+use super::event::IdState;
 use crate::{Instant, ServiceId};
 
 /// What a gated device asks of its device process.
@@ -106,6 +107,37 @@ impl Endpoint {
         }
         let _ = ds.listen(now, sid);
         self.pump(dev);
+    }
+
+    /// A listen the device process refused on a device the listener
+    /// needs (its own): the id is bound again, not listening, and the
+    /// devices it made listen stop (the driver fails `rdma_listen`).
+    pub fn stop_listening(&mut self, num: u64, now: Instant) -> Result<(), EndpointError> {
+        self.tick(now);
+        let e = self.entry(num)?;
+        let Some(l) = e.listen.take() else {
+            return Err(EndpointError::State("not listening"));
+        };
+        e.st = IdState::AddrBound;
+        let sid = l.service_id();
+        let devs: Vec<u64> = self.devs.keys().copied().collect();
+        for d in devs {
+            let covered = self
+                .ids
+                .values()
+                .any(|o| o.listen.as_ref().is_some_and(|l| l.covers(d, sid)));
+            if !covered {
+                self.cm_unlisten(d, sid, now);
+            }
+        }
+        let ids = &self.ids;
+        self.gate.retain(|a| match a {
+            GateAsk::Listen { dev, sid: s } if *s == sid => ids
+                .values()
+                .any(|o| o.listen.as_ref().is_some_and(|l| l.covers(*dev, sid))),
+            _ => true,
+        });
+        Ok(())
     }
 
     /// Device `dev`'s CM stops listening on `sid` (no rdma_cm listener

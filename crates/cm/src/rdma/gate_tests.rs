@@ -227,3 +227,82 @@ fn an_xrc_listener_rejects_every_request() {
     let r = next(&mut a);
     assert_eq!((r.event, r.status), (EventType::Rejected, 28));
 }
+
+#[test]
+fn a_refused_listen_is_undone() {
+    let (_, mut b, _, _) = pair();
+    b.set_gated(B, true);
+    let sid = service_id(PortSpace::Tcp, 7300);
+    let l = b.create_id(PortSpace::Tcp, Transport::Rc, Psn::new(9));
+    let at = SocketAddr::new(ip("10.0.0.2"), 7300);
+    b.bind(l, Some(B), at, 0).expect("bind");
+    b.listen(l, 0, Instant(0)).expect("listen");
+    assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid }));
+    b.gate_listen(B, sid, false, Instant(0));
+    b.stop_listening(l, Instant(0)).expect("undone");
+    assert_eq!(b.id(l).map(|e| e.st), Some(IdState::AddrBound));
+    assert!(b.id(l).is_some_and(|e| e.listen.is_none()));
+    assert_eq!(b.poll_gate(), None, "nothing to give back");
+    assert!(b.stop_listening(l, Instant(0)).is_err());
+    // Listening again asks again.
+    b.listen(l, 0, Instant(1)).expect("listen");
+    assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid }));
+}
+
+#[test]
+fn address_then_route_each_with_its_event() {
+    let (mut a, _, _, _) = pair();
+    let dst = SocketAddr::new(ip("10.0.0.2"), 7000);
+    // Bound to a wildcard: the port stays, the address becomes the
+    // device's.
+    let w = a.create_id(PortSpace::Tcp, Transport::Rc, Psn::new(1));
+    a.bind(w, None, SocketAddr::new(ip("0.0.0.0"), 6100), 0)
+        .expect("bind");
+    assert_eq!(a.resolve_addr(w, A, ip("10.0.0.1"), dst, 0), Ok(6100));
+    let q = next(&mut a);
+    assert_eq!((q.id, q.event), (w, EventType::AddrResolved));
+    assert_eq!(
+        a.id(w).and_then(|e| e.src),
+        Some(SocketAddr::new(ip("10.0.0.1"), 6100))
+    );
+    assert!(a.connect(w, Instant(0), None, 16).is_err(), "no route yet");
+    let path = rdma_cm_path(ip("10.0.0.1"), dst.ip(), 6100, 7000, 3, 0, 64);
+    a.resolve_route(w, path).expect("route");
+    assert_eq!(next(&mut a).event, EventType::RouteResolved);
+    assert_eq!(a.id(w).map(|e| e.st), Some(IdState::RouteResolved));
+    assert!(a.resolve_route(w, path).is_err(), "resolved already");
+    // Unbound: an ephemeral port; two families: refused.
+    let u = a.create_id(PortSpace::Tcp, Transport::Rc, Psn::new(1));
+    let p = a
+        .resolve_addr(u, A, ip("10.0.0.1"), dst, 9)
+        .expect("resolve");
+    assert!(p >= crate::limits::EPHEMERAL_PORTS.0);
+    assert_eq!(next(&mut a).event, EventType::AddrResolved);
+    let v6 = a.create_id(PortSpace::Tcp, Transport::Rc, Psn::new(1));
+    let dst6 = SocketAddr::new(ip("fd00::2"), 7000);
+    assert!(a.resolve_addr(v6, A, ip("10.0.0.1"), dst6, 9).is_err());
+    assert_eq!(a.id(v6).map(|e| e.st), Some(IdState::Idle), "left unbound");
+    a.resolve_failed(v6, -113).expect("ADDR_ERROR");
+    let q = next(&mut a);
+    assert_eq!((q.event, q.status), (EventType::AddrError, -113));
+    // A port bound with REUSEADDR by two ids: neither may listen.
+    let reuse = Options {
+        reuseaddr: true,
+        ..Default::default()
+    };
+    let (x, y) = (
+        a.create_id(PortSpace::Tcp, Transport::Rc, Psn::new(1)),
+        a.create_id(PortSpace::Tcp, Transport::Rc, Psn::new(1)),
+    );
+    let at = SocketAddr::new(ip("10.0.0.1"), 6200);
+    for i in [x, y] {
+        a.set_options(i, reuse).expect("REUSEADDR");
+        a.bind(i, Some(A), at, 0).expect("shared");
+    }
+    assert!(matches!(
+        a.listen(x, 0, Instant(0)),
+        Err(EndpointError::Port(_))
+    ));
+    a.destroy(y, Instant(0)).expect("destroy");
+    a.listen(x, 0, Instant(0)).expect("alone now");
+}
