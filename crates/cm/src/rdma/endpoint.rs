@@ -544,17 +544,7 @@ impl Endpoint {
             self.pump(dev);
         }
         if let Some(l) = &e.listen {
-            let sid = l.service_id();
-            let devs: Vec<u64> = self.devs.keys().copied().collect();
-            for d in devs {
-                let covered = self
-                    .ids
-                    .values()
-                    .any(|o| o.listen.as_ref().is_some_and(|l| l.covers(d, sid)));
-                if !covered {
-                    self.cm_unlisten(d, sid, now);
-                }
-            }
+            self.unlisten_uncovered(l.service_id(), now);
             let orphans: Vec<u64> = self
                 .ids
                 .iter()

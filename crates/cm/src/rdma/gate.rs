@@ -120,6 +120,20 @@ impl Endpoint {
         };
         e.st = IdState::AddrBound;
         let sid = l.service_id();
+        self.unlisten_uncovered(sid, now);
+        let ids = &self.ids;
+        self.gate.retain(|a| match a {
+            GateAsk::Listen { dev, sid: s } if *s == sid => ids
+                .values()
+                .any(|o| o.listen.as_ref().is_some_and(|l| l.covers(*dev, sid))),
+            _ => true,
+        });
+        Ok(())
+    }
+
+    /// The devices no rdma_cm listener of `sid` covers any more stop
+    /// listening on it.
+    pub(super) fn unlisten_uncovered(&mut self, sid: ServiceId, now: Instant) {
         let devs: Vec<u64> = self.devs.keys().copied().collect();
         for d in devs {
             let covered = self
@@ -130,14 +144,6 @@ impl Endpoint {
                 self.cm_unlisten(d, sid, now);
             }
         }
-        let ids = &self.ids;
-        self.gate.retain(|a| match a {
-            GateAsk::Listen { dev, sid: s } if *s == sid => ids
-                .values()
-                .any(|o| o.listen.as_ref().is_some_and(|l| l.covers(*dev, sid))),
-            _ => true,
-        });
-        Ok(())
     }
 
     /// Device `dev`'s CM stops listening on `sid` (no rdma_cm listener

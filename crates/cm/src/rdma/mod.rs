@@ -28,9 +28,11 @@
 //! - [`Endpoint`] (`endpoint.rs`, `calls.rs`): the ids themselves, by
 //!   number, with their ports, listeners and the devices' CMs: the
 //!   program's calls on ids, MADs received and the time in; channel
-//!   events ([`IdEvent`]), MADs, QP changes and a deadline out. The
-//!   simulator drives it; softrdma's driver still keeps its own id table
-//!   over the parts above (see ARCHITECTURE.md).
+//!   events ([`IdEvent`]), MADs, QP changes and a deadline out. Beside
+//!   it: `gate.rs` (a shared device's listen gate, [`GateAsk`]; a device
+//!   forked away sends nothing) and `mcast.rs` (the ids' multicast joins,
+//!   [`Join`]). Both softrdma's rdma_cm (one endpoint per process, a thin
+//!   driver) and the simulator drive it.
 
 mod calls;
 mod device;
