@@ -164,8 +164,11 @@ fn dev_for<'a>(g: &mut Guard, serial: u64, current: Option<&'a Shared>) -> Optio
         .filter_map(|x| x.dev.as_ref())
         .find(|d| d.serial() == serial)
         .cloned();
+    // A clone of an id's handle is never the device's last while the
+    // lock is held: it is dropped under the lock, not in the trash (which
+    // a progress thread would drop after unlocking, when the id may be
+    // gone).
     if let Some(d) = held {
-        g.defer_drop(d.clone());
         return Some(Dev::Held(d));
     }
     if current.is_none() {
@@ -201,8 +204,8 @@ pub(crate) fn flush_with(g: &mut Guard, current: Option<&Shared>) -> Flushed {
         while let Some((num, qpn, c)) = g.ep().poll_qp_change() {
             busy = true;
             let dev = g.st().ids.get(&num).and_then(|s| s.dev.clone());
+            // Dropped under the lock (see `dev_for`).
             if let Some(dev) = dev {
-                g.defer_drop(dev.clone());
                 if let Err(e) = super::qp::apply(&dev, qpn, &c) {
                     out.qp_error.get_or_insert(e);
                 }
@@ -310,8 +313,10 @@ fn deliver_to_channel(g: &mut Guard, q: IdEvent) {
             .ep()
             .id(child)
             .is_some_and(|e| e.transport == rdma::Transport::Ud);
+        // The id's handle is the only one made here: none is left in the
+        // trash for a progress thread to drop (see `dev_for`).
         let dev = g.ep().id(child).and_then(|e| e.dev);
-        let dev = dev.and_then(|s| g.device(s));
+        let dev = dev.and_then(crate::Device::by_serial);
         let mut side = IdSide::new(chan, if ud { QpType::Ud } else { lqp });
         side.dev = dev;
         g.st().ids.insert(child, side);
