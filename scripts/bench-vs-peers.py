@@ -35,6 +35,9 @@ through the kernel's UDP, as between hosts.
   the device process and the kernel) vs the peers (kernel UDP busy-poll
   ping-pong, UCX over TCP tag_bw), and UCX over softrdma (rc_verbs) with the
   path on vs UCX over TCP: tag_bw 1 MiB and tag_lat 8 B;
+  also the path vs UCX's own shared memory with cross memory attach
+  (UCX_TLS=posix,cma,self: one process_vm_readv per message), no target:
+  what one kernel copy per byte gives on this machine;
 - Open MPI, 2 ranks on one host, NetPIPE (NPopenmpi) at 1 MiB: pml ucx over
   softrdma (rc_verbs, both ranks on SH_ADDR: the same-host path on) vs pml
   ucx over TCP and vs
@@ -211,6 +214,10 @@ def ucx(test, size, iters, over="tcp", same_host=None):
     p = port()
     if over == "tcp":
         env, pre = {"UCX_TLS": "tcp"}, []
+    elif over == "cma":
+        # UCX's shared memory with cross memory attach (process_vm_readv of
+        # a whole message in its rendezvous): what one kernel copy gives.
+        env, pre = {"UCX_TLS": "posix,cma,self"}, []
     else:
         env, pre = {"UCX_TLS": "rc_v,self", "UCX_NET_DEVICES": "softrdma0:1"}, [SR, "exec", "--"]
         if same_host:
@@ -458,6 +465,9 @@ def main():
         t.pair("same-host WRITE 1 MiB, path on (GB/s)", [o[0] for o in on], [p[0] for p in peer], "UCX tcp tag_bw", 1.5)
         off, peer2 = alternate(lambda: sr_bw("write-bw", 1048576, "udp"), lambda: ucx("tag_bw", 1048576, 3000))
         t.pair("same-host WRITE 1 MiB, path off (GB/s)", [o[0] for o in off], [p[0] for p in peer2], "UCX tcp tag_bw", None)
+        on3, cma = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: ucx("tag_bw", 1048576, 3000, "cma"))
+        t.pair("same-host WRITE 1 MiB, path on vs UCX cma (GB/s)", [o[0] for o in on3], [c[0] for c in cma],
+               "UCX posix+cma tag_bw", None)
         on2, off2 = alternate(lambda: sr_bw("write-bw", 1048576, "shm"), lambda: sr_bw("write-bw", 1048576, "udp"))
         t.pair("same-host WRITE 1 MiB, on vs off (GB/s)", [o[0] for o in on2], [o[0] for o in off2], "the path off (udp)", None)
         # UCX over softrdma (rc_verbs) with the path on, both processes on

@@ -164,6 +164,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("softrdma-io supports Linux only (sendmmsg/recvmmsg, UDP GSO/GRO, epoll, eventfd)");
 
+pub mod cma;
 mod fd;
 pub mod host;
 mod mcast;

@@ -477,7 +477,32 @@ impl Shared {
             self.receive_arrived();
             self.flush_now();
         }
-        self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask))
+        let r = self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask));
+        if r.is_ok() && mask.contains(AttrMask::AV) && mask.contains(AttrMask::DEST_QPN) {
+            let dst = SocketAddr::new(attr.ah_attr.dest, attr.ah_attr.dest_port);
+            self.find_way(dst, attr.dest_qp_num);
+        }
+        r
+    }
+
+    /// A connected QP learnt its peer (RTR): the same-host path's way to
+    /// it is found now, as the kernel's modify resolves the peer's
+    /// neighbour, so that its first datagrams find it known — waited for
+    /// here, in the verb, holding no lock, `RESOLVE_WAIT` at most; the
+    /// send path never waits for a way (past the wait, UDP until the
+    /// answer comes).
+    pub(crate) fn find_way(&self, dst: SocketAddr, qpn: Qpn) {
+        let Some(p) = self.host.as_ref().and_then(|h| h.paths.as_ref()) else {
+            return;
+        };
+        let qpn = qpn.value();
+        let asked = std::time::Instant::now();
+        p.lock().prepare(dst, qpn, asked);
+        while !p.lock().resolved(dst, qpn, std::time::Instant::now())
+            && asked.elapsed() < crate::host::path::RESOLVE_WAIT
+        {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     /// Like [`Self::with_core`] for reads that produce nothing to send.
