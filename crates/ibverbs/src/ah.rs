@@ -17,6 +17,9 @@ pub struct Ah {
 }
 
 impl Castable for Ah {
+    fn release_uses(&self) {
+        self._pd.release();
+    }
     type Repr = ibv_ah;
     type Api = ibv_ah;
     const KIND: Kind = Kind::Ah;

@@ -23,6 +23,7 @@ pub struct Channel {
 }
 
 impl Castable for Channel {
+    fn release_uses(&self) {}
     type Repr = ibv_comp_channel;
     type Api = ibv_comp_channel;
     const KIND: Kind = Kind::Channel;

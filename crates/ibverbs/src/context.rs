@@ -86,6 +86,7 @@ fn cmd_file(name: &str) -> Result<OwnedFd, i32> {
 }
 
 impl Castable for Context {
+    fn release_uses(&self) {}
     type Repr = verbs_context;
     type Api = ibv_context;
     const KIND: Kind = Kind::Context;

@@ -58,6 +58,14 @@ impl Castable for Cq {
     type Api = ibv_cq;
     const KIND: Kind = Kind::Cq;
     const MAGIC: u64 = 0x5352_4351_0000_0006;
+    fn release_uses(&self) {
+        if let Some(c) = &self._channel {
+            c.release();
+        }
+        if let Some(p) = &self._parent {
+            p.release();
+        }
+    }
 }
 
 /// The `wc_flags` of `ibv_create_cq_ex` softrdma fills: the standard
@@ -385,9 +393,13 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
 }
 
 /// For the cq_ex functions: the CQ (data path: the magic word only).
-pub fn cq_ex<'a>(p: *mut ibv_cq_ex) -> Option<&'a Obj<Cq>> {
-    // SAFETY: the program passes a CQ it created, through its own
-    // function pointers (`cq->start_poll` …).
+///
+/// # Safety
+/// As [`Obj::fast`]: `p` is NULL or a CQ the program got from us and has
+/// not destroyed, passed through its own function pointers
+/// (`cq->start_poll` …); the result does not outlive the call.
+pub unsafe fn cq_ex<'a>(p: *mut ibv_cq_ex) -> Option<&'a Obj<Cq>> {
+    // SAFETY: per the contract.
     unsafe { Obj::<Cq>::fast(p.cast()) }
 }
 

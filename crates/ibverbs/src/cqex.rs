@@ -4,7 +4,7 @@
 //! Completions are taken one at a time from the same queue `ibv_poll_cq`
 //! uses (with the same inline progress), so the two APIs can be mixed.
 
-use crate::cq::cq_ex;
+use crate::cq::{cq_ex, Cq};
 use crate::ffi::*;
 use crate::util::guard_data;
 use softrdma::{Wc, WcFlags};
@@ -18,7 +18,8 @@ use std::ffi::{c_int, c_uint};
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
     guard_data(libc::EIO, || {
-        let Some(q) = cq_ex(cq) else {
+        // SAFETY: the program's CQ, through its own function pointer.
+        let Some(q) = (unsafe { cq_ex(cq) }) else {
             return libc::EINVAL;
         };
         // SAFETY: NULL or a valid attribute structure.
@@ -36,7 +37,8 @@ pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_a
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    guard_data(libc::EIO, || match cq_ex(cq) {
+    // SAFETY: the program's CQ, through its own function pointer.
+    guard_data(libc::EIO, || match unsafe { cq_ex(cq) } {
         Some(q) => q.poll_one(),
         None => libc::EINVAL,
     })
@@ -50,8 +52,9 @@ pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
 
-fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
-    guard_data(R::default(), || match cq_ex(cq) {
+/// `f` of the completion being read (the default without one).
+fn read<R: Default>(q: Option<&crate::handle::Obj<Cq>>, f: impl FnOnce(&Wc) -> R) -> R {
+    guard_data(R::default(), || match q {
         Some(q) => f(&q.current()),
         None => R::default(),
     })
@@ -64,7 +67,8 @@ fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
-    read(cq, |w| w.opcode as c_int)
+    // SAFETY: the program's CQ, through its own `read_*` pointer.
+    read(unsafe { cq_ex(cq) }, |w| w.opcode as c_int)
 }
 
 /// A C entry point of softrdma's libibverbs.so.1.
@@ -84,7 +88,8 @@ pub unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.byte_len)
+    // SAFETY: the program's CQ, through its own `read_*` pointer.
+    read(unsafe { cq_ex(cq) }, |w| w.byte_len)
 }
 
 /// A C entry point of softrdma's libibverbs.so.1.
@@ -94,7 +99,8 @@ pub unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| {
+    // SAFETY: the program's CQ, through its own `read_*` pointer.
+    read(unsafe { cq_ex(cq) }, |w| {
         if w.wc_flags.contains(WcFlags::WITH_IMM) {
             w.imm_or_inv.to_be()
         } else {
@@ -110,7 +116,8 @@ pub unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.qp_num.value())
+    // SAFETY: the program's CQ, through its own `read_*` pointer.
+    read(unsafe { cq_ex(cq) }, |w| w.qp_num.value())
 }
 
 /// A C entry point of softrdma's libibverbs.so.1.
@@ -120,7 +127,8 @@ pub unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.src_qp.value())
+    // SAFETY: the program's CQ, through its own `read_*` pointer.
+    read(unsafe { cq_ex(cq) }, |w| w.src_qp.value())
 }
 
 /// A C entry point of softrdma's libibverbs.so.1.
@@ -130,7 +138,8 @@ pub unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
-    read(cq, |w| w.wc_flags.0)
+    // SAFETY: the program's CQ, through its own `read_*` pointer.
+    read(unsafe { cq_ex(cq) }, |w| w.wc_flags.0)
 }
 
 /// A C entry point of softrdma's libibverbs.so.1.
@@ -150,7 +159,8 @@ pub unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    guard_data(0, || match cq_ex(cq) {
+    // SAFETY: the program's CQ, through its own function pointer.
+    guard_data(0, || match unsafe { cq_ex(cq) } {
         Some(q) if q.current().wc_flags.contains(WcFlags::GRH) => q.grh_sl,
         _ => 0,
     })
@@ -175,7 +185,8 @@ pub unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
-    guard_data(0, || cq_ex(cq).map_or(0, |q| q.current_ts()))
+    // SAFETY: the program's CQ, through its own function pointer.
+    guard_data(0, || (unsafe { cq_ex(cq) }).map_or(0, |q| q.current_ts()))
 }
 
 /// `ibv_wc_read_completion_wallclock_ns`: the same instant on the wall
@@ -187,7 +198,8 @@ pub unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
     guard_data(0, || {
-        let Some(q) = cq_ex(cq) else {
+        // SAFETY: the program's CQ, through its own function pointer.
+        let Some(q) = (unsafe { cq_ex(cq) }) else {
             return 0;
         };
         let ago = q.ctx.dev.clock_ns().saturating_sub(q.current_ts());

@@ -45,6 +45,7 @@ impl Castable for Td {
     type Api = ibv_td;
     const KIND: Kind = Kind::Td;
     const MAGIC: u64 = 0x5352_5444_0000_000c;
+    fn release_uses(&self) {}
 }
 
 /// What makes a PD a parent domain.
@@ -57,6 +58,17 @@ pub struct Parent {
     allocators: Option<(PdAllocFn, PdFreeFn)>,
     /// `pd_context`, when given.
     pd_context: *mut c_void,
+}
+
+impl Parent {
+    /// The parent domain's destroy: its PD and thread domain are free
+    /// to go.
+    pub fn release_uses(&self) {
+        self._base.release();
+        if let Some(t) = &self._td {
+            t.release();
+        }
+    }
 }
 
 // SAFETY: `pd_context` is the program's pointer, only passed back to its
@@ -163,7 +175,7 @@ pub unsafe extern "C" fn alloc_parent_domain(
 /// Where an object of `resource_type` created with PD `pd` keeps its
 /// structure: the program's allocator when `pd` is a parent domain with
 /// allocators.
-pub fn placement(pd: &Obj<Pd>, resource_type: u64) -> Option<Placement> {
+pub fn placement(pd: &Use<Pd>, resource_type: u64) -> Option<Placement> {
     let p = pd.parent.as_ref()?;
     let (alloc, free) = p.allocators?;
     Some(Placement {
@@ -172,5 +184,6 @@ pub fn placement(pd: &Obj<Pd>, resource_type: u64) -> Option<Placement> {
         pd: pd.api(),
         pd_context: p.pd_context,
         resource_type,
+        hold: Box::new(pd.another()),
     })
 }

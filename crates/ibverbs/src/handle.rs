@@ -26,7 +26,17 @@
 //!   once, by whoever drops the last reference;
 //! - [`Use`] is such a reference that also counts as a user of the parent:
 //!   destroying a PD, CQ, SRQ or completion channel that children still use
-//!   gives EBUSY, as libibverbs does;
+//!   gives EBUSY, as libibverbs does. A child's destroy gives up its uses
+//!   at once ([`Castable::release_uses`]), as the kernel drops a uobject's
+//!   hold on its parents when its destroy returns: another thread may
+//!   still hold the child for a moment (an `ibv_ack_async_event`, a
+//!   control verb, the CM's thread reading `id->qp`), and the program's
+//!   next destroy, of the parent, must not see EBUSY for it. The child's
+//!   references stay (the parents' memory outlives every straggler), only
+//!   the count goes. The one use kept until the memory goes is the parent
+//!   domain's of an object placed with its allocators ([`Placement`]):
+//!   its `free` is the program's, called with the domain and its
+//!   `pd_context`, so the domain stays busy until the memory is back;
 //! - data-path verbs (`post_send`, `post_recv`, `poll_cq`, reached through
 //!   `context->ops` after the program dereferenced the pointer itself)
 //!   check only NULL and the magic word ([`Obj::fast`]): a registry lookup
@@ -36,7 +46,7 @@ use std::any::Any;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Kinds of objects handed to C.
@@ -75,6 +85,13 @@ pub trait Castable: Send + Sync + Sized + 'static {
     /// program's pointer points into it (`ibv_context` is the last member
     /// of `verbs_context`).
     const API_OFFSET: usize = 0;
+
+    /// Gives up this object's uses of its parents ([`Use::release`] on
+    /// each [`Use`] it holds): called by its destroy ([`Obj::take`],
+    /// [`Obj::take_forced`]), so that the parents' destroy succeeds as
+    /// soon as the child's has returned, whoever still holds the child.
+    /// Every type holding a `Use` must release it here.
+    fn release_uses(&self);
 }
 
 /// An object handed to C: ours, with its C structure in a [`Shell`] of its
@@ -106,7 +123,6 @@ struct Shell<R> {
 /// Memory for an object's shell from a parent domain's allocator
 /// (`ibv_parent_domain_init_attr.alloc`/`free`): the program's, given
 /// back with its `free`.
-#[derive(Clone, Copy)]
 pub struct Placement {
     /// `alloc(pd, pd_context, size, alignment, resource_type)`.
     pub alloc: crate::ffi::PdAllocFn,
@@ -118,11 +134,17 @@ pub struct Placement {
     pub pd_context: *mut std::ffi::c_void,
     /// The resource type passed to both.
     pub resource_type: u64,
+    /// A use of the parent domain, dropped after the memory went back to
+    /// `free`: until then the domain's `ibv_dealloc_pd` gives EBUSY, even
+    /// after the object's destroy (which releases its other uses), since
+    /// `free` is still to be called with the domain and its context.
+    #[allow(dead_code)] // held for its drop
+    pub hold: Box<dyn Send + Sync>,
 }
 
 // SAFETY: the pointers are the program's, passed back to its own
 // callbacks; the parent domain they name outlives every object placed
-// with it (the object holds a `Use` of it).
+// with it (`hold`, a `Use` of it, is dropped after `free`).
 unsafe impl Send for Placement {}
 // SAFETY: as above.
 unsafe impl Sync for Placement {}
@@ -142,7 +164,8 @@ unsafe impl<T: Castable> Sync for Obj<T> {}
 impl<T: Castable> Drop for Obj<T> {
     fn drop(&mut self) {
         let sh = self.shell.as_ptr();
-        match self.placement {
+        // The domain's use (`hold`) goes after `free`, at the end.
+        match &self.placement {
             None => {
                 // SAFETY: allocated by `Box::new` in `new_in`, freed once.
                 drop(unsafe { Box::from_raw(sh) });
@@ -287,7 +310,10 @@ impl<T: Castable> Obj<T> {
         let g = live();
         let o = Self::lookup(g.as_ref()?, p)?;
         o.users.fetch_add(1, Ordering::SeqCst);
-        Some(Use(o))
+        Some(Use {
+            obj: o,
+            counted: AtomicBool::new(true),
+        })
     }
 
     /// A destroy: takes the object out of the registry, unless children
@@ -303,6 +329,8 @@ impl<T: Castable> Obj<T> {
         }
         reg.remove(&(p as usize));
         o.shell().magic.store(0, Ordering::SeqCst);
+        drop(g);
+        o.inner.release_uses();
         Ok(o)
     }
 
@@ -315,6 +343,8 @@ impl<T: Castable> Obj<T> {
         let o = Self::lookup(reg, p).ok_or(libc::EINVAL)?;
         reg.remove(&(p as usize));
         o.shell().magic.store(0, Ordering::SeqCst);
+        drop(g);
+        o.inner.release_uses();
         Ok(o)
     }
 
@@ -379,19 +409,44 @@ impl<T: Castable> Obj<T> {
 pub type AtomicU32Ref = std::sync::atomic::AtomicU32;
 
 /// A child's reference to its parent that counts as a use: the parent's
-/// destroy gives EBUSY until every `Use` is dropped.
-pub struct Use<T: Castable>(Arc<Obj<T>>);
+/// destroy gives EBUSY until every `Use` is released (by the child's
+/// destroy, [`Castable::release_uses`]) or dropped. A released `Use`
+/// still holds the parent's memory.
+pub struct Use<T: Castable> {
+    obj: Arc<Obj<T>>,
+    /// Still counted in the parent's `users`.
+    counted: AtomicBool,
+}
+
+impl<T: Castable> Use<T> {
+    /// Stops counting as a user of the parent (once; dropping a released
+    /// `Use` counts nothing more). The reference stays.
+    pub fn release(&self) {
+        if self.counted.swap(false, Ordering::SeqCst) {
+            self.obj.users.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Another use of the same parent, counted on its own.
+    pub fn another(&self) -> Use<T> {
+        self.obj.users.fetch_add(1, Ordering::SeqCst);
+        Use {
+            obj: self.obj.clone(),
+            counted: AtomicBool::new(true),
+        }
+    }
+}
 
 impl<T: Castable> std::ops::Deref for Use<T> {
     type Target = Obj<T>;
     fn deref(&self) -> &Obj<T> {
-        &self.0
+        &self.obj
     }
 }
 
 impl<T: Castable> Drop for Use<T> {
     fn drop(&mut self) {
-        self.0.users.fetch_sub(1, Ordering::SeqCst);
+        self.release();
     }
 }
 
@@ -410,6 +465,7 @@ mod tests {
         type Api = Cee;
         const KIND: Kind = Kind::Pd;
         const MAGIC: u64 = 0x5445_5354_0000_0001;
+        fn release_uses(&self) {}
     }
     struct Child {
         _p: Use<Parent>,
@@ -419,6 +475,9 @@ mod tests {
         type Api = Cee;
         const KIND: Kind = Kind::Mr;
         const MAGIC: u64 = 0x5445_5354_0000_0002;
+        fn release_uses(&self) {
+            self._p.release();
+        }
     }
 
     #[test]
@@ -454,5 +513,47 @@ mod tests {
         // SAFETY: a u32 field of our allocation.
         unsafe { o.counter(|r| std::ptr::addr_of_mut!((*r).count)) }.fetch_add(2, Ordering::SeqCst);
         drop((gone, o));
+    }
+
+    /// A thread still holding a destroyed child (an `ibv_ack_async_event`
+    /// on a QP, a control verb, the CM's thread) does not keep its parent
+    /// busy: the child's destroy released its use. The straggler's
+    /// reference keeps the parent's memory, and dropping it counts
+    /// nothing twice.
+    #[test]
+    fn a_destroyed_child_held_elsewhere_does_not_keep_its_parent_busy() {
+        let p = Obj::new(Cee { x: 1, count: 0 }, Parent).publish();
+        let c = Obj::new(
+            Cee { x: 2, count: 0 },
+            Child {
+                _p: Obj::<Parent>::get_use(p).unwrap(),
+            },
+        )
+        .publish();
+        let c2 = Obj::new(
+            Cee { x: 3, count: 0 },
+            Child {
+                _p: Obj::<Parent>::get_use(p).unwrap(),
+            },
+        )
+        .publish();
+        let straggler = std::thread::scope(|s| {
+            let c = c as usize;
+            s.spawn(move || Obj::<Child>::get(c as *mut Cee).expect("live"))
+                .join()
+                .unwrap()
+        });
+        drop(Obj::<Child>::take(c).expect("child destroyed"));
+        // The other child still counts.
+        assert_eq!(Obj::<Parent>::take(p).err(), Some(libc::EBUSY));
+        drop(Obj::<Child>::take(c2).expect("second child destroyed"));
+        let parent = Obj::<Parent>::take(p).expect("the parent's destroy succeeds");
+        // The straggler still reaches the parent's memory through its
+        // reference; its drop, then the parent's, free everything once.
+        // SAFETY: a field of the parent's allocation, alive through `straggler`.
+        assert_eq!(unsafe { (*straggler._p.repr()).x }, 1);
+        assert_eq!(straggler._p.users.load(Ordering::SeqCst), 0);
+        drop(parent);
+        drop(straggler);
     }
 }

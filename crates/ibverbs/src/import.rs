@@ -47,6 +47,9 @@ impl Castable for ImportedMr {
     type Api = ibv_mr;
     const KIND: Kind = Kind::ImportedMr;
     const MAGIC: u64 = 0x5352_494d_5200_000d;
+    fn release_uses(&self) {
+        self._pd.release();
+    }
 }
 
 /// Whether descriptor `fd` is a softrdma command file (of any process).

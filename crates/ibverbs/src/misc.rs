@@ -129,8 +129,10 @@ pub unsafe extern "C" fn read_sysfs_file(
 /// `ibv_register_driver` (no providers): they do nothing.
 pub extern "C" fn nothing() {}
 
-/// Unsupported, for functions returning an errno value.
+/// Unsupported, for functions returning an errno value (errno set too,
+/// as `guard_errno` does).
 pub extern "C" fn unsupported_errno() -> c_int {
+    set_errno(libc::EOPNOTSUPP);
     libc::EOPNOTSUPP
 }
 

@@ -50,6 +50,9 @@ impl Castable for Mr {
     type Api = ibv_mr;
     const KIND: Kind = Kind::Mr;
     const MAGIC: u64 = 0x5352_4d52_0000_0004;
+    fn release_uses(&self) {
+        self.pd.lock().unwrap_or_else(|e| e.into_inner()).release();
+    }
 }
 
 /// The access bits `ibv_reg_mr` takes: the rights, MW_BIND, on-demand

@@ -18,6 +18,9 @@ pub struct Mw {
 }
 
 impl Castable for Mw {
+    fn release_uses(&self) {
+        self._pd.release();
+    }
     type Repr = ibv_mw;
     type Api = ibv_mw;
     const KIND: Kind = Kind::Mw;
@@ -81,7 +84,8 @@ pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn bind_mw(q: *mut ibv_qp, m: *mut ibv_mw, bind: *mut ibv_mw_bind) -> c_int {
     guard_errno(|| {
-        let Some(x) = qp_fast(q) else {
+        // SAFETY: the program's QP (the verb's C contract).
+        let Some(x) = (unsafe { qp_fast(q) }) else {
             return libc::EINVAL;
         };
         // SAFETY: the program passes its window and a bind description.

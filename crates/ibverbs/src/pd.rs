@@ -21,6 +21,11 @@ impl Castable for Pd {
     type Api = ibv_pd;
     const KIND: Kind = Kind::Pd;
     const MAGIC: u64 = 0x5352_5044_0000_0003;
+    fn release_uses(&self) {
+        if let Some(p) = &self.parent {
+            p.release_uses();
+        }
+    }
 }
 
 /// A new PD object for `pd` in context `c` (also an imported or a parent

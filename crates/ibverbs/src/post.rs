@@ -263,7 +263,8 @@ pub unsafe extern "C" fn post_send(
                 unsafe { *bad = p };
             }
         };
-        let Some(x) = qp_fast(q) else {
+        // SAFETY: the program's QP (the verb's C contract).
+        let Some(x) = (unsafe { qp_fast(q) }) else {
             set_bad(w);
             return libc::EINVAL;
         };
@@ -328,7 +329,8 @@ pub unsafe extern "C" fn post_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard_data_errno(|| {
-        let Some(x) = qp_fast(q) else {
+        // SAFETY: the program's QP (the verb's C contract).
+        let Some(x) = (unsafe { qp_fast(q) }) else {
             if !bad.is_null() {
                 // SAFETY: valid output pointer.
                 unsafe { *bad = w };

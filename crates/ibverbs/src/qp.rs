@@ -40,6 +40,14 @@ impl Castable for Qp {
     type Api = ibv_qp;
     const KIND: Kind = Kind::Qp;
     const MAGIC: u64 = 0x5352_5150_0000_0008;
+    fn release_uses(&self) {
+        self._pd.release();
+        self._send_cq.release();
+        self._recv_cq.release();
+        if let Some(s) = &self._srq {
+            s.release();
+        }
+    }
 }
 
 impl Qp {
@@ -52,10 +60,15 @@ impl Qp {
 }
 
 /// The data path's check (post, `ibv_wr_*`): NULL and the magic word.
+///
+/// # Safety
+/// As [`Obj::fast`]: `p` is NULL or a QP the program got from us and has
+/// not destroyed (the C contract of the verb, reached through
+/// `context->ops` or the QP's own function pointers); the result does not
+/// outlive the call.
 #[inline]
-pub fn qp_fast<'a>(p: *mut ibv_qp) -> Option<&'a Obj<Qp>> {
-    // SAFETY: reached through `context->ops` or the QP's own function
-    // pointers with the program's QP.
+pub unsafe fn qp_fast<'a>(p: *mut ibv_qp) -> Option<&'a Obj<Qp>> {
+    // SAFETY: per the contract.
     unsafe { Obj::<Qp>::fast(p) }
 }
 
@@ -295,7 +308,7 @@ pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {
     // A QP still attached to multicast groups: EBUSY (uverbs refuses a
     // user's destroy until the program detaches them).
     if Obj::<Qp>::get(q).is_some_and(|x| !x.qp.mcast_groups().is_empty()) {
-        return libc::EBUSY;
+        return crate::util::errno_too(libc::EBUSY);
     }
     guard_errno(|| match Obj::<Qp>::take(q) {
         Ok(x) => {

@@ -45,10 +45,20 @@ pub fn fill_ops(c: &mut ibv_qp_ex) {
     c.wr_flush = Some(wr_flush);
 }
 
+/// The QP of an `ibv_qp_ex` pointer (data path: the magic word only).
+///
+/// # Safety
+/// As [`qp_fast`]: `q` is NULL or a QP the program got from us and has
+/// not destroyed, passed to its own `wr_*` function pointers.
+unsafe fn qpx<'a>(q: *mut ibv_qp_ex) -> Option<&'a Obj<Qp>> {
+    // SAFETY: per the contract.
+    unsafe { qp_fast(q.cast()) }
+}
+
 /// Runs `f` on the QP's batch (nothing for a pointer that is not ours).
-fn with(q: *mut ibv_qp_ex, f: impl FnOnce(&Obj<Qp>, &mut WrBatch)) {
+fn with(x: Option<&Obj<Qp>>, f: impl FnOnce(&Obj<Qp>, &mut WrBatch)) {
     guard_data((), || {
-        if let Some(x) = qp_fast(q.cast()) {
+        if let Some(x) = x {
             let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
             f(x, &mut b);
         }
@@ -79,6 +89,12 @@ fn last(b: &mut WrBatch) -> Option<&mut SendWr> {
     b.wrs.last_mut()
 }
 
+/// `ibv_wr_atomic_cmp_swp`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_atomic_cmp_swp` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_atomic_cmp_swp(
     q: *mut ibv_qp_ex,
     rkey: u32,
@@ -86,7 +102,8 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         let w = begin(x, b, WrOpcode::AtomicCmpAndSwp);
         w.rkey = RKey(rkey);
         w.remote_addr = addr;
@@ -95,8 +112,15 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     })
 }
 
+/// `ibv_wr_atomic_fetch_add`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_atomic_fetch_add` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         let w = begin(x, b, WrOpcode::AtomicFetchAndAdd);
         w.rkey = RKey(rkey);
         w.remote_addr = addr;
@@ -104,13 +128,20 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64
     })
 }
 
+/// `ibv_wr_bind_mw`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_bind_mw` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_bind_mw(
     q: *mut ibv_qp_ex,
     mw: *mut ibv_mw,
     rkey: u32,
     info: *const ibv_mw_bind_info,
 ) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         if x.is_ud() {
             return fail(b, libc::EINVAL);
         }
@@ -147,30 +178,58 @@ pub fn bind_of(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> Result<Mw
     })
 }
 
+/// `ibv_wr_local_inv`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_local_inv` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         begin(x, b, WrOpcode::LocalInv).invalidate_rkey = RKey(rkey)
     })
 }
 
+/// `ibv_wr_rdma_read`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_rdma_read` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         let w = begin(x, b, WrOpcode::RdmaRead);
         w.rkey = RKey(rkey);
         w.remote_addr = addr;
     })
 }
 
+/// `ibv_wr_rdma_write`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_rdma_write` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         let w = begin(x, b, WrOpcode::RdmaWrite);
         w.rkey = RKey(rkey);
         w.remote_addr = addr;
     })
 }
 
+/// `ibv_wr_rdma_write_imm`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_rdma_write_imm` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         let w = begin(x, b, WrOpcode::RdmaWriteWithImm);
         w.rkey = RKey(rkey);
         w.remote_addr = addr;
@@ -178,30 +237,65 @@ unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, addr: u64, 
     })
 }
 
+/// `ibv_wr_send`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_send` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         begin(x, b, WrOpcode::Send);
     })
 }
 
+/// `ibv_wr_send_imm`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_send_imm` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         begin(x, b, WrOpcode::SendWithImm).imm_data = u32::from_be(imm)
     })
 }
 
+/// `ibv_wr_send_inv`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_send_inv` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, rkey: u32) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         begin(x, b, WrOpcode::SendWithInv).invalidate_rkey = RKey(rkey)
     })
 }
 
+/// `ibv_wr_send_tso`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_send_tso` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_send_tso(q: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
-    with(q, |_, b| fail(b, libc::EOPNOTSUPP))
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| fail(b, libc::EOPNOTSUPP))
 }
 
+/// `ibv_wr_set_ud_addr`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_set_ud_addr` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         if !x.is_ud() {
             return fail(b, libc::EINVAL);
         }
@@ -218,8 +312,14 @@ unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32
 
 /// `ibv_wr_set_xrc_srqn`: the XRC SRQ at the target of the request being
 /// built (XRC INI QPs only).
+///
+/// # Safety
+/// The C contract of `ibv_wr_set_xrc_srqn` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, srqn: u32) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         if !x.is_xrc_send() {
             return fail(b, libc::EINVAL);
         }
@@ -229,8 +329,13 @@ unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, srqn: u32) {
     })
 }
 
-fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {
-    // SAFETY: the program's buffers, copied now (inline semantics).
+/// The inline data of the request being built, gathered now.
+///
+/// # Safety
+/// As [`gather_inline`]: each of `bufs` describes readable memory of the
+/// program (the `ibv_wr_set_inline_data*` contract).
+unsafe fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {
+    // SAFETY: per the contract; copied now (inline semantics).
     match unsafe { gather_inline(bufs) } {
         Ok(v) => {
             if let Some(w) = last(b) {
@@ -247,28 +352,45 @@ fn set_inline(b: &mut WrBatch, bufs: &[ibv_sge]) {
     }
 }
 
+/// `ibv_wr_set_inline_data`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_set_inline_data` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, len: usize) {
-    with(q, |_, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| {
         let Ok(length) = u32::try_from(len) else {
             return fail(b, libc::EINVAL);
         };
-        set_inline(
-            b,
-            &[ibv_sge {
-                addr: addr as u64,
-                length,
-                lkey: 0,
-            }],
-        )
+        // SAFETY: the program's buffer (the verb's contract).
+        unsafe {
+            set_inline(
+                b,
+                &[ibv_sge {
+                    addr: addr as u64,
+                    length,
+                    lkey: 0,
+                }],
+            )
+        }
     })
 }
 
+/// `ibv_wr_set_inline_data_list`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_set_inline_data_list` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_set_inline_data_list(
     q: *mut ibv_qp_ex,
     n: usize,
     bufs: *const ibv_data_buf,
 ) {
-    with(q, |_, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| {
         if n > 0 && bufs.is_null() || n > softrdma::limits::MAX_SGE as usize {
             return fail(b, libc::EINVAL);
         }
@@ -289,12 +411,20 @@ unsafe extern "C" fn wr_set_inline_data_list(
                 lkey: 0,
             });
         }
-        set_inline(b, &sges)
+        // SAFETY: the program's buffers (the verb's contract).
+        unsafe { set_inline(b, &sges) }
     })
 }
 
+/// `ibv_wr_set_sge`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_set_sge` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    with(q, |_, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| {
         if let Some(w) = last(b) {
             w.sg_list.clear();
             w.sg_list.push(Sge { addr, length, lkey });
@@ -302,8 +432,15 @@ unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length:
     })
 }
 
+/// `ibv_wr_set_sge_list`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_set_sge_list` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, sges: *const ibv_sge) {
-    with(q, |_, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| {
         if n > 0 && sges.is_null() || n > softrdma::limits::MAX_SGE as usize {
             return fail(b, libc::EINVAL);
         }
@@ -320,16 +457,30 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, sges: *const i
     })
 }
 
+/// `ibv_wr_start`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_start` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
-    with(q, |_, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| {
         b.wrs.clear();
         b.err = None;
     })
 }
 
+/// `ibv_wr_complete`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_complete` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
-    guard_data(libc::EIO, || {
-        let Some(x) = qp_fast(q.cast()) else {
+    crate::util::guard_data_errno(|| {
+        // SAFETY: the program's QP, through its own `wr_complete` pointer.
+        let Some(x) = (unsafe { qpx(q) }) else {
             return libc::EINVAL;
         };
         let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
@@ -353,15 +504,29 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
     })
 }
 
+/// `ibv_wr_abort`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_abort` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
-    with(q, |_, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |_, b| {
         b.wrs.clear();
         b.err = None;
     })
 }
 
+/// `ibv_wr_atomic_write`.
+///
+/// # Safety
+/// The C contract of `ibv_wr_atomic_write` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_atomic_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64, data: *const c_void) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         if data.is_null() {
             return fail(b, libc::EINVAL);
         }
@@ -380,6 +545,11 @@ unsafe extern "C" fn wr_atomic_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64, da
 /// `ibv_wr_flush` (rdma-core 45+): a FLUSH of `len` bytes at `addr`
 /// (`level` IBV_FLUSH_RANGE) or of the whole region (IBV_FLUSH_MR), with
 /// placement `ptype` (IBV_FLUSH_GLOBAL, IBV_FLUSH_PERSISTENT).
+///
+/// # Safety
+/// The C contract of `ibv_wr_flush` (reached through the QP's own
+/// function pointer): `q` a QP this library made and the program has
+/// not destroyed, other pointers valid as the prototype says.
 unsafe extern "C" fn wr_flush(
     q: *mut ibv_qp_ex,
     rkey: u32,
@@ -388,7 +558,8 @@ unsafe extern "C" fn wr_flush(
     ptype: u8,
     level: u8,
 ) {
-    with(q, |x, b| {
+    // SAFETY: the program's QP, through its own `wr_*` pointer.
+    with(unsafe { qpx(q) }, |x, b| {
         let w = begin(x, b, WrOpcode::Flush);
         w.rkey = RKey(rkey);
         w.remote_addr = addr;

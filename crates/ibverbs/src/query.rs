@@ -387,7 +387,8 @@ pub unsafe extern "C" fn query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    util::guard(-(libc::EIO as isize), || {
+    // A negative errno, set in errno too (as the failed ioctl does).
+    let r = util::guard(-(libc::EIO as isize), || {
         let Some(c) = context(ctx) else {
             return -(libc::EINVAL as isize);
         };
@@ -400,7 +401,11 @@ pub unsafe extern "C" fn query_gid_table(
         // SAFETY: the caller passes at least one entry of `entry_size`.
         unsafe { entries.write(gid_entry(&c)) };
         1
-    })
+    });
+    if r < 0 {
+        util::set_errno(-r as i32);
+    }
+    r
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): rdma-core's sysfs numbering,

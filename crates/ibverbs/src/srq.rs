@@ -23,6 +23,13 @@ impl Castable for Srq {
     type Api = ibv_srq;
     const KIND: Kind = Kind::Srq;
     const MAGIC: u64 = 0x5352_5352_5100_0007;
+    fn release_uses(&self) {
+        self._pd.release();
+        if let Some((x, c)) = &self._xrc {
+            x.release();
+            c.release();
+        }
+    }
 }
 
 /// A C entry point of softrdma's libibverbs.so.1.

@@ -58,9 +58,22 @@ pub fn guard_data<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// [`guard_data`] for functions that return an errno value.
+/// [`guard_data`] for functions that return an errno value, setting
+/// errno to it too on failure (see [`guard_errno`]).
 pub fn guard_data_errno(f: impl FnOnce() -> i32) -> i32 {
-    guard_data(libc::EIO, f)
+    errno_too(guard_data(libc::EIO, f))
+}
+
+/// An errno value returned (0 or positive), also stored in errno when it
+/// is a failure: libibverbs' functions returning an errno value fail
+/// after a system call on the command descriptor failed, which set errno
+/// to the value they return, and programs print `%m` (UCX). Success
+/// leaves errno alone, as the system calls do.
+pub fn errno_too(e: i32) -> i32 {
+    if e != 0 {
+        set_errno(e);
+    }
+    e
 }
 
 /// A step of a blocking entry point: `f` under [`guard`], a panic giving
@@ -81,10 +94,11 @@ pub fn neg(r: Result<(), i32>) -> std::ffi::c_int {
     }
 }
 
-/// Like [`guard`] for functions that return an errno value (0 or positive):
-/// a panic returns EIO.
+/// Like [`guard`] for functions that return an errno value (0 or positive),
+/// setting errno to it too on failure ([`errno_too`]): a panic returns
+/// EIO.
 pub fn guard_errno(f: impl FnOnce() -> i32) -> i32 {
-    guard(libc::EIO, f)
+    errno_too(guard(libc::EIO, f))
 }
 
 /// Like [`guard`] for functions that return 0 or -1 with errno set.

@@ -45,6 +45,7 @@ impl Castable for Xrcd {
     type Api = ibv_xrcd;
     const KIND: Kind = Kind::Xrcd;
     const MAGIC: u64 = 0x5352_5852_4344_000e;
+    fn release_uses(&self) {}
 }
 
 /// Domains opened for a file: (device address, file's device, inode) →
@@ -225,6 +226,9 @@ impl Castable for TgtQp {
     type Api = ibv_qp;
     const KIND: Kind = Kind::TgtQp;
     const MAGIC: u64 = 0x5352_5447_5451_000f;
+    fn release_uses(&self) {
+        self._xrcd.release();
+    }
 }
 
 fn tgt_handle(

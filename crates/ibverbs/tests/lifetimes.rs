@@ -14,6 +14,9 @@
 //!   never other bytes. Needs root, iproute2 and nftables (CI has them).
 //! - `close_race.c`: `ibv_close_device` racing the destruction of the last
 //!   PD, CQ and QP from another thread, 10,000 times.
+//! - `destroy_busy.c`: the SRQ, CQ and PD destroyed right after their QP,
+//!   while an event thread acks the QP's last event: no EBUSY, 2,000
+//!   times.
 //!
 //! `scripts/sanitize` runs the same programs over a library built with
 //! AddressSanitizer too, so a use-after-free inside it is caught as well.
@@ -47,6 +50,21 @@ fn c_buffers_reused_at_completion() {
         assert!(o.out.contains(&want), "{mode} {size}:\n{}", o.out);
         assert_eq!(o.status, Some(0), "{}", o.out);
     }
+}
+
+#[test]
+fn c_parents_destroyed_right_after_their_child_held_by_an_ack() {
+    let exe = build_c("destroy_busy");
+    let _s = serial();
+    let o = run(&exe, &["2000"], &[], Duration::from_secs(300));
+    println!("{}", o.out.trim_end());
+    no_sanitizer_report(&o);
+    assert!(
+        o.out.contains("2000 iterations, 0 failures, 2000 events"),
+        "{}",
+        o.out
+    );
+    assert_eq!(o.status, Some(0));
 }
 
 #[test]

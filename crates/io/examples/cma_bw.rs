@@ -121,7 +121,9 @@ fn main() {
         }
     }
     let b = median(&mut base.clone());
-    println!("ring copy, 4 KiB a packet (warm caches: an upper bound): {b:.2} GB/s (rounds {base:.2?})");
+    println!(
+        "ring copy, 4 KiB a packet (warm caches: an upper bound): {b:.2} GB/s (rounds {base:.2?})"
+    );
     for (c, f) in chunks.iter().zip(&figs) {
         let ratios: Vec<f64> = f.iter().zip(&base).map(|(x, y)| x / y).collect();
         println!(

@@ -179,11 +179,13 @@ impl Shm {
     fn slice(&self, off: usize, len: usize) -> &[u8] {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds, and the mapping lives as long as `self`
-        // (the borrow ties the slice to it). The ring protocol gives the
-        // consumer these bytes (published with release, seen with
-        // acquire) until it frees them; a producer that wrote them anyway
-        // changes bytes of a plain shared mapping (no trap, no access
-        // outside it: see `Ring::pop_in_place`).
+        // (the borrow ties the slice to it). A `&[u8]` promises the
+        // compiler that nothing writes the bytes while it lives: the ring
+        // protocol keeps that promise — the producer published them with
+        // release (seen here with acquire) and writes them again only
+        // after the consumer freed them (`release`, after the borrow
+        // ended). It rests on the producer following the protocol: see
+        // `Ring::pop_in_place` for what a producer that does not would do.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
     }
 
@@ -226,6 +228,9 @@ const OFF_ASLEEP: usize = 192;
 const OFF_REFUSED: usize = 256;
 const OFF_CLOSED: usize = 320;
 const OFF_RAISED: usize = 384;
+/// The epoch of the ways to the ring's consumer (see [`Ring::epoch`]),
+/// far from the other words (a zero page in rings made before it).
+const OFF_EPOCH: usize = 2048;
 /// `OFF_CLOSED` bit of the producer, and of the consumer.
 const CLOSED_PRODUCER: u32 = 1;
 const CLOSED_CONSUMER: u32 = 2;
@@ -506,11 +511,24 @@ impl Ring {
     /// returns; `None` when the ring is empty. Without freeing, as
     /// [`Self::pop_unreleased`]: the body stays the consumer's until
     /// [`Self::release`], and the producer never writes it before (the
-    /// ring protocol). The producer is a process this one let write into
-    /// its memory (same user, checked at the handshake): a producer that
-    /// broke the protocol and wrote the body while `f` reads it would
-    /// give `f` torn bytes — never bytes outside the mapping — which is
-    /// why the receiver treats every record as untrusted input (it
+    /// ring protocol).
+    ///
+    /// Soundness rests on that protocol, unlike the copying pops: `f`
+    /// gets a `&[u8]`, which tells the compiler the bytes do not change
+    /// while it lives, so it may read a byte twice where the source reads
+    /// it once (a length checked, then loaded again to index). A producer
+    /// that broke the protocol and wrote the body meanwhile would be a
+    /// data race — undefined behaviour, not merely torn bytes: a bounds
+    /// check could pass on one value and the access use another. The
+    /// producer is a softrdma process of the same user (checked at the
+    /// handshake) running this crate's producer, which writes only free
+    /// space; a process of the same user can already write this one's
+    /// memory through ptrace or `/proc/PID/mem` unless Yama restricts it,
+    /// and a hostile one is outside the threat model as it is for those.
+    /// A consumer that must not trust its producer's code uses
+    /// [`Self::pop_split_unreleased`] (a raw copy into the caller's
+    /// buffer, then plain parsing of bytes no one else writes). The
+    /// receiver also treats every record as untrusted *content* (it
     /// parses each one as a datagram from the network).
     pub fn pop_in_place<R>(&mut self, f: impl FnOnce(u32, &[u8]) -> R) -> Option<R> {
         let (tag, at, len) = self.next_record()?;
@@ -612,6 +630,21 @@ impl Ring {
     /// The consumer found garbage: the ring reads as empty for good.
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// The epoch of what the producer knows about the consumer: whoever
+    /// hands out the consumer's identities (the shared device's device
+    /// process, which maps the ring too) moves it on with
+    /// [`Self::bump_epoch`] when one of them changes hands, and a producer
+    /// that learnt an identity at another epoch asks again. One load on a
+    /// cache line that is rarely written.
+    pub fn epoch(&self) -> u64 {
+        self.shm.u64_at(OFF_EPOCH).load(Ordering::Acquire)
+    }
+
+    /// Moves [`Self::epoch`] on; returns the new value.
+    pub fn bump_epoch(&self) -> u64 {
+        self.shm.u64_at(OFF_EPOCH).fetch_add(1, Ordering::AcqRel) + 1
     }
 }
 
@@ -749,6 +782,22 @@ mod tests {
         );
         c.close();
         assert!(p.peer_closed());
+    }
+
+    /// A third mapping (the device process's) moves the epoch on; both
+    /// ends see it, and it leaves the records alone.
+    #[test]
+    fn the_epoch_is_shared_by_every_mapping() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let c = Ring::attach(dup(&p)).unwrap();
+        let third = Ring::attach(dup(&p)).unwrap();
+        assert_eq!((p.epoch(), c.epoch()), (0, 0));
+        p.push(1, &[b"x"]).unwrap();
+        assert_eq!(third.bump_epoch(), 1);
+        assert_eq!(third.bump_epoch(), 2);
+        assert_eq!((p.epoch(), c.epoch()), (2, 2));
+        assert!(c.has_data());
+        assert!(!c.prepare_sleep());
     }
 
     #[test]

@@ -92,22 +92,36 @@ pub struct GlobT {
 /// `GLOB_ALTDIRFUNC` (glibc's glob.h).
 pub(crate) const GLOB_ALTDIRFUNC: c_int = 1 << 9;
 
+// The `GLOB_ALTDIRFUNC` callbacks glob calls with its own arguments.
+
+/// # Safety
+/// glob's `gl_opendir` contract: `p` a NUL-terminated path.
 unsafe extern "C" fn glob_opendir(p: *const c_char) -> *mut c_void {
     // SAFETY: glob passes a NUL-terminated path.
     unsafe { opendir(p) }.cast()
 }
+/// # Safety
+/// glob's `gl_readdir` contract: `d` a folder `glob_opendir` opened.
 unsafe extern "C" fn glob_readdir(d: *mut c_void) -> *mut c_void {
     // SAFETY: a folder opened by `glob_opendir`.
     unsafe { libc::readdir64(d.cast()) }.cast()
 }
+/// # Safety
+/// glob's `gl_closedir` contract: `d` a folder `glob_opendir` opened,
+/// closed once.
 unsafe extern "C" fn glob_closedir(d: *mut c_void) {
     // SAFETY: as above.
     unsafe { libc::closedir(d.cast()) };
 }
+/// # Safety
+/// glob's `gl_stat` contract: `p` a NUL-terminated path, `b` a
+/// `struct stat64` to fill.
 unsafe extern "C" fn glob_stat(p: *const c_char, b: *mut c_void) -> c_int {
     // SAFETY: glob passes a path and a stat64 buffer.
     unsafe { stat64(p, b) }
 }
+/// # Safety
+/// As `glob_stat` (`gl_lstat`).
 unsafe extern "C" fn glob_lstat(p: *const c_char, b: *mut c_void) -> c_int {
     // SAFETY: as above.
     unsafe { lstat64(p, b) }

@@ -64,6 +64,11 @@ struct Found {
     names: Vec<Vec<u8>>,
 }
 
+/// `dl_iterate_phdr`'s callback.
+///
+/// # Safety
+/// The loader's contract: `info` a valid `dl_phdr_info` for the call,
+/// `data` the `Found` its caller passed.
 unsafe extern "C" fn each_object(
     info: *mut libc::dl_phdr_info,
     _size: usize,

@@ -60,7 +60,7 @@ mod pending;
 mod rx;
 mod samehost;
 mod tx;
-use faults::Refuser;
+use faults::{flip_bit, responder, Refuser};
 use pending::Pending;
 pub(crate) use samehost::same_host_enabled;
 
@@ -477,7 +477,12 @@ impl Shared {
             self.receive_arrived();
             self.flush_now();
         }
-        self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask))
+        let r = self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask));
+        if r.is_ok() && mask.contains(AttrMask::AV) && mask.contains(AttrMask::DEST_QPN) {
+            let dst = SocketAddr::new(attr.ah_attr.dest, attr.ah_attr.dest_port);
+            self.find_way(dst, attr.dest_qp_num);
+        }
+        r
     }
 
     /// Like [`Self::with_core`] for reads that produce nothing to send.
@@ -880,25 +885,6 @@ impl Shared {
         if let Some(p) = &self.pcap {
             let _ = lock(p).flush();
         }
-    }
-}
-
-/// What the receive injector needs to answer a request for local QP `q`.
-fn responder(core: &Core, q: Qpn) -> Option<Responder> {
-    core.responder_view(q).map(|v| Responder {
-        dest_qpn: v.dest_qpn,
-        dest: v.dest,
-        msn: v.msn,
-        rnr_timer: v.min_rnr_timer,
-        traffic_class: v.traffic_class,
-        hop_limit: v.hop_limit,
-    })
-}
-
-/// Flips bit `b` of a datagram (bit `b % 8` of byte `b / 8`).
-fn flip_bit(d: &mut [u8], b: u64) {
-    if let Some(x) = d.get_mut((b / 8) as usize) {
-        *x ^= 1 << (b % 8);
     }
 }
 

@@ -52,6 +52,12 @@ pub struct DeviceCm {
     refused_reported: u64,
     /// When the next such report may come.
     refused_report_at: Instant,
+    /// A device shared with other processes: its CM listens on a service
+    /// only once the device process agreed (`Endpoint::gate_listen`).
+    pub(super) gated: bool,
+    /// A device of the parent process after a fork: nothing is sent from
+    /// it and its listeners are left alone (`Endpoint::set_forked_away`).
+    pub(super) forked_away: bool,
 }
 
 /// The service ID of a REQ or SIDR_REQ.
@@ -74,6 +80,8 @@ impl DeviceCm {
             parked: VecDeque::new(),
             refused_reported: 0,
             refused_report_at: Instant(0),
+            gated: false,
+            forked_away: false,
         }
     }
 
@@ -171,6 +179,16 @@ impl DeviceCm {
             }
             None => false,
         }
+    }
+
+    /// The next MAD the device sends; none from a device forked away (its
+    /// CM's MADs are dropped: the parent's connections are the parent's).
+    pub fn poll_transmit(&mut self) -> Option<crate::Transmit> {
+        if self.forked_away {
+            while self.cm.poll_transmit().is_some() {}
+            return None;
+        }
+        self.cm.poll_transmit()
     }
 
     /// `cm` is the layer's id `num` from now on.

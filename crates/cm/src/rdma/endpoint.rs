@@ -19,7 +19,7 @@
 use super::event::{report, ConnParam, EventType, IdState, UdParam};
 use super::listen::{find, Admission, Listener, Transport};
 use super::ports::{Binding, PortError, Ports};
-use super::{request_sid, service_id, DeviceCm, QpChange, Refused};
+use super::{request_sid, service_id, DeviceCm, GateAsk, Join, QpChange, Refused};
 use crate::negotiate::{conn_param_from_req, rdma_cm_path};
 use crate::{CmConfig, CmError, CmId, Event, Instant, Path, PortSpace, ServiceId, Transmit};
 use softrdma_wire::cm::CMA_HDR_LEN;
@@ -46,6 +46,10 @@ pub enum EndpointError {
     /// The device's CM refused.
     #[error(transparent)]
     Cm(#[from] CmError),
+    /// `rdma_leave_multicast` of a group the id did not join
+    /// (EADDRNOTAVAIL).
+    #[error("{0} not joined")]
+    NotJoined(IpAddr),
 }
 
 /// Options of an id (`rdma_set_option`, `rdma_set_min_rnr_timer`).
@@ -106,6 +110,8 @@ pub struct Id {
     pub reported: u64,
     /// See `reported`.
     pub acked: u64,
+    /// Multicast groups joined (`rdma_join_multicast`, `mcast.rs`).
+    pub mcast: Vec<Join>,
 }
 
 impl Id {
@@ -131,6 +137,7 @@ impl Id {
             remote_ud: None,
             reported: 0,
             acked: 0,
+            mcast: Vec::new(),
         }
     }
 
@@ -158,6 +165,8 @@ pub struct IdEvent {
     pub conn: ConnParam,
     /// UD parameters (events of UD ids).
     pub ud: Option<UdParam>,
+    /// A multicast event's group and the program's context for the join.
+    pub mc: Option<(IpAddr, u64)>,
 }
 
 impl IdEvent {
@@ -170,6 +179,7 @@ impl IdEvent {
             listen_id: None,
             conn: ConnParam::zero(),
             ud: None,
+            mc: None,
         }
     }
 }
@@ -201,6 +211,8 @@ pub struct Endpoint {
     /// The latest time a call gave (for what the CM does while pumping).
     pub(super) now: Instant,
     refused: VecDeque<(u64, Refused)>,
+    /// What gated devices ask of their device process (`gate.rs`).
+    pub(super) gate: VecDeque<GateAsk>,
 }
 
 impl Endpoint {
@@ -361,8 +373,72 @@ impl Endpoint {
         Ok(port)
     }
 
+    /// `rdma_resolve_addr` as resolved by the driver (the device `dev`
+    /// whose address `src` reaches `dst`): an unbound id takes an
+    /// ephemeral port on `src`, one bound to a wildcard keeps its port on
+    /// `src` (if the port tables allow it there); ADDR_RESOLVED queued.
+    pub fn resolve_addr(
+        &mut self,
+        num: u64,
+        dev: u64,
+        src: IpAddr,
+        dst: SocketAddr,
+        start: u32,
+    ) -> Result<u16, EndpointError> {
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Err(EndpointError::State(
+                "rdma_resolve_addr: addresses of two families",
+            ));
+        }
+        let e = self.entry(num)?;
+        let port = match (e.st, e.src) {
+            (IdState::Idle, _) => self.bind(num, Some(dev), SocketAddr::new(src, 0), start)?,
+            (IdState::AddrBound, Some(s)) if s.ip().is_unspecified() => {
+                let (ps, b) = (e.ps, e.binding(src));
+                self.ports.check(ps, s.port(), num, b)?;
+                self.ports.update(ps, s.port(), num, b);
+                s.port()
+            }
+            (IdState::AddrBound, Some(s)) if s.ip() == src => s.port(),
+            _ => return Err(EndpointError::State("rdma_resolve_addr: in use")),
+        };
+        let e = self.entry(num)?;
+        e.dev = Some(dev);
+        e.src = Some(SocketAddr::new(src, port));
+        e.dst = Some(dst);
+        e.st = IdState::AddrResolved;
+        self.push(IdEvent::new(num, EventType::AddrResolved, 0));
+        Ok(port)
+    }
+
+    /// `rdma_resolve_addr` that found no device reaching the destination:
+    /// ADDR_ERROR with `status` (a negative errno) queued.
+    pub fn resolve_failed(&mut self, num: u64, status: i32) -> Result<(), EndpointError> {
+        self.entry(num)?;
+        self.push(IdEvent::new(num, EventType::AddrError, status));
+        Ok(())
+    }
+
+    /// `rdma_resolve_route` with the path the driver made (the egress
+    /// interface's MTU, the id's TOS and ACK timeout):
+    /// ROUTE_RESOLVED queued.
+    pub fn resolve_route(&mut self, num: u64, path: Path) -> Result<(), EndpointError> {
+        let e = self.entry(num)?;
+        if e.st != IdState::AddrResolved || e.dev.is_none() {
+            return Err(EndpointError::State(
+                "rdma_resolve_route: address not resolved",
+            ));
+        }
+        e.path = Some(path);
+        e.st = IdState::RouteResolved;
+        self.push(IdEvent::new(num, EventType::RouteResolved, 0));
+        Ok(())
+    }
+
     /// `rdma_listen`: the id takes the requests for its port on its device
-    /// (every device for a wildcard address); `backlog` ≤ 0: the most.
+    /// (every device for a wildcard address); `backlog` ≤ 0: the most. A
+    /// port shared with REUSEADDR must be the id's alone to listen
+    /// (`cma_bind_listen`).
     pub fn listen(&mut self, num: u64, backlog: i32, now: Instant) -> Result<(), EndpointError> {
         self.tick(now);
         let e = self.entry(num)?;
@@ -375,6 +451,13 @@ impl Endpoint {
         let (IdState::AddrBound, Some(src)) = (e.st, e.src) else {
             return Err(EndpointError::State("rdma_listen: not bound"));
         };
+        let exclusive = Binding {
+            reuseaddr: false,
+            ..e.binding(src.ip())
+        };
+        let ps = e.ps;
+        self.ports.check(ps, src.port(), num, exclusive)?;
+        let e = self.entry(num)?;
         let l = Listener::new(e.ps, src, e.opts.afonly, e.dev, e.transport, backlog);
         let sid = l.service_id();
         e.listen = Some(l);
@@ -389,8 +472,17 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Device `dev` listens on `sid` (one CM listener, shared).
-    fn cm_listen(&mut self, dev: u64, sid: ServiceId, now: Instant) {
+    /// Device `dev` listens on `sid` (one CM listener, shared); a gated
+    /// device asks its device process first (`gate.rs`).
+    pub(super) fn cm_listen(&mut self, dev: u64, sid: ServiceId, now: Instant) {
+        if self
+            .devs
+            .get(&dev)
+            .is_some_and(|d| d.gated && !d.listens(sid))
+        {
+            self.ask(GateAsk::Listen { dev, sid });
+            return;
+        }
         if let Some(ds) = self.devs.get_mut(&dev) {
             let _ = ds.listen(now, sid);
         }
@@ -442,26 +534,17 @@ impl Endpoint {
         self.changes.retain(|c| c.0 != num);
         if let (Some(c), Some(dev)) = (e.cm, e.dev) {
             if let Some(ds) = self.devs.get_mut(&dev) {
-                let _ = ds.cm.destroy(now, c);
+                // A forked child forgets its parent's connection: no
+                // REJ, DREQ or DREP from it.
+                if !ds.forked_away {
+                    let _ = ds.cm.destroy(now, c);
+                }
                 ds.unbind(c);
             }
             self.pump(dev);
         }
         if let Some(l) = &e.listen {
-            let sid = l.service_id();
-            let devs: Vec<u64> = self.devs.keys().copied().collect();
-            for d in devs {
-                let covered = self
-                    .ids
-                    .values()
-                    .any(|o| o.listen.as_ref().is_some_and(|l| l.covers(d, sid)));
-                if !covered {
-                    if let Some(ds) = self.devs.get_mut(&d) {
-                        ds.unlisten(now, sid);
-                    }
-                    self.pump(d);
-                }
-            }
+            self.unlisten_uncovered(l.service_id(), now);
             let orphans: Vec<u64> = self
                 .ids
                 .iter()
@@ -536,16 +619,17 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// The next MAD to send, with its device.
+    /// The next MAD to send, with its device (none from a device forked
+    /// away: what its CM would send is dropped).
     pub fn poll_transmit(&mut self) -> Option<(u64, Transmit)> {
         self.devs
             .iter_mut()
-            .find_map(|(&n, d)| Some((n, d.cm.poll_transmit()?)))
+            .find_map(|(&n, d)| Some((n, d.poll_transmit()?)))
     }
 
     /// The next MAD device `dev` sends.
     pub fn poll_device_transmit(&mut self, dev: u64) -> Option<Transmit> {
-        self.devs.get_mut(&dev)?.cm.poll_transmit()
+        self.devs.get_mut(&dev)?.poll_transmit()
     }
 
     /// The next change to make to an id's QP: (id, QP, change).
@@ -605,6 +689,7 @@ impl Endpoint {
             listen_id: None,
             conn: r.conn,
             ud: r.ud,
+            mc: None,
         });
         Some(got)
     }

@@ -21,6 +21,18 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The transport librdmacm gives an id of port space `ps` when the
+    /// program names no QP type (`rdma_create_id`: `ucma_get_qp_type`):
+    /// UDP and IPoIB ids are UD, TCP and IB ids RC. Each port space has
+    /// its own port table and its own service IDs (`RDMA_PS_* << 16 |
+    /// port`), so one port number may be held in all four at once.
+    pub const fn of_port_space(ps: PortSpace) -> Transport {
+        match ps {
+            PortSpace::Udp | PortSpace::Ipoib => Transport::Ud,
+            PortSpace::Tcp | PortSpace::Ib => Transport::Rc,
+        }
+    }
+
     /// The transport a REQ asks for (its Transport Service Type field);
     /// `None` for one rdma_cm does not connect (RD, reserved values).
     pub const fn of_req(transport_service_type: u8) -> Option<Transport> {

@@ -28,21 +28,27 @@
 //! - [`Endpoint`] (`endpoint.rs`, `calls.rs`): the ids themselves, by
 //!   number, with their ports, listeners and the devices' CMs: the
 //!   program's calls on ids, MADs received and the time in; channel
-//!   events ([`IdEvent`]), MADs, QP changes and a deadline out. The
-//!   simulator drives it; softrdma's driver still keeps its own id table
-//!   over the parts above (see ARCHITECTURE.md).
+//!   events ([`IdEvent`]), MADs, QP changes and a deadline out. Beside
+//!   it: `gate.rs` (a shared device's listen gate, [`GateAsk`]; a device
+//!   forked away sends nothing) and `mcast.rs` (the ids' multicast joins,
+//!   [`Join`]). Both softrdma's rdma_cm (one endpoint per process, a thin
+//!   driver) and the simulator drive it.
 
 mod calls;
 mod device;
 mod endpoint;
 mod event;
+mod gate;
 mod listen;
+mod mcast;
 mod ports;
 mod qp;
 
 pub use device::{request_sid, DeviceCm, Refused};
 pub use endpoint::{Endpoint, EndpointError, Id, IdEvent, Observed, Options};
 pub use event::{report, ConnParam, EventType, IdState, Report, UdParam, ETIMEDOUT};
+pub use gate::GateAsk;
 pub use listen::{backlog, find, service_id, Admission, Listener, Transport};
+pub use mcast::{Join, MCAST_HOP_LIMIT};
 pub use ports::{Binding, PortError, Ports};
 pub use qp::{init_qp_attr, to_rts, ud_setup, QpChange};

@@ -23,6 +23,7 @@ pub struct Channel {
 }
 
 impl Castable for Channel {
+    fn release_uses(&self) {}
     type Repr = rdma_event_channel;
     type Api = rdma_event_channel;
     const KIND: Kind = Kind::CmChannel;
@@ -73,6 +74,7 @@ pub struct Event {
 }
 
 impl Castable for Event {
+    fn release_uses(&self) {}
     type Repr = EventRepr;
     type Api = rdma_cm_event;
     const KIND: Kind = Kind::CmEvent;

@@ -55,6 +55,7 @@ pub struct QpInitAttr(pub ibv_qp_init_attr);
 unsafe impl Send for QpInitAttr {}
 
 impl Castable for Id {
+    fn release_uses(&self) {}
     type Repr = rdma_cm_id;
     type Api = rdma_cm_id;
     const KIND: Kind = Kind::CmId;

@@ -107,16 +107,23 @@ static void bad_handles(struct ibv_context *ctx)
 	pd = ibv_alloc_pd(ctx);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	CHECK(mr != NULL, "ibv_reg_mr");
-	CHECK(ibv_dealloc_pd(pd) == EBUSY, "ibv_dealloc_pd with a region -> EBUSY");
+	/* Functions returning an errno value set errno to it too (libibverbs:
+	 * the failed system call on the command descriptor sets it). */
+	errno = 0;
+	CHECK(ibv_dealloc_pd(pd) == EBUSY && errno == EBUSY,
+	      "ibv_dealloc_pd with a region -> EBUSY, errno EBUSY (errno %d)", errno);
 	CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, ch, 0);
 	CHECK(ch && cq, "channel and CQ");
-	CHECK(ibv_destroy_comp_channel(ch) == EBUSY,
-	      "ibv_destroy_comp_channel with a CQ -> EBUSY");
+	errno = 0;
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY && errno == EBUSY,
+	      "ibv_destroy_comp_channel with a CQ -> EBUSY, errno EBUSY (errno %d)", errno);
 	struct ibv_qp *qp = make_qp(pd, cq, IBV_QPT_RC);
 	CHECK(qp != NULL, "ibv_create_qp");
-	CHECK(ibv_destroy_cq(cq) == EBUSY, "ibv_destroy_cq with a QP -> EBUSY");
+	errno = 0;
+	CHECK(ibv_destroy_cq(cq) == EBUSY && errno == EBUSY,
+	      "ibv_destroy_cq with a QP -> EBUSY, errno EBUSY (errno %d)", errno);
 	CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
 	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
 	CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
@@ -243,7 +250,9 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL,
 	      "RESET->INIT without PKEY/PORT/ACCESS -> EINVAL");
 	a.qp_state = IBV_QPS_RTS;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "RESET->RTS -> EINVAL");
+	errno = 0;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL && errno == EINVAL,
+	      "RESET->RTS -> EINVAL, errno EINVAL (errno %d)", errno);
 	a.qp_state = 42;
 	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "state 42 -> EINVAL");
 	a.qp_state = IBV_QPS_INIT;
@@ -321,7 +330,9 @@ static void bad_attributes(struct ibv_context *ctx, union ibv_gid *gid)
 	CHECK(ibv_query_gid_ex(ctx, 1, pa0.gid_tbl_len, &e, 0) == EINVAL,
 	      "ibv_query_gid_ex(past the table) -> EINVAL");
 	struct ibv_port_attr pa;
-	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL, "ibv_query_port(port 2) -> EINVAL");
+	errno = 0;
+	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL && errno == EINVAL,
+	      "ibv_query_port(port 2) -> EINVAL, errno EINVAL (errno %d)", errno);
 	struct ibv_device_attr_ex dx;
 	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
 	CHECK(ibv_query_device_ex(ctx, &in, &dx) == EINVAL,

@@ -129,15 +129,11 @@ impl Shared {
         self.after_tx_injection(tx);
     }
 
-    /// Publishes the send injector's next deadline and logs its events.
-    pub(super) fn after_tx_injection(&self, tx: &mut TxQueue) {
-        let Some(inj) = tx.faults.as_mut() else {
-            return;
-        };
-        let due = inj.next_due().unwrap_or(u64::MAX);
-        let before = self.tx_fault_due.swap(due, Ordering::SeqCst);
-        if due < before {
-            // The progress thread may sleep past it.
+    /// Wakes the progress thread if an injector's new deadline `due`
+    /// comes before the end of its sleep (it may sleep past it), and logs
+    /// the injector's events.
+    fn after_injection<M: Clone>(&self, inj: &mut Injector<M>, due: Option<u64>) {
+        if let Some(due) = due {
             let s = self.sleep_until.load(Ordering::SeqCst);
             if s != u64::MAX && due < s {
                 self.waker.wake();
@@ -148,6 +144,16 @@ impl Shared {
                 crate::log::fault(self.local.ip(), &e);
             }
         }
+    }
+
+    /// Publishes the send injector's next deadline and logs its events.
+    pub(super) fn after_tx_injection(&self, tx: &mut TxQueue) {
+        let Some(inj) = tx.faults.as_mut() else {
+            return;
+        };
+        let due = inj.next_due().unwrap_or(u64::MAX);
+        let before = self.tx_fault_due.swap(due, Ordering::SeqCst);
+        self.after_injection(inj, (due < before).then_some(due));
     }
 
     /// Queues what the send injector held and is now due (everything, when
@@ -205,14 +211,25 @@ impl Shared {
         }
         let due = inj.next_due().unwrap_or(u64::MAX);
         self.rx_fault_due.store(due, Ordering::SeqCst);
-        let s = self.sleep_until.load(Ordering::SeqCst);
-        if s != u64::MAX && due < s {
-            self.waker.wake();
-        }
-        if self.fault_log {
-            while let Some(e) = inj.poll_event() {
-                crate::log::fault(self.local.ip(), &e);
-            }
-        }
+        self.after_injection(inj, Some(due));
+    }
+}
+
+/// What the receive injector needs to answer a request for local QP `q`.
+pub(super) fn responder(core: &Core, q: Qpn) -> Option<Responder> {
+    core.responder_view(q).map(|v| Responder {
+        dest_qpn: v.dest_qpn,
+        dest: v.dest,
+        msn: v.msn,
+        rnr_timer: v.min_rnr_timer,
+        traffic_class: v.traffic_class,
+        hop_limit: v.hop_limit,
+    })
+}
+
+/// Flips bit `b` of a datagram (bit `b % 8` of byte `b / 8`).
+pub(super) fn flip_bit(d: &mut [u8], b: u64) {
+    if let Some(x) = d.get_mut((b / 8) as usize) {
+        *x ^= 1 << (b % 8);
     }
 }

@@ -295,8 +295,10 @@ struct Host {
     meta: Vec<IoMeta>,
     /// Datagrams no member wanted.
     unrouted: u64,
-    /// Same-host path: (sender, member) pairs whose ring was given.
-    path_rings: std::collections::HashSet<(u64, MemberId)>,
+    /// Same-host path: the rings senders gave members, by (sender,
+    /// member), mapped here only to move their epoch on
+    /// ([`Host::qpns_changed_hands`]).
+    path_rings: std::collections::HashMap<(u64, MemberId), Ring>,
     /// Connections accepted whose first message has not come yet, and
     /// since when (watched with [`TOKEN_LISTEN`]).
     pending: Vec<(SeqPacket, Instant)>,
@@ -594,9 +596,14 @@ impl Host {
             // (A ring given when one was given before replaces it: the
             // sender lost its end, e.g. our answer came too late; the
             // member lets go of the old one when its producer closes it.)
-            None if self.path_rings.contains(&(sender, id)) => PathRing::Have,
+            None if self.path_rings.contains_key(&(sender, id)) => PathRing::Have,
             Some(ring) => {
-                self.path_rings.insert((sender, id));
+                // Mapped here too, for its epoch: a ring that is not one
+                // is refused.
+                let Ok(view) = ring.try_clone().and_then(Ring::attach) else {
+                    return conn.send(&Reply::Err(libc::EINVAL).encode(), &[]);
+                };
+                self.path_rings.insert((sender, id), view);
                 let m = self.members[slot].as_mut().expect("owner");
                 m.offers.push(Offer {
                     ring,
@@ -615,11 +622,13 @@ impl Host {
         let m = self.members[slot].as_ref().expect("owner");
         let mut fds = vec![m.wake.as_fd()];
         fds.extend(m.pidfd.as_ref().map(AsFd::as_fd));
+        let epoch = self.path_rings.get(&(sender, id)).map_or(0, Ring::epoch);
         conn.send(
             &Reply::Path {
                 member: u64::from(id),
                 ring: state,
                 pidfd: fds.len() == 2,
+                epoch,
             }
             .encode(),
             &fds,
@@ -643,7 +652,10 @@ impl Host {
                 }
                 Ok(Some(n)) => n,
             };
-            let Ok(req) = Request::decode(&buf[..n]) else {
+            // (Framed: the answer echoes the request's number.)
+            let Ok((seq, req)) =
+                msg::unframe(&buf[..n]).and_then(|(seq, b)| Ok((seq, Request::decode(b)?)))
+            else {
                 self.leave(slot);
                 return;
             };
@@ -656,6 +668,7 @@ impl Host {
                 }),
                 Request::FreeQpn(q) => {
                     self.routes.free_qpn(id, q);
+                    self.qpns_changed_hands(id);
                     None
                 }
                 Request::Listen(s) => Some(if self.routes.listen(id, s) {
@@ -697,7 +710,7 @@ impl Host {
                             pidfd: o.pidfd.is_some(),
                         });
                     }
-                    let r = Reply::Rings(gifts).encode();
+                    let r = msg::frame(seq, &Reply::Rings(gifts).encode());
                     if m.ctl.send(&r, &fds).is_err() {
                         self.leave(slot);
                         return;
@@ -716,11 +729,23 @@ impl Host {
             };
             if let Some(r) = reply {
                 let m = self.members[slot].as_ref().expect("member");
-                if m.ctl.send(&r.encode(), &[]).is_err() {
+                if m.ctl.send(&msg::frame(seq, &r.encode()), &[]).is_err() {
                     self.leave(slot);
                     return;
                 }
             }
+        }
+    }
+
+    /// A QP number of member `id` was freed (or all of them: it left):
+    /// the number may be another member's next, so every sender with a
+    /// ring to `id` is told, by the ring's epoch, to ask again who owns a
+    /// QP before it writes for it (issue 19: a sender kept writing into
+    /// the old owner's ring, where the datagrams were dropped as for no
+    /// QP, while the new owner never saw them).
+    fn qpns_changed_hands(&self, id: MemberId) {
+        for (_, r) in self.path_rings.iter().filter(|((_, m), _)| *m == id) {
+            r.bump_epoch();
         }
     }
 
@@ -755,7 +780,11 @@ impl Host {
             self.socket.stats().recv_dropped
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
-        self.path_rings.retain(|&(_, id)| id != m.id);
+        // Its senders ask again before they write for its QP numbers
+        // (which another member may claim now), without waiting to see
+        // its process gone.
+        self.qpns_changed_hands(m.id);
+        self.path_rings.retain(|&(_, id), _| id != m.id);
         let port = self.socket.local_addr().port();
         let mut buf = vec![0u8; 512];
         for f in self.routes.leave(m.id) {
@@ -846,8 +875,15 @@ mod tests {
     }
 
     fn ask(conn: &SeqPacket, req: &Request) -> Reply {
-        conn.send(&req.encode(), &[]).unwrap();
-        answer(conn).0
+        conn.send(&msg::frame(7, &req.encode()), &[]).unwrap();
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        let mut fds = Vec::new();
+        let n = conn
+            .recv_wait(&mut buf, &mut fds, Duration::from_secs(60))
+            .expect("an answer");
+        let (seq, body) = msg::unframe(&buf[..n]).expect("framed");
+        assert_eq!(seq, 7, "the answer echoes the request's number");
+        Reply::decode(body).expect("a reply")
     }
 
     /// Connections that have not said who they are yet do not stop the
@@ -928,6 +964,74 @@ mod tests {
 
         // Its last member leaves: so does the device process.
         drop((silent, path));
+        t.join().unwrap().unwrap();
+    }
+
+    /// The way to QP `qpn` at `dst` once every question was answered.
+    fn way_settled(
+        paths: &mut super::super::path::Paths,
+        dst: SocketAddr,
+        qpn: u32,
+    ) -> Option<usize> {
+        let mut h = [0u8; 12];
+        h[0] = 0x04;
+        h[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        let _ = paths.way(dst, &h, Instant::now());
+        paths.settle_all(Duration::from_secs(60));
+        paths.way(dst, &h, Instant::now())
+    }
+
+    /// Issue 19: a sender of the same-host path kept its way to the
+    /// member that owned a QP number when it was asked; once that member
+    /// freed the number (or left) and another member of the device
+    /// claimed it, the sender went on writing into the old owner's ring,
+    /// where the datagrams were dropped, and the new owner never saw
+    /// them. The device process now moves the epoch of the rings to a
+    /// member whose QP number is freed or who leaves; the sender asks
+    /// again and reaches the new owner (and UDP once nobody owns it).
+    #[test]
+    fn a_qp_number_that_changes_hands_is_asked_for_again() {
+        let socket =
+            UdpSocket::bind_with("127.23.2.1:0".parse().unwrap(), &SocketConfig::default())
+                .unwrap();
+        let dev = socket.local_addr();
+        let name = super::super::rendezvous_name(dev).unwrap();
+        let listener = SeqPacket::listen(&name).unwrap();
+        let mut host = Host::new(listener, socket).unwrap();
+        host.first_wait = Duration::from_secs(3600);
+        let t = std::thread::spawn(move || host.run());
+
+        const Q: u32 = 0x23_4567;
+        let (m1, ring1, _w1) = join(&name, true);
+        assert_eq!(ask(&m1, &Request::ClaimQpn(Q)), Reply::Ok);
+        let mut paths = super::super::path::Paths::new("127.23.2.2:4791".parse().unwrap());
+        let first = way_settled(&mut paths, dev, Q).expect("a ring to the first owner");
+        assert!(ring1.take_raised(), "offered to the first owner");
+
+        // The first owner frees Q (answered in order: `Members` after it
+        // means it was done); a second member claims it.
+        m1.send(
+            &msg::frame(msg::NO_ANSWER, &Request::FreeQpn(Q).encode()),
+            &[],
+        )
+        .unwrap();
+        assert!(matches!(ask(&m1, &Request::Members), Reply::Members(_)));
+        let (m2, ring2, _w2) = join(&name, true);
+        assert_eq!(ask(&m2, &Request::ClaimQpn(Q)), Reply::Ok);
+        let second = way_settled(&mut paths, dev, Q).expect("a ring to the new owner");
+        assert_ne!(second, first, "still writing into the old owner's ring");
+        assert!(ring2.take_raised(), "offered to the new owner");
+
+        // The new owner leaves (its connection closes, as when its
+        // process dies): nobody owns Q, UDP.
+        drop(m2);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !matches!(ask(&m1, &Request::Members), Reply::Members(v) if v.len() == 1) {
+            assert!(Instant::now() < deadline, "the member never left");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(way_settled(&mut paths, dev, Q), None);
+        drop((m1, paths));
         t.join().unwrap().unwrap();
     }
 }

@@ -1,19 +1,17 @@
-//! The address side of an rdma_cm id: the port tables of the four port
-//! spaces (`cma_check_port`, ephemeral ports), `rdma_bind_addr`,
-//! `rdma_resolve_addr`, `rdma_resolve_route` and `rdma_listen`, as Linux's
-//! core/cma.c does them. The id itself is in `id.rs`.
+//! The address side of an rdma_cm id: `rdma_bind_addr`,
+//! `rdma_resolve_addr`, `rdma_resolve_route` and `rdma_listen`. What the
+//! OS knows (which device has or reaches an address, a route's MTU, the
+//! devices to listen on) is found here; the ids, their ports and
+//! listeners are the endpoint's (`softrdma_cm::rdma::Endpoint`, Linux's
+//! core/cma.c rules). The id itself is in `id.rs`.
 
-use super::channel::Queued;
-use super::driver::{dev_state, now, service_id};
-use super::id::{einval, entry, pump_dev, CmId};
+use super::driver::{call, ensure_dev, flush, now};
+use super::id::{dev_of, einval, ep_id, side, CmId};
 use super::resolve::{self, provider};
-use super::state::{lock, IdEntry, St, State};
-use super::{ConnParam, EventType};
+use super::state::{afonly, lock, Guard, St};
 use crate::error::{Error, Result};
 use crate::Device;
-use softrdma_cm::negotiate::{self};
-use softrdma_cm::rdma::{Binding, Listener, PortError};
-use softrdma_cm::PortSpace;
+use softrdma_cm::negotiate;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 fn any_of(v4: bool) -> IpAddr {
@@ -24,70 +22,20 @@ fn any_of(v4: bool) -> IpAddr {
     }
 }
 
-/// The port table's answer as the errno Linux gives.
-fn port_error(e: PortError) -> Error {
-    let errno = match e {
-        PortError::InUse(..) => libc::EADDRINUSE,
-        PortError::Taken(_) | PortError::NoEphemeral => libc::EADDRNOTAVAIL,
-    };
-    Error::cm(errno, e.to_string())
-}
-
-/// Id `e`'s binding of `ip` (its REUSEADDR, its AFONLY for `ip`'s family).
-fn binding(e: &IdEntry, ip: IpAddr, reuse: bool) -> Binding {
-    Binding {
-        ip,
-        reuseaddr: reuse,
-        afonly: e.opts.afonly(ip.is_ipv4()),
-    }
-}
-
-/// `cma_check_port`: may `num` hold `ip:port` (with REUSEADDR if `reuse`)?
-pub(super) fn check_port(
-    st: &State,
-    ps: PortSpace,
-    port: u16,
-    num: u64,
-    ip: IpAddr,
-    reuse: bool,
-) -> Result<()> {
-    let e = st.ids.get(&num).ok_or_else(|| einval("no such id"))?;
-    st.ports
-        .check(ps, port, num, binding(e, ip, reuse))
-        .map_err(port_error)
-}
-
-/// Binds `num` to `ip:port` in its port space (port 0: an ephemeral one).
-pub(super) fn take_port(st: &mut State, num: u64, ip: IpAddr, port: u16) -> Result<u16> {
-    let e = st.ids.get(&num).ok_or_else(|| einval("no such id"))?;
-    let (ps, b) = (e.ps, binding(e, ip, e.opts.reuseaddr));
+/// A random start for the ephemeral port search.
+fn random_start() -> u32 {
     let mut r = [0u8; 4];
     let _ = getrandom::fill(&mut r);
-    let port = st
-        .ports
-        .take(ps, num, port, b, u32::from_le_bytes(r))
-        .map_err(port_error)?;
-    let e = st.ids.get_mut(&num).expect("checked");
-    e.src = Some(SocketAddr::new(ip, port));
-    e.port_held = true;
-    Ok(port)
+    u32::from_le_bytes(r)
 }
 
-/// The port table learns that `num`'s address or REUSEADDR changed.
-pub(super) fn rebind_port(st: &mut State, num: u64) {
-    let Some(e) = st.ids.get(&num) else {
-        return;
-    };
-    if let (true, Some(src)) = (e.port_held, e.src) {
-        let (ps, b) = (e.ps, binding(e, src.ip(), e.opts.reuseaddr));
-        st.ports.update(ps, src.port(), num, b);
-    }
-}
-
-pub(super) fn release_port(st: &mut State, num: u64, e: &IdEntry) {
-    if let (true, Some(src)) = (e.port_held, e.src) {
-        st.ports.release(e.ps, src.port(), num);
-    }
+/// The id's AFONLY for an address of `ip`'s family, given to the
+/// endpoint before it binds.
+fn set_afonly(g: &mut Guard, num: u64, ip: IpAddr) -> Result<()> {
+    let set = side(g, num)?.afonly;
+    let mut o = ep_id(g, num)?.opts;
+    o.afonly = afonly(set, ip.is_ipv4());
+    call(g, |ep| ep.set_options(num, o))
 }
 
 impl CmId {
@@ -107,18 +55,21 @@ impl CmId {
                     .ok_or_else(|| resolve::no_device(ip))?,
             )
         };
+        let num = self.0.num;
         let mut g = lock();
         if let Some(d) = &dev {
             g.defer_drop(d.clone());
         }
-        let e = entry(&mut g, self.0.num)?;
-        if e.st != St::Idle {
+        if ep_id(&mut g, num)?.st != St::Idle {
             return Err(einval("rdma_bind_addr: the id is bound already"));
         }
-        take_port(g.st(), self.0.num, ip, addr.port())?;
-        let e = entry(&mut g, self.0.num)?;
-        e.dev = dev;
-        e.st = St::AddrBound;
+        if let Some(d) = &dev {
+            ensure_dev(&mut g, d.shared());
+        }
+        set_afonly(&mut g, num, ip)?;
+        let serial = dev.as_ref().map(Device::serial);
+        call(&mut g, |ep| ep.bind(num, serial, addr, random_start()))?;
+        side(&mut g, num)?.dev = dev;
         Ok(())
     }
 
@@ -129,9 +80,10 @@ impl CmId {
         if dst.ip().is_unspecified() {
             return Err(einval("rdma_resolve_addr: no destination"));
         }
+        let num = self.0.num;
         let (state, bound) = {
             let mut g = lock();
-            let e = entry(&mut g, self.0.num)?;
+            let e = ep_id(&mut g, num)?;
             (e.st, e.src)
         };
         if state == St::Idle {
@@ -149,55 +101,39 @@ impl CmId {
             }
         }
         let need_dev = bound.is_none_or(|b| b.ip().is_unspecified());
-        let dev = if need_dev {
+        let found = if need_dev {
             provider().source_for(dst.ip())?
         } else {
             None
         };
         let mut g = lock();
-        if let Some(d) = &dev {
+        if let Some(d) = &found {
             g.defer_drop(d.clone());
         }
-        let num = self.0.num;
-        let e = entry(&mut g, num)?;
-        if e.st != state {
+        if ep_id(&mut g, num)?.st != state {
             return Err(einval("rdma_resolve_addr: the id changed meanwhile"));
         }
-        if need_dev {
-            let Some(d) = dev else {
-                let mut q = Queued::new(num, EventType::AddrError, -libc::EHOSTUNREACH);
-                q.conn = ConnParam::zero();
-                e.chan.push(q);
-                return Ok(());
+        let dev = if need_dev {
+            let Some(d) = found else {
+                return call(&mut g, |ep| ep.resolve_failed(num, -libc::EHOSTUNREACH));
             };
-            let ip = d.local_addr().ip();
-            if ip.is_ipv4() != dst.is_ipv4() {
-                return Err(einval("rdma_resolve_addr: addresses of two families"));
-            }
-            match e.src {
-                None => {
-                    take_port(g.st(), num, ip, 0)?;
-                }
-                Some(s) => {
-                    // Bound to a wildcard: the port stays, the IP is the
-                    // device's now.
-                    let port = s.port();
-                    let (ps, reuse) = (e.ps, e.opts.reuseaddr);
-                    check_port(g.st(), ps, port, num, ip, reuse)?;
-                    entry(&mut g, num)?.src = Some(SocketAddr::new(ip, port));
-                    rebind_port(g.st(), num);
-                }
-            }
-            entry(&mut g, num)?.dev = Some(d);
+            d
+        } else {
+            dev_of(&mut g, num)?.ok_or_else(|| einval("rdma_resolve_addr: no device"))?
+        };
+        let ip = match bound {
+            Some(b) if !b.ip().is_unspecified() => b.ip(),
+            _ => dev.local_addr().ip(),
+        };
+        ensure_dev(&mut g, dev.shared());
+        if state == St::Idle {
+            set_afonly(&mut g, num, ip)?;
         }
-        let e = entry(&mut g, num)?;
-        let local = e.src.map(|s| s.ip());
-        if local.is_some_and(|l| l.is_ipv4() != dst.is_ipv4()) {
-            return Err(einval("rdma_resolve_addr: addresses of two families"));
-        }
-        e.dst = Some(dst);
-        e.st = St::AddrResolved;
-        e.chan.push(Queued::new(num, EventType::AddrResolved, 0));
+        let serial = dev.serial();
+        call(&mut g, |ep| {
+            ep.resolve_addr(num, serial, ip, dst, random_start())
+        })?;
+        side(&mut g, num)?.dev = Some(dev);
         Ok(())
     }
 
@@ -209,15 +145,13 @@ impl CmId {
     pub fn resolve_route(&self) -> Result<()> {
         let mut g = lock();
         let num = self.0.num;
-        let e = entry(&mut g, num)?;
+        let e = ep_id(&mut g, num)?;
         if e.st != St::AddrResolved {
             return Err(einval("rdma_resolve_route: address not resolved"));
         }
-        let (Some(src), Some(dst), Some(dev)) = (e.src, e.dst, e.dev.clone()) else {
+        let (Some(src), Some(dst), Some(dev)) = (e.src, e.dst, dev_of(&mut g, num)?) else {
             return Err(einval("rdma_resolve_route: address not resolved"));
         };
-        g.defer_drop(dev.clone());
-        let e = entry(&mut g, num)?;
         let dev_mtu = resolve::mtu_code(dev.query_port().active_mtu);
         let link = resolve::route_mtu(src.ip(), dst.ip()).map_or(dev_mtu, resolve::iboe_mtu);
         let mut path = negotiate::rdma_cm_path(
@@ -232,10 +166,7 @@ impl CmId {
         if let Some(t) = e.opts.ack_timeout {
             path.packet_life_time = t.saturating_sub(1);
         }
-        e.path = Some(path);
-        e.st = St::RouteResolved;
-        e.chan.push(Queued::new(num, EventType::RouteResolved, 0));
-        Ok(())
+        call(&mut g, |ep| ep.resolve_route(num, path))
     }
 
     /// `rdma_listen`: requests to the bound port come as CONNECT_REQUEST
@@ -246,12 +177,13 @@ impl CmId {
     /// destination address (an AFONLY `[::]` takes only IPv6 ones).
     /// `backlog` ≤ 0 means 1024: requests beyond that many untaken ones
     /// get no answer (the requester retries). An unbound id is bound to
-    /// 0.0.0.0 first.
+    /// 0.0.0.0 first. On a device shared with other processes, the device
+    /// process must let this one listen (ENOMEM when another listens).
     pub fn listen(&self, backlog: i32) -> Result<()> {
         let num = self.0.num;
         let (state, src) = {
             let mut g = lock();
-            let e = entry(&mut g, num)?;
+            let e = ep_id(&mut g, num)?;
             (e.st, e.src)
         };
         if state == St::Idle {
@@ -269,45 +201,28 @@ impl CmId {
         };
         let mut g = lock();
         g.defer_drop(devs.clone());
-        let e = entry(&mut g, num)?;
-        if e.st != St::AddrBound {
+        if ep_id(&mut g, num)?.st != state {
             return Err(einval("rdma_listen: the id changed meanwhile"));
         }
-        let (ps, port) = (e.ps, src.port());
-        let devs = match &e.dev {
-            Some(d) => vec![d.clone()],
-            None => devs,
-        };
-        g.defer_drop(devs.clone());
-        // cma_bind_listen: a REUSEADDR binding must be exclusive to listen.
-        check_port(g.st(), ps, port, num, src.ip(), false)?;
-        let sid = service_id(ps, port);
-        let e = entry(&mut g, num)?;
-        e.listen = Some(Listener::new(
-            ps,
-            src,
-            e.opts.afonly(src.is_ipv4()),
-            e.serial(),
-            super::driver::transport(e.qp_type),
-            backlog,
-        ));
-        e.st = St::Listen;
         for d in &devs {
-            dev_state(&mut g, d.shared());
-            if !super::driver::cm_listen(&mut g, d.serial(), sid) {
-                let e = entry(&mut g, num)?;
-                e.listen = None;
-                e.st = St::AddrBound;
-                for d in &devs {
-                    super::driver::cm_unlisten(&mut g, d.serial(), sid, now(d.shared()));
-                }
-                return Err(Error::cm(libc::ENOMEM, "rdma_listen: too many CM ids"));
-            }
+            ensure_dev(&mut g, d.shared());
         }
-        // Requests that came before the listener went to the CM when the
-        // device listened (`DeviceCm::listen`): their events now.
-        for d in &devs {
-            pump_dev(&mut g, d);
+        let _ = flush(&mut g);
+        let r = g.ep().listen(num, backlog, now());
+        let fl = flush(&mut g);
+        r.map_err(super::driver::errno)?;
+        let e = ep_id(&mut g, num)?;
+        let sid = e.listen.as_ref().map(|l| l.service_id());
+        let refused = fl.refused.iter().any(|&(d, s)| {
+            Some(s) == sid
+                && e.listen
+                    .as_ref()
+                    .is_some_and(|l| l.device.is_none_or(|x| x == d))
+        });
+        if refused {
+            let _ = g.ep().stop_listening(num, now());
+            let _ = flush(&mut g);
+            return Err(Error::cm(libc::ENOMEM, "rdma_listen: too many CM ids"));
         }
         Ok(())
     }

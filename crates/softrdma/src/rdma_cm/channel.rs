@@ -38,20 +38,6 @@ pub(crate) struct Queued {
     pub mc: Option<(std::net::IpAddr, u64)>,
 }
 
-impl Queued {
-    pub fn new(num: u64, event: EventType, status: i32) -> Queued {
-        Queued {
-            num,
-            event,
-            status,
-            new_id: None,
-            conn: ConnParam::zero(),
-            ud: None,
-            mc: None,
-        }
-    }
-}
-
 #[derive(Debug)]
 pub(crate) struct ChanInner {
     pub q: Mutex<VecDeque<Queued>>,

@@ -4,13 +4,12 @@
 //! moves it to ERR, a connection request gets its id's handle).
 
 use super::channel::{ChanInner, Queued};
-use super::driver::{dev_state, now};
-use super::id::{einval, entry, pump_dev, CmId, IdUser};
-use super::qp::{apply, modify_err, rts_changes};
+use super::driver::{call, errno, new_user as new_user_of, now};
+use super::id::CmId;
+use super::qp::{apply, modify_err};
 use super::state::lock;
 use super::{CmEvent, EventType};
 use crate::error::Result;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// The C library's reader of an id's public fields (see
@@ -37,16 +36,17 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
     }
     let mut g = lock();
     let num = q.num;
-    let e = g.st().ids.get_mut(&num)?;
-    if !Arc::ptr_eq(&e.chan, chan) {
+    let s = g.st().ids.get_mut(&num)?;
+    if !Arc::ptr_eq(&s.chan, chan) {
         // Migrated after it was queued here: it belongs to the new channel.
-        let c = e.chan.clone();
+        let c = s.chan.clone();
         c.push(q);
         return None;
     }
-    let user = e.user.upgrade()?;
-    let acks = e.acks.clone();
-    let (dev, qp) = (e.dev.clone(), e.qp);
+    let user = s.user.upgrade()?;
+    let acks = s.acks.clone();
+    let dev = s.dev.clone();
+    let qp = g.ep().id(num).and_then(|e| e.qp).map(|q| q.0);
     g.defer_drop(user.clone());
     if let Some(d) = &dev {
         g.defer_drop(d.clone());
@@ -55,33 +55,19 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
     match q.event {
         EventType::ConnectRequest => {
             let child = q.new_id?;
-            if let Some(l) = entry(&mut g, num).ok().and_then(|e| e.listen.as_mut()) {
-                l.taken();
-            }
-            let c = g.st().ids.get_mut(&child)?;
-            let u = Arc::new(IdUser {
-                num: child,
-                acks: c.acks.clone(),
-                destroyed: AtomicBool::new(false),
-            });
-            c.user = Arc::downgrade(&u);
-            new_user = Some(u);
+            // The listener's backlog has room again.
+            g.ep().claim(child);
+            new_user = Some(new_user_of(&mut g, child)?);
         }
         EventType::ConnectResponse => {
             if let (Some(qpn), Some(dev)) = (qp, &dev) {
                 // ucma_process_conn_resp.
                 let r = (|| -> Result<()> {
-                    for c in rts_changes(&mut g, num, None)? {
+                    let changes = g.ep().rep_changes(num).map_err(errno)?;
+                    for c in changes {
                         apply(dev, qpn, &c)?;
                     }
-                    let cm_id = entry(&mut g, num)?.cm.ok_or_else(|| einval("no CM id"))?;
-                    let t = now(dev.shared());
-                    let ds = dev_state(&mut g, dev.shared());
-                    ds.cm
-                        .establish(t, cm_id, &[])
-                        .map_err(|e| einval(&e.to_string()))?;
-                    pump_dev(&mut g, dev);
-                    Ok(())
+                    call(&mut g, |ep| ep.establish(num, now()))
                 })();
                 match r {
                     Ok(()) => q.event = EventType::Established,
@@ -89,8 +75,8 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
                         modify_err(dev, qpn);
                         q.event = EventType::ConnectError;
                         q.status = -err.errno();
-                        if let Ok(e) = entry(&mut g, num) {
-                            e.connect_error = true;
+                        if let Some(s) = g.st().ids.get_mut(&num) {
+                            s.connect_error = true;
                         }
                     }
                 }
@@ -99,7 +85,7 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         // librdmacm's ucma_process_join: the id's QP attaches.
         EventType::MulticastJoin => super::mcast::on_join(&mut g, num, &mut q),
         EventType::Rejected | EventType::Disconnected => {
-            if entry(&mut g, num).ok()?.connect_error {
+            if g.st().ids.get(&num)?.connect_error {
                 return None;
             }
             if q.event == EventType::Rejected {

@@ -16,13 +16,12 @@
 //! and what it sends, and librdmacm (librdmacm/cma.c) for what it does to
 //! the id's QP; the function names in the comments are theirs.
 
-use super::addr::release_port;
-use super::channel::Queued;
-use super::driver::{now, pump, service_id};
-use super::state::{lock, Guard, IdEntry, St};
-use super::{Acks, EventChannel, EventType};
+use super::driver::{call, flush, now, transport};
+use super::state::{lock, Guard, IdSide, St};
+use super::{Acks, EventChannel};
 use crate::error::{Error, Result};
 use crate::Device;
+use softrdma_cm::rdma::Options;
 use softrdma_cm::{Path, PortSpace};
 use softrdma_proto::QpType;
 use softrdma_wire::Psn;
@@ -89,16 +88,29 @@ fn random_psn() -> Psn {
     Psn::new(u32::from_le_bytes(b))
 }
 
-pub(super) fn entry(g: &mut Guard, num: u64) -> Result<&mut IdEntry> {
+/// The driver's side of an id.
+pub(super) fn side(g: &mut Guard, num: u64) -> Result<&mut IdSide> {
     g.st()
         .ids
         .get_mut(&num)
         .ok_or_else(|| einval("no such rdma_cm id"))
 }
 
-/// Pumps the CM of the id's device.
-pub(super) fn pump_dev(g: &mut Guard, dev: &Device) {
-    pump(g, dev.shared());
+/// The endpoint's id.
+pub(super) fn ep_id(g: &mut Guard, num: u64) -> Result<softrdma_cm::rdma::Id> {
+    g.ep()
+        .id(num)
+        .cloned()
+        .ok_or_else(|| einval("no such rdma_cm id"))
+}
+
+/// The id's device handle (kept in the guard's trash).
+pub(super) fn dev_of(g: &mut Guard, num: u64) -> Result<Option<Device>> {
+    let d = side(g, num)?.dev.clone();
+    if let Some(d) = &d {
+        g.defer_drop(d.clone());
+    }
+    Ok(d)
 }
 
 impl CmId {
@@ -106,22 +118,23 @@ impl CmId {
     /// gives the QP type librdmacm gives it (UDP and IPoIB: UD; TCP and
     /// IB: RC) unless `qp_type` says otherwise.
     pub fn new(channel: &EventChannel, ps: PortSpace, qp_type: Option<QpType>) -> Result<CmId> {
-        let qp_type = qp_type.unwrap_or(match ps {
-            PortSpace::Udp | PortSpace::Ipoib => QpType::Ud,
-            PortSpace::Tcp | PortSpace::Ib => QpType::Rc,
+        let qp_type = qp_type.unwrap_or(match softrdma_cm::rdma::Transport::of_port_space(ps) {
+            softrdma_cm::rdma::Transport::Ud => QpType::Ud,
+            _ => QpType::Rc,
         });
         super::state::cleanup_at_exit();
         crate::fork::watch();
         let mut g = lock();
-        let e = IdEntry::new(channel.0.clone(), ps, qp_type, random_psn());
-        let acks = e.acks.clone();
-        let num = g.st().insert(e);
+        let num = g.ep().create_id(ps, transport(qp_type), random_psn());
+        let s = IdSide::new(channel.0.clone(), qp_type);
+        let acks = s.acks.clone();
+        g.st().ids.insert(num, s);
         let user = Arc::new(IdUser {
             num,
             acks,
             destroyed: AtomicBool::new(false),
         });
-        entry(&mut g, num)?.user = Arc::downgrade(&user);
+        side(&mut g, num)?.user = Arc::downgrade(&user);
         Ok(CmId(user))
     }
 
@@ -133,16 +146,16 @@ impl CmId {
     /// Port space and QP type.
     pub fn kind(&self) -> Result<(PortSpace, QpType)> {
         let mut g = lock();
-        let e = entry(&mut g, self.0.num)?;
-        Ok((e.ps, e.qp_type))
+        let ps = ep_id(&mut g, self.0.num)?.ps;
+        Ok((ps, side(&mut g, self.0.num)?.qp_type))
     }
 
     /// The id's addresses, device and route.
     pub fn addr_info(&self) -> Result<AddrInfo> {
         let mut g = lock();
-        let e = entry(&mut g, self.0.num)?;
+        let e = ep_id(&mut g, self.0.num)?;
         let info = AddrInfo {
-            device: e.dev.clone(),
+            device: dev_of(&mut g, self.0.num)?,
             src: e.src,
             dst: e.dst,
             path: e.path,
@@ -156,49 +169,44 @@ impl CmId {
         self.addr_info().ok().and_then(|i| i.device)
     }
 
+    /// Changes the id's options.
+    fn options(&self, f: impl FnOnce(&mut Options)) -> Result<()> {
+        let mut g = lock();
+        let num = self.0.num;
+        let mut o = ep_id(&mut g, num)?.opts;
+        f(&mut o);
+        call(&mut g, |ep| ep.set_options(num, o))
+    }
+
     /// `RDMA_OPTION_ID_TOS`: the traffic class of the route (before
     /// `resolve_route`).
     pub fn set_tos(&self, tos: u8) -> Result<()> {
-        let mut g = lock();
-        entry(&mut g, self.0.num)?.opts.tos = Some(tos);
-        Ok(())
+        self.options(|o| o.tos = Some(tos))
     }
 
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's transport timeout (and the
     /// path's packet life time, timeout − 1).
     pub fn set_ack_timeout(&self, timeout: u8) -> Result<()> {
-        let mut g = lock();
-        entry(&mut g, self.0.num)?.opts.ack_timeout = Some(timeout.min(31));
-        Ok(())
+        self.options(|o| o.ack_timeout = Some(timeout.min(31)))
     }
 
     /// `rdma_set_min_rnr_timer`.
     pub fn set_min_rnr_timer(&self, t: u8) -> Result<()> {
-        let mut g = lock();
-        entry(&mut g, self.0.num)?.opts.min_rnr_timer = Some(t.min(31));
-        Ok(())
+        self.options(|o| o.min_rnr_timer = Some(t.min(31)))
     }
 
     /// `RDMA_OPTION_ID_REUSEADDR` (before bind, or while bound).
     pub fn set_reuseaddr(&self, on: bool) -> Result<()> {
-        let mut g = lock();
-        let e = entry(&mut g, self.0.num)?;
-        if !matches!(e.st, St::Idle | St::AddrBound) {
-            return Err(einval("REUSEADDR after bind"));
-        }
-        e.opts.reuseaddr = on;
-        super::addr::rebind_port(g.st(), self.0.num);
-        Ok(())
+        self.options(|o| o.reuseaddr = on)
     }
 
     /// `RDMA_OPTION_ID_AFONLY` (before bind).
     pub fn set_afonly(&self, on: bool) -> Result<()> {
         let mut g = lock();
-        let e = entry(&mut g, self.0.num)?;
-        if e.st != St::Idle {
+        if ep_id(&mut g, self.0.num)?.st != St::Idle {
             return Err(einval("AFONLY after bind"));
         }
-        e.opts.afonly = Some(on);
+        side(&mut g, self.0.num)?.afonly = Some(on);
         Ok(())
     }
 
@@ -209,14 +217,7 @@ impl CmId {
     pub fn set_ib_path(&self, path: Path) -> Result<()> {
         let mut g = lock();
         let num = self.0.num;
-        let e = entry(&mut g, num)?;
-        if e.st != St::AddrResolved || e.dev.is_none() {
-            return Err(einval("RDMA_OPTION_IB_PATH: address not resolved"));
-        }
-        e.path = Some(path);
-        e.st = St::RouteResolved;
-        e.chan.push(Queued::new(num, EventType::RouteResolved, 0));
-        Ok(())
+        call(&mut g, |ep| ep.set_path(num, path))
     }
 
     /// `rdma_migrate_id`: the id's events (queued ones too) go to
@@ -225,8 +226,8 @@ impl CmId {
     pub fn migrate(&self, channel: &EventChannel) -> Result<()> {
         let num = self.0.num;
         let mut g = lock();
-        let e = entry(&mut g, num)?;
-        let old = std::mem::replace(&mut e.chan, channel.0.clone());
+        let s = side(&mut g, num)?;
+        let old = std::mem::replace(&mut s.chan, channel.0.clone());
         if !Arc::ptr_eq(&old, &channel.0) {
             for q in old.take_of(num) {
                 channel.0.push(q);
@@ -277,67 +278,41 @@ fn destroy_num(num: u64) -> Result<()> {
     destroy_locked(&mut g, num)
 }
 
+/// The endpoint's `destroy` (in a forked child, the parent's devices send
+/// nothing: no DREQ, no REJ, their listeners left alone), then the
+/// driver's side of the id and of the ids that went with it: their queued
+/// events go, with their counts (`ucma_cleanup_ctx_events`).
 fn destroy_locked(g: &mut Guard, num: u64) -> Result<()> {
-    let e = g
+    let s = g
         .st()
         .ids
         .remove(&num)
         .ok_or_else(|| einval("no such rdma_cm id"))?;
-    tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: destroy id {num} ({:?}, CM id {:?})",
-            e.st, e.cm);
-    release_port(g.st(), num, &e);
-    // Its queued events go, with their counts (`ucma_cleanup_ctx_events`):
-    // the channel is readable only for events that are there.
-    drop(e.chan.take_of(num));
-    // In a forked child, the parent's connections are the parent's: its
-    // ids are forgotten here, nothing is sent (no DREQ, no REJ).
-    if e.dev.as_ref().is_some_and(Device::forked_away) {
-        g.defer_drop(e);
-        return Ok(());
-    }
-    if let (Some(c), Some(dev)) = (e.cm, e.dev.clone()) {
-        let t = now(dev.shared());
-        if let Some(ds) = g.st().devs.get_mut(&dev.serial()) {
-            let _ = ds.cm.destroy(t, c);
-            ds.unbind(c);
-        }
-        pump_dev(g, &dev);
-        g.defer_drop(dev);
-    }
-    if e.listen.is_some() {
-        // The devices' CM listeners this was the last rdma_cm listener of
-        // go too.
-        let sid = service_id(e.ps, e.src.map_or(0, |s| s.port()));
-        let serials: Vec<u64> = g
-            .st()
-            .devs
-            .iter()
-            .filter(|(_, ds)| ds.listens(sid))
-            .map(|(&s, _)| s)
-            .collect();
-        for serial in serials {
-            let Some(dev) = g.device(serial) else {
-                continue;
-            };
-            // A forked child leaves its parent's listeners alone.
-            if dev.forked_away() {
-                continue;
-            }
-            super::driver::cm_unlisten(g, serial, sid, now(dev.shared()));
-            pump_dev(g, &dev);
-        }
-        // Requests queued and never taken: their ids go too (REJ 28).
-        let orphans: Vec<u64> = g
-            .st()
-            .ids
-            .iter()
-            .filter(|(_, c)| c.listener == Some(num) && c.user.strong_count() == 0)
-            .map(|(&n, _)| n)
-            .collect();
-        for o in orphans {
-            let _ = destroy_locked(g, o);
+    tracing::debug!(target: "softrdma::rdma_cm", "softrdma cm: destroy id {num} ({:?})",
+            g.ep().id(num).map(|e| (e.st, e.cm)));
+    drop(s.chan.take_of(num));
+    let serials: Vec<u64> = g.ep().devices().collect();
+    for serial in serials {
+        if g.device(serial).is_some_and(|d| d.forked_away()) {
+            g.ep().set_forked_away(serial);
         }
     }
-    g.defer_drop(e);
+    let _ = g.ep().destroy(num, now());
+    // The ids of requests the listener never gave the program went too.
+    let st = g.st();
+    let gone: Vec<u64> = st
+        .ids
+        .keys()
+        .copied()
+        .filter(|&n| st.ep.id(n).is_none())
+        .collect();
+    for n in gone {
+        if let Some(o) = g.st().ids.remove(&n) {
+            drop(o.chan.take_of(n));
+            g.defer_drop(o);
+        }
+    }
+    g.defer_drop(s);
+    let _ = flush(g);
     Ok(())
 }

@@ -21,11 +21,16 @@
 //!
 //! # How it runs
 //!
-//! - State: one table per process (`state`): the ids, the port tables of
-//!   the four port spaces, and per device a `softrdma_cm::Cm` with the
-//!   maps from CM ids to rdma_cm ids (`driver`). One mutex guards it; it is
-//!   taken before any lock of the engine and never while the engine holds
-//!   one.
+//! - State: one `softrdma_cm::rdma::Endpoint` per process (`state`): the
+//!   ids, the port tables of the four port spaces, the listeners and per
+//!   device a `softrdma_cm::Cm`, all sans-I/O; beside each id the driver
+//!   keeps its I/O side (the program's handle, the channel, the device
+//!   handle). One mutex guards both; it is taken before any lock of the
+//!   engine and never while the engine holds one. Every call is: lock,
+//!   one endpoint call, then `driver::flush`, which does what the endpoint
+//!   asked for (the device process's listen gate, QP changes through the
+//!   verbs `modify_qp` path, events onto the channels, MADs out, each
+//!   device's deadline).
 //! - The engine feeds the CM through its one hook (`crate::cm_hook`, which
 //!   `driver::install_hook` fills at `Device::open`; the engine names no
 //!   rdma_cm item): `driver::on_gsi` for MADs to QP 1, received by the

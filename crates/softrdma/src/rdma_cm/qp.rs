@@ -2,13 +2,13 @@
 //! attributes, the moves librdmacm makes (`rdma_init_qp_attr`,
 //! `ucma_modify_qp_*`), and attaching, using and detaching the QP.
 
-use super::id::{einval, entry, CmId};
+use super::driver::call;
+use super::id::{dev_of, einval, ep_id, side, CmId};
 use super::state::{lock, Guard};
 use crate::error::{Error, Result};
 use crate::{Device, QueuePair};
-use softrdma_cm::negotiate::{QpAttrs, QpState, RdmaCmOverrides};
-use softrdma_cm::rdma::{self, QpChange};
-use softrdma_cm::Cm;
+use softrdma_cm::negotiate::{QpAttrs, QpState};
+use softrdma_cm::rdma::QpChange;
 use softrdma_proto::QpType;
 use softrdma_wire::Qpn;
 
@@ -48,60 +48,32 @@ pub(super) fn apply(dev: &Device, qpn: Qpn, c: &QpChange) -> Result<()> {
     }
 }
 
-/// An id's side of its QP: its device's CM and its CM id (a connection),
-/// whether it is UD, rdma_cm's overrides.
-type QpSide<'a> = (Option<(&'a Cm, softrdma_cm::CmId)>, bool, RdmaCmOverrides);
-
-/// The id's side of its QP.
-fn qp_side(g: &mut Guard, num: u64) -> Result<QpSide<'_>> {
-    let e = entry(g, num)?;
-    let (ud, cm, seq, opts) = (e.qp_type == QpType::Ud, e.cm, e.seq, e.opts);
-    let serial = e
-        .serial()
-        .ok_or_else(|| einval("the id has no device yet"))?;
-    let o = RdmaCmOverrides {
-        rq_psn: Some(seq),
-        timeout: opts.ack_timeout,
-        min_rnr_timer: opts.min_rnr_timer,
-        ..Default::default()
-    };
-    let conn = match cm {
-        Some(c) if !ud => {
-            let ds = g
-                .st()
-                .devs
-                .get(&serial)
-                .ok_or_else(|| einval("no CM on the device"))?;
-            Some((&ds.cm, c))
-        }
-        _ => None,
-    };
-    Ok((conn, ud, o))
-}
-
-/// `rdma_init_qp_attr` for an id (under the lock).
-pub(super) fn init_attrs(g: &mut Guard, num: u64, state: QpState) -> Result<QpAttrs> {
-    let (conn, ud, o) = qp_side(g, num)?;
-    rdma::init_qp_attr(conn, ud, state, &o).map_err(|e| einval(&e.to_string()))
-}
-
-/// INIT, RTR, RTS for a connected id's QP (`depths`: an accept's).
-pub(super) fn rts_changes(
-    g: &mut Guard,
-    num: u64,
-    depths: Option<(u8, u8)>,
-) -> Result<[QpChange; 3]> {
-    let (conn, _, o) = qp_side(g, num)?;
-    let (cm, c) = conn.ok_or_else(|| einval("no CM id"))?;
-    rdma::to_rts(cm, c, &o, depths).map_err(|e| einval(&e.to_string()))
-}
-
 impl CmId {
     /// `rdma_init_qp_attr`: the attributes and mask for moving the
     /// program's own QP to `state` (INIT, RTR, RTS).
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttrs> {
         let mut g = lock();
-        init_attrs(&mut g, self.0.num, state)
+        g.ep()
+            .init_qp_attr(self.0.num, state)
+            .map_err(super::driver::errno)
+    }
+
+    /// The checks of a QP the id is to drive: on the id's device, of the
+    /// id's kind (UD or connected).
+    fn check_qp(&self, g: &mut Guard, qp: &QueuePair, need_dev: bool) -> Result<()> {
+        let num = self.0.num;
+        match dev_of(g, num)? {
+            Some(d) if !d.same_device(qp.pd().device()) => {
+                return Err(einval("the QP is on another device"))
+            }
+            None if need_dev => return Err(einval("the id has no device yet")),
+            _ => {}
+        }
+        let ud = side(g, num)?.qp_type == QpType::Ud;
+        if ud != (qp.qp_type() == QpType::Ud) {
+            return Err(einval("the QP's type is not the id's"));
+        }
+        Ok(())
     }
 
     /// Makes `qp` the id's QP (`rdma_create_qp` after creating it): moves
@@ -110,35 +82,15 @@ impl CmId {
     pub fn attach_qp(&self, qp: &QueuePair) -> Result<()> {
         let num = self.0.num;
         let mut g = lock();
-        let e = entry(&mut g, num)?;
-        if e.qp.is_some() {
+        if ep_id(&mut g, num)?.qp.is_some() {
             return Err(einval("the id has a QP already"));
         }
-        let dev = e
-            .dev
-            .clone()
-            .ok_or_else(|| einval("the id has no device yet"))?;
-        g.defer_drop(dev.clone());
-        if !dev.same_device(qp.pd().device()) {
-            return Err(einval("the QP is on another device"));
+        self.check_qp(&mut g, qp, true)?;
+        let r = call(&mut g, |ep| ep.attach_qp(num, qp.qpn(), qp.has_srq()));
+        if r.is_err() {
+            let _ = g.ep().use_qp(num, None);
         }
-        let e = entry(&mut g, num)?;
-        let ud = e.qp_type == QpType::Ud;
-        if ud != (qp.qp_type() == QpType::Ud) {
-            return Err(einval("the QP's type is not the id's"));
-        }
-        if ud {
-            for c in rdma::ud_setup() {
-                apply(&dev, qp.qpn(), &c)?;
-            }
-        } else {
-            let a = init_attrs(&mut g, num, QpState::Init)?;
-            modify(&dev, qp.qpn(), &a)?;
-        }
-        let e = entry(&mut g, num)?;
-        e.qp = Some(qp.qpn());
-        e.qp_srq = qp.has_srq();
-        Ok(())
+        r
     }
 
     /// The QP the program put in the id itself (the C library reads
@@ -148,33 +100,24 @@ impl CmId {
     /// next connect, accept or REP moves it from whatever state it is in
     /// (INIT, RTR, RTS), as librdmacm does. `None`: the id has no QP.
     pub fn use_qp(&self, qp: Option<&QueuePair>) -> Result<()> {
+        let num = self.0.num;
         let mut g = lock();
-        let e = entry(&mut g, self.0.num)?;
+        let cur = ep_id(&mut g, num)?.qp;
         let Some(qp) = qp else {
-            e.qp = None;
-            return Ok(());
+            return g.ep().use_qp(num, None).map_err(super::driver::errno);
         };
-        if e.qp == Some(qp.qpn()) {
+        if cur.map(|q| q.0) == Some(qp.qpn()) {
             return Ok(());
         }
-        if let Some(d) = &e.dev {
-            if !d.same_device(qp.pd().device()) {
-                return Err(einval("the QP is on another device"));
-            }
-        }
-        if (e.qp_type == QpType::Ud) != (qp.qp_type() == QpType::Ud) {
-            return Err(einval("the QP's type is not the id's"));
-        }
-        e.qp = Some(qp.qpn());
-        e.qp_srq = qp.has_srq();
-        Ok(())
+        self.check_qp(&mut g, qp, false)?;
+        g.ep()
+            .use_qp(num, Some((qp.qpn(), qp.has_srq())))
+            .map_err(super::driver::errno)
     }
 
     /// The id no longer drives its QP (`rdma_destroy_qp`).
     pub fn detach_qp(&self) {
         let mut g = lock();
-        if let Ok(e) = entry(&mut g, self.0.num) {
-            e.qp = None;
-        }
+        let _ = g.ep().use_qp(self.0.num, None);
     }
 }

@@ -1,5 +1,7 @@
-//! The process's rdma_cm state: ids, port tables, per-device CMs, behind
-//! one mutex.
+//! The process's rdma_cm state: one `softrdma_cm::rdma::Endpoint` (the
+//! ids, their ports, listeners and per-device CMs, sans-I/O) and what the
+//! driver keeps beside each id (the program's handle, the channel, the
+//! device handle), behind one mutex.
 //!
 //! Lock order: this mutex, then the engine's (`core`, `tx`), then a
 //! channel's queue. Nothing here runs while the engine holds a lock.
@@ -12,145 +14,66 @@
 //! drops the trash after it unlocks.
 
 use super::channel::ChanInner;
-use super::driver::DevState;
 use super::id::IdUser;
 use super::Acks;
 use crate::Device;
-use softrdma_cm::{Path, PortSpace};
+use softrdma_cm::rdma::Endpoint;
 use softrdma_proto::QpType;
-use softrdma_wire::{Psn, Qpn};
 use std::any::Any;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// The rdma_cm state of an id (the layer's `IdState`).
 pub(crate) use softrdma_cm::rdma::IdState as St;
 
-/// Options set with `rdma_set_option` (and `rdma_set_min_rnr_timer`).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Opts {
-    pub tos: Option<u8>,
-    pub ack_timeout: Option<u8>,
-    pub min_rnr_timer: Option<u8>,
-    pub reuseaddr: bool,
-    /// `RDMA_OPTION_ID_AFONLY` as set; unset, binding decides
-    /// ([`Opts::afonly`]).
-    pub afonly: Option<bool>,
+/// Whether an id bound to an address of this family takes only requests
+/// of it, unless `RDMA_OPTION_ID_AFONLY` said: the kernel's default when
+/// it binds (`rdma_bind_addr`): IPv4 ids yes, IPv6 ids as the
+/// `net.ipv6.bindv6only` sysctl says (0: no), so a program may listen on
+/// `0.0.0.0` and `[::]` (AFONLY) on one port.
+pub(crate) fn afonly(set: Option<bool>, v4: bool) -> bool {
+    set.unwrap_or_else(|| v4 || super::resolve::bindv6only())
 }
 
-impl Opts {
-    /// Whether the id takes only requests of its address family. Unset,
-    /// the kernel's default when it binds (`rdma_bind_addr`): IPv4 ids
-    /// yes, IPv6 ids as the `net.ipv6.bindv6only` sysctl says (0: no), so
-    /// a program may listen on `0.0.0.0` and `[::]` (AFONLY) on one port.
-    pub fn afonly(&self, v4: bool) -> bool {
-        self.afonly
-            .unwrap_or_else(|| v4 || super::resolve::bindv6only())
-    }
-}
-
-/// One id.
-pub(crate) struct IdEntry {
+/// What the driver keeps beside an endpoint id: the I/O side of it.
+pub(crate) struct IdSide {
     /// The program's handle (none yet for a request's id nobody took).
     pub user: Weak<IdUser>,
     pub acks: Arc<Acks>,
     pub chan: Arc<ChanInner>,
-    pub ps: PortSpace,
     pub qp_type: QpType,
-    pub st: St,
-    /// The device, once bound to an address or resolved.
+    /// The device, once bound to an address or resolved (the handle keeps
+    /// it open while the id lives).
     pub dev: Option<Device>,
-    /// Local address (IP unspecified while bound to a wildcard).
-    pub src: Option<SocketAddr>,
-    /// Peer address.
-    pub dst: Option<SocketAddr>,
-    /// The id holds `src`'s port in its port space's table.
-    pub port_held: bool,
-    /// The resolved route (the path back to the requester for a passive id).
-    pub path: Option<Path>,
-    /// The CM id of the connection (on `dev`).
-    pub cm: Option<softrdma_cm::CmId>,
-    /// Listening (`St::Listen`): what it binds and its backlog. Its
-    /// requests come through the CM listener of its service ID on each
-    /// device it covers (its own, or every device for a wildcard address:
-    /// those open now, and those that open later), which the rdma_cm
-    /// listeners of one port share (`driver::cm_listen`).
-    pub listen: Option<softrdma_cm::rdma::Listener>,
-    /// A request's id: its listener.
-    pub listener: Option<u64>,
-    /// The QP rdma_cm drives (`rdma_create_qp`).
-    pub qp: Option<Qpn>,
-    /// That QP has an SRQ.
-    pub qp_srq: bool,
-    /// rdma_cm's own PSN (`seq_num`): our receive PSN.
-    pub seq: Psn,
-    /// librdmacm's `responder_resources` / `initiator_depth` of the id.
-    pub resp_res: u8,
-    pub init_depth: u8,
-    pub opts: Opts,
+    /// `RDMA_OPTION_ID_AFONLY` as set (unset: [`afonly`] decides when the
+    /// id binds).
+    pub afonly: Option<bool>,
     /// Moving the QP after the REP failed: a later REJ or DISCONNECTED is
     /// not reported (librdmacm `connect_error`).
     pub connect_error: bool,
-    /// The peer's UD QP and Q_Key (UD, after ESTABLISHED).
-    pub remote_ud: Option<(Qpn, u32)>,
-    /// Multicast groups joined (`rdma_join_multicast`; see `mcast`).
-    pub mcast: Vec<super::mcast::Join>,
 }
 
-impl IdEntry {
-    pub fn new(chan: Arc<ChanInner>, ps: PortSpace, qp_type: QpType, seq: Psn) -> IdEntry {
-        IdEntry {
+impl IdSide {
+    pub fn new(chan: Arc<ChanInner>, qp_type: QpType) -> IdSide {
+        IdSide {
             user: Weak::new(),
             acks: Arc::new(Acks::default()),
             chan,
-            ps,
             qp_type,
-            st: St::Idle,
             dev: None,
-            src: None,
-            dst: None,
-            port_held: false,
-            path: None,
-            cm: None,
-            listen: None,
-            listener: None,
-            qp: None,
-            qp_srq: false,
-            seq,
-            resp_res: 0,
-            init_depth: 0,
-            opts: Opts::default(),
+            afonly: None,
             connect_error: false,
-            remote_ud: None,
-            mcast: Vec::new(),
         }
-    }
-
-    /// The serial of the id's device.
-    pub fn serial(&self) -> Option<u64> {
-        self.dev.as_ref().map(Device::serial)
     }
 }
 
 /// The state.
 #[derive(Default)]
 pub(crate) struct State {
-    next_num: u64,
-    pub ids: HashMap<u64, IdEntry>,
-    /// Per device (by serial): its CM.
-    pub devs: HashMap<u64, DevState>,
-    /// Ids holding each (port space, port).
-    pub ports: softrdma_cm::rdma::Ports,
-}
-
-impl State {
-    pub fn insert(&mut self, e: IdEntry) -> u64 {
-        self.next_num += 1;
-        let n = self.next_num;
-        self.ids.insert(n, e);
-        n
-    }
+    /// The ids, ports, listeners and devices' CMs (devices by serial).
+    pub ep: Endpoint,
+    /// The driver's side of each of the endpoint's ids.
+    pub ids: HashMap<u64, IdSide>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -212,6 +135,11 @@ impl Guard {
             .as_mut()
             .and_then(|g| g.as_mut())
             .expect("locked and initialised")
+    }
+
+    /// The endpoint.
+    pub fn ep(&mut self) -> &mut Endpoint {
+        &mut self.st().ep
     }
 
     /// Keeps `x` until the guard unlocks (devices, id handles).
