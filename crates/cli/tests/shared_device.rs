@@ -617,6 +617,8 @@ fn the_device_process_runs_first_and_holds_a_burst() {
     assert_device_process_gone(addr);
     assert_eq!(nice, -10, "the device process's nice: {stat}");
     assert!(rb >= 2 * (64 << 20), "its receive buffer: {rb} bytes");
+}
+
 /// Issue 19: a program listening with rdma_cm on the shared address takes
 /// a CONNECT_REQUEST and is SIGKILLed before it accepts. The device
 /// process, which routed the REQ to it, answers for it as the kernel's CM
