@@ -720,6 +720,7 @@ fn parent_device_in_child(name: &str) -> ! {
 /// that received a request must not take the answer — an ACK, a READ
 /// response, the NAK that moved its QP to the error state — with it.
 extern "C" fn flush_all_at_exit() {
+    crate::log::exiting();
     let _ = std::panic::catch_unwind(|| {
         // Another thread may hold the list (it never blocks while holding
         // it): a few tries.

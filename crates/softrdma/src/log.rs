@@ -10,6 +10,7 @@
 //! installed its own subscriber keeps it (and receives softrdma's events).
 
 use softrdma_config::{Config, ConfigError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Installs the subscriber `cfg.log` asks for, once.
@@ -29,15 +30,35 @@ pub(crate) fn install(cfg: &Config) -> Result<(), ConfigError> {
                      softrdma::engine=debug,info ({e})"
                 ),
             })?;
-        // Fails only when the program installed a subscriber already.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
+        use tracing_subscriber::prelude::*;
+        // Global filters (no per-layer ones: those keep their state in
+        // thread-local storage too).
+        let out = tracing_subscriber::fmt::layer()
             .with_writer(Stderr::default)
-            .with_thread_names(true)
+            .with_thread_names(true);
+        // Asked at every event (a plain `filter_fn` is cached per callsite).
+        let live =
+            tracing_subscriber::filter::dynamic_filter_fn(|_, _| !AT_EXIT.load(Ordering::Relaxed));
+        // Fails only when the program installed a subscriber already.
+        let _ = tracing_subscriber::registry()
+            .with(live)
+            .with(filter)
+            .with(out)
             .try_init();
         Ok(())
     })
     .clone()
+}
+
+/// Set once the process is exiting: the formatter keeps its line buffer
+/// in thread-local storage, which `exit` has already destroyed when our
+/// exit handlers run, and an event then would panic inside them (and stop
+/// their work: the ids' DREQs, the captures' flushes).
+static AT_EXIT: AtomicBool = AtomicBool::new(false);
+
+/// Called first by our exit handlers: no more log lines from this process.
+pub(crate) fn exiting() {
+    AT_EXIT.store(true, Ordering::Relaxed);
 }
 
 /// Standard error for the log, written with thread cancellation disabled:

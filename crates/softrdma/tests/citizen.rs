@@ -9,7 +9,9 @@
 //!   sleep);
 //! - a disconnect or destroy never overtakes work posted before it: a
 //!   SEND posted (unsignaled) right before the QP is moved to ERR, reset
-//!   or destroyed is on the wire first, and the receiver gets it.
+//!   or destroyed is on the wire first, and the receiver gets it;
+//! - a program that exits with a connection up disconnects its peer
+//!   through the exit handler, whatever the log level.
 
 use softrdma::*;
 use std::os::fd::AsRawFd;
@@ -559,4 +561,60 @@ fn the_last_ack_leaves_when_the_target_exits() {
     );
     assert_eq!(status.code(), Some(0), "the target's exit");
     assert_eq!(w.status, WcStatus::Success, "{w:?}");
+}
+
+/// The initiator role: connects by rdma_cm to `SOFTRDMA_TEST_LISTENER`,
+/// with `SOFTRDMA_LOG=debug`, and exits with its id still connected.
+#[test]
+#[ignore = "a role: the test that needs it runs it in its own process (with --ignored)"]
+fn exiting_rdma_cm_initiator_role() {
+    let Ok(addr) = std::env::var("SOFTRDMA_TEST_LISTENER") else {
+        panic!("SOFTRDMA_TEST_LISTENER unset: this role runs only when its parent test starts it");
+    };
+    let c = rdma_cm::connect(addr.parse().unwrap(), &Default::default()).unwrap();
+    println!("CONNECTED");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    // Exit with the connection up: the exit handler destroys the id, which
+    // sends the DREQ, as the kernel does for a process that exits.
+    std::mem::forget(c);
+    std::process::exit(0);
+}
+
+/// A program that exits with an rdma_cm connection up disconnects its
+/// peer through the exit handler, also with the debug log on: the log's
+/// formatter keeps its buffer in thread-local storage, which `exit` has
+/// destroyed when the handler runs, and an event there used to panic
+/// inside the handler (caught) and stop its destroys — no DREQ, the peer
+/// left connected.
+#[test]
+fn an_exiting_program_disconnects_its_peer_with_the_debug_log_on() {
+    let a = open("127.61.8.1");
+    let l = rdma_cm::listen(std::net::SocketAddr::new(a.local_addr().ip(), 0)).unwrap();
+    let err = std::env::temp_dir().join(format!("softrdma-exit-log-{}.txt", std::process::id()));
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["exiting_rdma_cm_initiator_role", "--exact", "--ignored"])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env(
+            "SOFTRDMA_TEST_LISTENER",
+            l.local_addr().unwrap().to_string(),
+        )
+        .env("SOFTRDMA_LOG", "debug")
+        .env("SOFTRDMA_ADDR", "127.61.8.2")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let c = l.accept(&Default::default()).unwrap();
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(&err).unwrap_or_default();
+    let _ = std::fs::remove_file(&err);
+    assert_eq!(status.code(), Some(0), "the initiator's exit\n{log}");
+    assert!(!log.contains("panicked"), "a panic at exit:\n{log}");
+    let ev = c
+        .channel
+        .get_event_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("DISCONNECTED after the peer's exit");
+    assert_eq!(ev.event, rdma_cm::EventType::Disconnected, "{log}");
 }

@@ -119,6 +119,7 @@ pub(crate) fn try_lock() -> Option<Guard> {
 pub(crate) fn cleanup_at_exit() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     extern "C" fn at_exit() {
+        crate::log::exiting();
         let _ = std::panic::catch_unwind(super::id::destroy_all_at_exit);
     }
     ONCE.call_once(|| {
