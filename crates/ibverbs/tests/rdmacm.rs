@@ -470,6 +470,13 @@ fn perftest_rdma_cm() {
     perftest_cm("ib_write_bw", &["-n", "200", "-q", "4"]);
 }
 
+/// Each test after the first takes ~6 s more than it runs: Debian's qperf
+/// 0.4.11 sends the server's port to the client before its
+/// `rdma_listen` (fixed upstream after 0.4.11: linux-rdma/qperf 118a571,
+/// "Fix rdmacm race"), and its server child opens softrdma's device only
+/// in that listen, so the client's first REQ finds no device bound and
+/// is lost; the CM's retry connects. (With rxe the REQ would meet the
+/// kernel's CM without a listener and be rejected.)
 #[test]
 fn qperf_cm() {
     let _s = serial();
