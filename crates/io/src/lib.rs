@@ -185,8 +185,8 @@ pub use mcast::interface_of;
 pub use netdev::{interface_mtu, path_mtu};
 pub use poll::{PollRegistry, Poller, Readiness, ReadySet, Waker};
 pub use process::{
-    at_exit, at_fork, fork_generation, is_nonblocking, read_blocking, readable_now, set_nice,
-    signal, sys_read, sys_write, wait_readable, watch_forks, with_signals_blocked, NoCancel,
+    at_exit, at_fork, fork_generation, is_nonblocking, read_blocking, readable_now, signal,
+    sys_read, sys_write, wait_readable, watch_forks, with_signals_blocked, NoCancel,
 };
 pub use recv::RecvMeta;
 pub use ring::{Ring, RingFull, Shm, RING_MAX, RING_MIN};

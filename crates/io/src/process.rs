@@ -265,28 +265,6 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
     unsafe { libc::atexit(f) == 0 }
 }
 
-/// Sets the calling thread's nice value (`setpriority(2)`; on Linux
-/// `PRIO_PROCESS` with 0 names the calling thread). A value below the
-/// current one needs `CAP_SYS_NICE` or a high enough `RLIMIT_NICE`: the
-/// error is then `EACCES`/`EPERM` and nothing changes. Returns the nice
-/// value in force afterwards.
-pub fn set_nice(nice: i32) -> io::Result<i32> {
-    // SAFETY: setpriority and getpriority take integers and touch no memory
-    // of ours. getpriority can return -1 as a value: errno is cleared first
-    // and read only then.
-    unsafe {
-        if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if now == -1 && *libc::__errno_location() != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(now)
-    }
-}
-
 /// Sends signal `sig` to `pid` (`kill(2)`: a negative `pid` names a
 /// process group, `sig` 0 only checks that the target exists).
 pub fn signal(pid: i32, sig: i32) -> io::Result<()> {
