@@ -381,9 +381,12 @@ impl Deputy {
             return 0;
         };
         let inner = &mut *guard;
-        let late = inner
-            .lateness
-            .check(now, self.page.beat(), || socket.has_queued());
+        // (Datagrams wait in the socket, or in the pool: another deputy
+        // may have taken all of the socket's, ours among them, and we
+        // must then claim ours on every poll too, not every CHECK_MS.)
+        let late = inner.lateness.check(now, self.page.beat(), || {
+            self.page.pooled() > 0 || socket.has_queued()
+        });
         let was = self
             .state
             .swap(if late { ACTIVE } else { now }, Ordering::Relaxed);
