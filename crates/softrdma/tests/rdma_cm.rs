@@ -546,3 +546,67 @@ fn listening_again_sets_the_backlog_and_gives_einval() {
         id.destroy().unwrap();
     }
 }
+
+/// Whether thread `tid` of this process sleeps in a futex (a lock or a
+/// condition wait): `/proc/self/task/TID/syscall`.
+fn in_futex(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+        == Some(libc::SYS_futex)
+}
+
+/// `rdma_leave_multicast` waits until the join's events the program got
+/// are acknowledged, as librdmacm's (`mc->events_completed`): the leave
+/// runs on a thread, seen asleep 20 times in a row before the
+/// MULTICAST_JOIN event is dropped (acknowledged), and has not returned
+/// by then.
+#[test]
+fn leaving_a_group_waits_for_the_joins_events_to_be_acked() {
+    let a = Device::open(DeviceOptions::at("127.63.1.3".parse().unwrap())).unwrap();
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Udp, None).unwrap();
+    id.bind_addr(SocketAddr::new(a.local_addr().ip(), 0))
+        .unwrap();
+    let group: std::net::IpAddr = "239.63.1.3".parse().unwrap();
+    id.join_multicast(group, false, 7).unwrap();
+    let ev = events(&ch);
+    assert_eq!(
+        (ev.event, ev.mc),
+        (EventType::MulticastJoin, Some((group, 7)))
+    );
+    let tid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let leaver = {
+        let (id, tid, done) = (id.clone(), tid.clone(), done.clone());
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid.store(
+                unsafe { libc::gettid() },
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            let r = id.leave_multicast(group);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        })
+    };
+    let t = loop {
+        match tid.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => std::thread::yield_now(),
+            t => break t,
+        }
+    };
+    let mut asleep = 0;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) && asleep < 20 {
+        asleep = if in_futex(t) { asleep + 1 } else { 0 };
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let early = done.load(std::sync::atomic::Ordering::SeqCst);
+    drop(ev);
+    leaver.join().unwrap().unwrap();
+    assert!(
+        !early,
+        "rdma_leave_multicast returned before the event's ack"
+    );
+    id.destroy().unwrap();
+}
