@@ -377,6 +377,11 @@ impl QueuePair {
                 None => Ok(()),
             }
         })?;
+        // (The same-host path's way to the peer, as `modify_qp` finds it.)
+        self.pd.inner.dev.shared().find_way(
+            std::net::SocketAddr::new(rtr.ah_attr.dest, pin.unwrap_or(rtr.ah_attr.dest_port)),
+            remote.qpn,
+        );
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: local_psn,

@@ -38,6 +38,26 @@ fn head(d: &Pending) -> &[u8] {
 }
 
 impl Shared {
+    /// A connected QP learnt its peer (RTR): the same-host path's way to
+    /// it is found now, as the kernel's modify resolves the peer's
+    /// neighbour, so that its first datagrams find it known — waited for
+    /// here, in the verb, holding no lock, `RESOLVE_WAIT` at most; the
+    /// send path never waits for a way (past the wait, UDP until the
+    /// answer comes).
+    pub(crate) fn find_way(&self, dst: std::net::SocketAddr, qpn: softrdma_wire::Qpn) {
+        let Some(p) = self.host.as_ref().and_then(|h| h.paths.as_ref()) else {
+            return;
+        };
+        let qpn = qpn.value();
+        let asked = std::time::Instant::now();
+        p.lock().prepare(dst, qpn, asked);
+        while !p.lock().resolved(dst, qpn, std::time::Instant::now())
+            && asked.elapsed() < crate::host::path::RESOLVE_WAIT
+        {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
     /// Sends the leading run of datagrams that have a same-host path
     /// through it, or says how long the run without one is.
     pub(super) fn same_host_lead(&self, tx: &TxQueue) -> Lead {

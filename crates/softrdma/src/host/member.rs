@@ -8,22 +8,93 @@ use super::daemon::{
 use super::msg::{self, MemberInfo, Reply, Request};
 use crate::sync::Mutex;
 use softrdma_io::{EventFd, PidFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a request waits for the device process's answer.
+/// How long a request waits for the device process's answer (a loaded
+/// machine may not run the device process for a second or more; one that
+/// is stopped or stuck makes the request fail after this, as a device
+/// removed under a verb does, never hang).
 const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// Messages without an answer that wait for room in the device process's
+/// queue (`SendGsi`: MADs) at most; past it the oldest new MADs are
+/// dropped — lost, which the CM retransmits — so a stuck device process
+/// cannot make a member grow without bound. Other messages (`FreeQpn`,
+/// `Unlisten`, `RingGone`) are never dropped: one per verb the program
+/// called.
+const MAX_QUEUED_MADS: usize = 1024;
+/// Requests whose answer never came in time that are remembered, so that
+/// a late `Ok` to a claim is undone.
+const MAX_ABANDONED: usize = 64;
+
+/// The sending side of `ctl`: request numbers and the messages waiting for
+/// room in the device process's queue, in order. Held only for
+/// non-blocking sends, never across a wait.
+#[derive(Default)]
+struct CtlTx {
+    /// The last request number used.
+    seq: u32,
+    /// Messages (framed) the device process's queue had no room for yet,
+    /// and whether each is a MAD.
+    outbox: VecDeque<(Vec<u8>, bool)>,
+    /// MADs in `outbox`.
+    mads: usize,
+    /// MADs dropped because `outbox` held [`MAX_QUEUED_MADS`].
+    mads_dropped: u64,
+    /// The device process is gone (a send failed other than for room).
+    gone: bool,
+}
+
+impl CtlTx {
+    /// Sends what waits, without waiting: whether the outbox is empty.
+    fn flush(&mut self, conn: &SeqPacket) -> io::Result<bool> {
+        if self.gone {
+            return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+        }
+        while let Some((m, mad)) = self.outbox.front() {
+            match conn.try_send(m, &[]) {
+                Ok(()) => {
+                    if *mad {
+                        self.mads -= 1;
+                    }
+                    self.outbox.pop_front();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // The device process is gone: nothing will take these.
+                    self.gone = true;
+                    self.outbox.clear();
+                    self.mads = 0;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
 /// How long joining retries (a device process leaving as we arrive, one
 /// starting).
 const JOIN_WAIT: Duration = Duration::from_secs(5);
 
 /// A member's link to its device process.
 pub(crate) struct Member {
-    ctl: Mutex<SeqPacket>,
+    /// The control connection (requests, answers, notices).
+    conn: SeqPacket,
+    /// Its sending side.
+    ctl_tx: Mutex<CtlTx>,
+    /// Taken by the one request waiting for its answer (requests are
+    /// answered in order), with the requests given up on.
+    ctl_rx: Mutex<Vec<(u32, Request)>>,
+    /// Messages wait in `ctl_tx`'s outbox (the progress thread sends them).
+    outbox_waiting: AtomicBool,
+    /// How long a request waits for its answer ([`REPLY_WAIT`]).
+    reply_wait: Duration,
     ring: Mutex<Ring>,
     /// The device process writes it when it fills the ring while we sleep.
     wake: EventFd,
@@ -212,7 +283,11 @@ impl Member {
                 Ok((
                     socket,
                     Member {
-                        ctl: Mutex::new(conn),
+                        conn,
+                        ctl_tx: Mutex::new(CtlTx::default()),
+                        ctl_rx: Mutex::new(Vec::new()),
+                        outbox_waiting: AtomicBool::new(false),
+                        reply_wait: REPLY_WAIT,
                         ring: Mutex::new(ring),
                         wake,
                         host_pid,
@@ -238,29 +313,170 @@ impl Member {
         }
     }
 
-    /// Sends a request and waits for its answer.
+    /// Sends a request and waits for its answer (at most `reply_wait`
+    /// in all, the wait for room in the device process's queue included).
+    /// No lock the engine or the verbs hold is taken meanwhile, nor the
+    /// sending side of `ctl` (notices from other threads go on).
     fn request(&self, req: &Request) -> io::Result<Reply> {
+        self.request_fds(req).map(|(r, _)| r)
+    }
+
+    /// [`Self::request`], with the descriptors the answer carried.
+    fn request_fds(&self, req: &Request) -> io::Result<(Reply, Vec<OwnedFd>)> {
         let asked = Instant::now();
-        let ctl = self.ctl.lock();
-        ctl.send(&req.encode(), &[])?;
-        let mut buf = vec![0u8; msg::MAX_MSG];
-        let mut fds = Vec::new();
-        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT);
+        let deadline = asked + self.reply_wait;
+        let mut abandoned = self.ctl_rx.lock();
+        let mut late = Vec::new();
+        let r = self.exchange(req, deadline, &mut abandoned, &mut late);
+        drop(abandoned);
+        // Late answers that must not be lost: rings given to us, claims
+        // to undo (after the lock: they take other locks, send notices).
+        for (reply, fds, asked_for) in late {
+            self.late_answer(reply, fds, asked_for);
+        }
         let took = asked.elapsed();
-        if n.is_err() || took > super::daemon::TRACE_LATE {
+        if r.is_err() || took > super::daemon::TRACE_LATE {
             super::daemon::trace(&format!(
                 "member pid {}: the device process answered {req:?} after {took:?} ({})",
                 std::process::id(),
-                if n.is_err() { "no answer" } else { "late" }
+                if r.is_err() { "no answer" } else { "late" }
             ));
         }
-        let n = n?;
-        Reply::decode(&buf[..n]).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+        r
     }
 
-    /// Sends a message that has no answer.
+    /// Queues `req` behind the notices before it, sends them and it,
+    /// and reads answers until the one with its number (earlier ones are
+    /// answers to requests given up on: into `late`).
+    #[allow(clippy::type_complexity)]
+    fn exchange(
+        &self,
+        req: &Request,
+        deadline: Instant,
+        abandoned: &mut Vec<(u32, Request)>,
+        late: &mut Vec<(Reply, Vec<OwnedFd>, Option<Request>)>,
+    ) -> io::Result<(Reply, Vec<OwnedFd>)> {
+        let seq = {
+            let mut tx = self.ctl_tx.lock();
+            tx.seq = tx.seq.wrapping_add(1);
+            if tx.seq == msg::NO_ANSWER {
+                tx.seq = 1;
+            }
+            let seq = tx.seq;
+            tx.outbox.push_back((msg::frame(seq, &req.encode()), false));
+            seq
+        };
+        let timed_out = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the device process does not answer",
+            )
+        };
+        // Sent once the queue has room: waited for without the lock.
+        loop {
+            let empty = self.ctl_tx.lock().flush(&self.conn)?;
+            if empty {
+                break;
+            }
+            self.outbox_waiting.store(true, Ordering::SeqCst);
+            if !self.conn.wait_writable(deadline)? {
+                // (Still queued: it goes later, and its answer is
+                // recognised as late.)
+                remember(abandoned, seq, req);
+                return Err(timed_out());
+            }
+        }
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        loop {
+            let mut fds = Vec::new();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let n = match self.conn.recv_wait(&mut buf, &mut fds, left) {
+                Ok(0) if fds.is_empty() => {
+                    return Err(io::Error::from(io::ErrorKind::ConnectionAborted))
+                }
+                Ok(n) => n,
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::TimedOut {
+                        remember(abandoned, seq, req);
+                    }
+                    return Err(e);
+                }
+            };
+            let bad = || io::Error::from(io::ErrorKind::InvalidData);
+            let (got, body) = msg::unframe(&buf[..n]).map_err(|_| bad())?;
+            let reply = Reply::decode(body).map_err(|_| bad())?;
+            if got == seq {
+                return Ok((reply, fds));
+            }
+            // The answer to a request given up on: not ours.
+            let asked_for = abandoned
+                .iter()
+                .position(|(s, _)| *s == got)
+                .map(|i| abandoned.swap_remove(i).1);
+            late.push((reply, fds, asked_for));
+        }
+    }
+
+    /// An answer that came after its request gave up: rings are taken as
+    /// if in time (the device process gave them away), a claim that was
+    /// granted is given back (the core drew another number). A late
+    /// `Listen` grant is kept: the program may have asked again for the
+    /// same service meanwhile, and an `Unlisten` would take that away; a
+    /// listener the driver does not know answers requests with a REJ.
+    /// Requests are numbered after the handshake.
+    fn late_answer(&self, reply: Reply, fds: Vec<OwnedFd>, asked_for: Option<Request>) {
+        super::daemon::trace(&format!(
+            "member pid {}: a late answer {reply:?} to {asked_for:?} set aside",
+            std::process::id()
+        ));
+        match (reply, asked_for) {
+            (Reply::Rings(gifts), _) => self.adopt_rings(&gifts, fds),
+            (Reply::Ok, Some(Request::ClaimQpn(q))) => self.notify(&Request::FreeQpn(q)),
+            _ => {}
+        }
+    }
+
+    /// Sends a message that has no answer, without waiting: queued when
+    /// the device process's queue is full (sent by the next request, the
+    /// next notice or the progress thread). Never blocks the caller, who
+    /// may hold the engine's locks (`send_mads`) or the core's.
     fn notify(&self, req: &Request) {
-        let _ = self.ctl.lock().send(&req.encode(), &[]);
+        let mad = matches!(req, Request::SendGsi { .. });
+        let mut tx = self.ctl_tx.lock();
+        if tx.gone {
+            return;
+        }
+        if mad && tx.mads >= MAX_QUEUED_MADS {
+            tx.mads_dropped += 1;
+            return;
+        }
+        tx.outbox
+            .push_back((msg::frame(msg::NO_ANSWER, &req.encode()), mad));
+        if mad {
+            tx.mads += 1;
+        }
+        if let Ok(false) = tx.flush(&self.conn) {
+            self.outbox_waiting.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends the notices that waited for room (the progress thread, now
+    /// and then; never waits, never blocks on a request in progress).
+    pub fn flush_notices(&self) {
+        if !self.outbox_waiting.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(mut tx) = self.ctl_tx.try_lock() {
+            if !matches!(tx.flush(&self.conn), Ok(false)) {
+                self.outbox_waiting.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// MADs dropped because the device process did not take them.
+    #[cfg(test)]
+    fn mads_dropped(&self) -> u64 {
+        self.ctl_tx.lock().mads_dropped
     }
 
     /// Claims (`true`) or gives back a QP number; whether the claim holds.
@@ -372,40 +588,35 @@ impl Member {
     fn take_rings(&self) {
         self.offered.store(false, Ordering::SeqCst);
         loop {
-            let ctl = self.ctl.lock();
-            if ctl.send(&Request::TakeRings.encode(), &[]).is_err() {
-                return;
-            }
-            let mut buf = vec![0u8; msg::MAX_MSG];
-            let mut fds = Vec::new();
-            let Ok(n) = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT) else {
+            let Ok((Reply::Rings(gifts), fds)) = self.request_fds(&Request::TakeRings) else {
                 return;
             };
-            drop(ctl);
-            let Ok(Reply::Rings(gifts)) = Reply::decode(&buf[..n]) else {
-                return;
-            };
-            let mut inbound = self.inbound.lock();
-            let mut fds = fds.into_iter();
-            for g in &gifts {
-                let Some(fd) = fds.next() else { break };
-                let producer = if g.pidfd {
-                    fds.next().map(PidFd::from_fd)
-                } else {
-                    None
-                };
-                // A ring that is not one is ignored (the sender's loss).
-                if let Ok(ring) = Ring::attach(fd) {
-                    inbound.rings.push(InRing {
-                        ring,
-                        sender: g.sender,
-                        producer,
-                        dying: false,
-                    });
-                }
-            }
+            self.adopt_rings(&gifts, fds);
             if gifts.len() < msg::MAX_GIFTS {
                 return;
+            }
+        }
+    }
+
+    /// Maps the rings of a `Rings` answer (`fds`: as it lists them).
+    fn adopt_rings(&self, gifts: &[msg::RingGift], fds: Vec<OwnedFd>) {
+        let mut inbound = self.inbound.lock();
+        let mut fds = fds.into_iter();
+        for g in gifts {
+            let Some(fd) = fds.next() else { break };
+            let producer = if g.pidfd {
+                fds.next().map(PidFd::from_fd)
+            } else {
+                None
+            };
+            // A ring that is not one is ignored (the sender's loss).
+            if let Ok(ring) = Ring::attach(fd) {
+                inbound.rings.push(InRing {
+                    ring,
+                    sender: g.sender,
+                    producer,
+                    dying: false,
+                });
             }
         }
     }
@@ -449,6 +660,8 @@ impl Member {
     /// senders offered, and now and then lets go of those whose sender
     /// is gone.
     pub fn recv_device(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+        // Notices that waited for room in the device process's queue.
+        self.flush_notices();
         let mut ring = self.ring.lock();
         // Senders gave us rings: the device process raised the flag
         // beside our ring (taken here, not under the ring's lock).
@@ -619,6 +832,15 @@ impl Drop for Member {
     }
 }
 
+/// Remembers a request given up on (the oldest forgotten past
+/// [`MAX_ABANDONED`]).
+fn remember(abandoned: &mut Vec<(u32, Request)>, seq: u32, req: &Request) {
+    if abandoned.len() >= MAX_ABANDONED {
+        abandoned.remove(0);
+    }
+    abandoned.push((seq, req.clone()));
+}
+
 fn wake_fd(e: &EventFd) -> std::os::fd::BorrowedFd<'_> {
     e.as_fd()
 }
@@ -641,3 +863,7 @@ pub(crate) fn fill_icrc(dgram: &mut [u8], src: SocketAddr, local: SocketAddr) {
         dgram[end..].copy_from_slice(&icrc.to_le_bytes());
     }
 }
+
+#[cfg(test)]
+#[path = "member_tests.rs"]
+mod tests;
