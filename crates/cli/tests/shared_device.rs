@@ -14,7 +14,9 @@
 //! library; one test at a time with the other interop tests (their flock).
 //! A listener killed between a connection request and its accept leaves
 //! its peer rejected, and the device to the others.
-//! Addresses 127.19.1.x, 127.19.2.x, 127.23.5.x, 127.62.1.x, 127.74.1.x, 127.76.1.x.
+//! `ibv_modify_qp` to RTR does not wait for a stopped device process.
+//! Addresses 127.19.1.x, 127.19.2.x, 127.23.5.x, 127.62.1.x, 127.62.3.x, 127.74.1.x,
+//! 127.76.1.x.
 
 #[path = "common/libs.rs"]
 mod libs;
@@ -692,4 +694,84 @@ fn a_listener_killed_between_request_and_accept_leaves_its_peer_rejected() {
     let s = server.wait(LIMIT);
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(addr);
+}
+
+/// The state letter of process `pid` (`/proc/PID/stat`: `T` stopped).
+fn process_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // (After the command name, which is in parentheses.)
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+/// Issue 19: `ibv_modify_qp` to RTR asks the peer's device process for
+/// the same-host path's way to the peer QP, and never waits for the
+/// answer — the QP is in RTR at once, its datagrams go through UDP until
+/// the answer comes. host19 had the modify wait up to 1 s for it; MPICH's
+/// 8+8 ranks (15 RTR transitions each) then reached RTR so late under CI
+/// load that their peers' first WRs, dropped at a QP not in RTR yet, ran
+/// out of RC retries. `rtr_no_wait.c` (crates/ibverbs/tests/c): a program
+/// holds the peer address's device, whose device process is stopped
+/// (SIGSTOP) while another program on another address moves 4 QPs to RTR
+/// towards QP numbers there; the device process is still stopped when
+/// the modifies are over, so none was answered. With the wait put back
+/// the first modify takes the whole second (the stopped device process
+/// never answers; measured 1.0000-1.0017 s for each of the first three —
+/// later ones return at once, the asker having given up on the address
+/// for a while); without it 1-75 µs each. The bound, under a second for
+/// each modify, is the old code's least. 127.62.3.1 and .2.
+#[test]
+fn modify_qp_to_rtr_never_waits_for_a_stopped_device_process() {
+    const COUNT: u64 = 4;
+    let exe = build_c("rtr_no_wait");
+    let _s = serial();
+    let (ra, ha) = ("127.62.3.1", "127.62.3.2");
+    let mut hold = spawn(sx(ha, &exe, &["hold"]), "rnw-hold");
+    assert!(
+        hold.wait_until(LIMIT, |o| o.lines().any(|l| l.starts_with("QPN "))
+            && o.ends_with('\n')),
+        "{}",
+        hold.text()
+    );
+    let qpn: u32 = hold
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix("QPN ")?.trim().parse().ok())
+        .expect("its QPN");
+    let hosts = device_processes(ha);
+    assert_eq!(hosts.len(), 1, "one device process for {ha}: {hosts:?}");
+    let host = hosts[0];
+    softrdma_testkit::signal(host as i32, libc::SIGSTOP).expect("SIGSTOP");
+    let t = Instant::now();
+    while process_state(host) != 'T' {
+        assert!(t.elapsed() < LIMIT, "the device process did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let count = COUNT.to_string();
+    let r = spawn(
+        sx(ra, &exe, &["rtr", ha, &qpn.to_string(), &count]),
+        "rnw-rtr",
+    )
+    .wait(LIMIT);
+    let still_stopped = process_state(host) == 'T';
+    let _ = softrdma_testkit::signal(host as i32, libc::SIGCONT);
+    hold.kill(libc::SIGKILL);
+    let _ = hold.wait(LIMIT);
+    assert_eq!(r.status, Some(0), "{}", r.out);
+    assert!(still_stopped, "the device process ran meanwhile");
+    assert!(r.out.contains(&format!("STATE RTR {COUNT}")), "{}", r.out);
+    let took: Vec<u64> = r
+        .out
+        .lines()
+        .filter_map(|l| l.strip_prefix("RTR ")?.split(' ').nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(took.len() as u64, COUNT, "{}", r.out);
+    assert!(
+        took.iter().all(|&us| us < 1_000_000),
+        "a modify to RTR waited for the stopped device process (µs each: {took:?})\n{}",
+        r.out
+    );
+    assert_device_process_gone(ha);
+    assert_device_process_gone(ra);
 }

@@ -480,7 +480,7 @@ impl Shared {
         let r = self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask));
         if r.is_ok() && mask.contains(AttrMask::AV) && mask.contains(AttrMask::DEST_QPN) {
             let dst = SocketAddr::new(attr.ah_attr.dest, attr.ah_attr.dest_port);
-            self.find_way(dst, attr.dest_qp_num);
+            self.ask_way(dst, attr.dest_qp_num);
         }
         r
     }

@@ -377,8 +377,9 @@ impl QueuePair {
                 None => Ok(()),
             }
         })?;
-        // (The same-host path's way to the peer, as `modify_qp` finds it.)
-        self.pd.inner.dev.shared().find_way(
+        // (The same-host path's way to the peer is asked for, as
+        // `modify_qp` does: never waited for.)
+        self.pd.inner.dev.shared().ask_way(
             std::net::SocketAddr::new(rtr.ah_attr.dest, pin.unwrap_or(rtr.ah_attr.dest_port)),
             remote.qpn,
         );

@@ -69,11 +69,6 @@ const OPEN_WAIT: Duration = Duration::from_secs(2);
 /// (destination, QPN) at a time; past it a destination stays on UDP and
 /// is looked at again later).
 const MAX_ASKING: usize = 256;
-/// How long `ibv_modify_qp` to RTR waits (holding no lock) for the way
-/// to the QP's peer, as the kernel's modify resolves the peer's
-/// neighbour: its first datagrams then find the way known. Past it they
-/// go through UDP until the answer comes.
-pub(crate) const RESOLVE_WAIT: Duration = Duration::from_secs(1);
 /// A full ring whose reader moved within this time holds the datagram
 /// back (as a full socket does: it waits in the send queue); one whose
 /// reader has not — stopped, dead, starved — loses it.
@@ -419,15 +414,6 @@ impl Paths {
         let mut h = [0u8; 12];
         h[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
         let _ = self.way(dst, &h, now);
-    }
-
-    /// Whether the way to QP `qpn` at `dst` is known (a ring, or UDP),
-    /// not being asked for any more (takes the asker's answers).
-    pub fn resolved(&mut self, dst: SocketAddr, qpn: u32, now: Instant) -> bool {
-        if self.asking > 0 {
-            self.take_answers(now);
-        }
-        !matches!(self.ways.get(&(dst, qpn)), Some(Way::Asking))
     }
 
     /// Hands a question to the asker: whether it took it.
