@@ -708,6 +708,9 @@ impl Host {
                         self.leave(slot);
                         return;
                     }
+                    // The member does not wait for this answer: its
+                    // progress thread may sleep, and reads it once woken.
+                    m.wake.signal();
                     None
                 }
                 Request::RingGone { sender } => {

@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a request waits for the device process's answer (a loaded
@@ -51,6 +51,15 @@ struct CtlTx {
 }
 
 impl CtlTx {
+    /// The next request number (never `NO_ANSWER`).
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        if self.seq == msg::NO_ANSWER {
+            self.seq = 1;
+        }
+        self.seq
+    }
+
     /// Sends what waits, without waiting: whether the outbox is empty.
     fn flush(&mut self, conn: &SeqPacket) -> io::Result<bool> {
         if self.gone {
@@ -78,6 +87,10 @@ impl CtlTx {
         Ok(true)
     }
 }
+/// An answer read by another than its asker: its number, the answer, its
+/// descriptors, the request given up on (if remembered).
+type Answer = (u32, Reply, Vec<OwnedFd>, Option<Request>);
+
 /// How long joining retries (a device process leaving as we arrive, one
 /// starting).
 const JOIN_WAIT: Duration = Duration::from_secs(5);
@@ -105,6 +118,9 @@ pub(crate) struct Member {
     inbound: Mutex<Inbound>,
     /// The device process said senders gave us rings.
     offered: AtomicBool,
+    /// The number of the `TakeRings` whose answer has not been read yet
+    /// (0: none).
+    rings_asked: AtomicU32,
     /// Datagrams received through the same-host path.
     pub path_received: AtomicU64,
     /// We take part in the same-host path.
@@ -297,6 +313,7 @@ impl Member {
                             calls: 0,
                         }),
                         offered: AtomicBool::new(false),
+                        rings_asked: AtomicU32::new(0),
                         path_received: AtomicU64::new(0),
                         same_host,
                         traced: AtomicBool::new(false),
@@ -318,21 +335,17 @@ impl Member {
     /// No lock the engine or the verbs hold is taken meanwhile, nor the
     /// sending side of `ctl` (notices from other threads go on).
     fn request(&self, req: &Request) -> io::Result<Reply> {
-        self.request_fds(req).map(|(r, _)| r)
-    }
-
-    /// [`Self::request`], with the descriptors the answer carried.
-    fn request_fds(&self, req: &Request) -> io::Result<(Reply, Vec<OwnedFd>)> {
         let asked = Instant::now();
         let deadline = asked + self.reply_wait;
         let mut abandoned = self.ctl_rx.lock();
         let mut late = Vec::new();
         let r = self.exchange(req, deadline, &mut abandoned, &mut late);
         drop(abandoned);
-        // Late answers that must not be lost: rings given to us, claims
-        // to undo (after the lock: they take other locks, send notices).
-        for (reply, fds, asked_for) in late {
-            self.late_answer(reply, fds, asked_for);
+        // Answers to others that must not be lost: rings given to us,
+        // claims to undo (after the lock: they take other locks, send
+        // notices).
+        for (seq, reply, fds, asked_for) in late {
+            self.other_answer(seq, reply, fds, asked_for);
         }
         let took = asked.elapsed();
         if r.is_err() || took > super::daemon::TRACE_LATE {
@@ -342,27 +355,23 @@ impl Member {
                 if r.is_err() { "no answer" } else { "late" }
             ));
         }
-        r
+        r.map(|(reply, _)| reply)
     }
 
     /// Queues `req` behind the notices before it, sends them and it,
     /// and reads answers until the one with its number (earlier ones are
-    /// answers to requests given up on: into `late`).
-    #[allow(clippy::type_complexity)]
+    /// answers to requests given up on, or to a `TakeRings`: into
+    /// `late`).
     fn exchange(
         &self,
         req: &Request,
         deadline: Instant,
         abandoned: &mut Vec<(u32, Request)>,
-        late: &mut Vec<(Reply, Vec<OwnedFd>, Option<Request>)>,
+        late: &mut Vec<Answer>,
     ) -> io::Result<(Reply, Vec<OwnedFd>)> {
         let seq = {
             let mut tx = self.ctl_tx.lock();
-            tx.seq = tx.seq.wrapping_add(1);
-            if tx.seq == msg::NO_ANSWER {
-                tx.seq = 1;
-            }
-            let seq = tx.seq;
+            let seq = tx.next_seq();
             tx.outbox.push_back((msg::frame(seq, &req.encode()), false));
             seq
         };
@@ -413,7 +422,24 @@ impl Member {
                 .iter()
                 .position(|(s, _)| *s == got)
                 .map(|i| abandoned.swap_remove(i).1);
-            late.push((reply, fds, asked_for));
+            late.push((got, reply, fds, asked_for));
+        }
+    }
+
+    /// An answer read by another than its asker: the rings of a `TakeRings`
+    /// (asked without waiting, [`Self::ask_rings`]), or a late one.
+    fn other_answer(&self, seq: u32, reply: Reply, fds: Vec<OwnedFd>, asked_for: Option<Request>) {
+        match reply {
+            Reply::Rings(gifts) if seq == self.rings_asked.load(Ordering::SeqCst) => {
+                // The device process gives MAX_GIFTS at a time: ask again
+                // while it gives that many.
+                if gifts.len() >= msg::MAX_GIFTS {
+                    self.offered.store(true, Ordering::SeqCst);
+                }
+                self.adopt_rings(&gifts, fds);
+                self.rings_asked.store(0, Ordering::SeqCst);
+            }
+            reply => self.late_answer(reply, fds, asked_for),
         }
     }
 
@@ -529,7 +555,10 @@ impl Member {
 
     /// The same-host path's counters (`None`: the path is off).
     pub fn same_host_counters(&self) -> Option<super::path::SameHostCounters> {
-        let p = self.paths.as_ref()?.lock();
+        let mut p = self.paths.as_ref()?.lock();
+        // (Ways the asker found: a program that sends nothing yet sees
+        // the paths it has.)
+        p.take_answers(Instant::now());
         Some(super::path::SameHostCounters {
             sent: p.sent,
             refused: p.refused,
@@ -566,7 +595,10 @@ impl Member {
         for r in self.inbound.lock().rings.iter() {
             empty &= r.ring.prepare_sleep();
         }
-        empty && !self.offered.load(Ordering::SeqCst)
+        // (Rings offered and asked for: the answer wakes us.)
+        empty
+            && (!self.offered.load(Ordering::SeqCst)
+                || self.rings_asked.load(Ordering::SeqCst) != 0)
     }
 
     /// Back from sleeping.
@@ -584,17 +616,73 @@ impl Member {
         }
     }
 
-    /// Takes the rings senders gave us (the device process said so).
-    fn take_rings(&self) {
+    /// Asks for the rings senders gave us (the device process said so),
+    /// without waiting for the answer: [`Self::take_answers`] takes it
+    /// at a later receive, or a request that reads it first does
+    /// ([`Self::other_answer`]); the device process writes our wake-up
+    /// eventfd once it has sent it. A program's `ibv_poll_cq` gets here
+    /// (`progress_inline`), holding the device's receive side: it used
+    /// to wait up to `REPLY_WAIT` for the answer of a device process a
+    /// loaded machine did not run. One question at a time (the flag
+    /// stays raised meanwhile).
+    fn ask_rings(&self) {
+        if self.rings_asked.load(Ordering::SeqCst) != 0 {
+            return;
+        }
         self.offered.store(false, Ordering::SeqCst);
+        let mut tx = self.ctl_tx.lock();
+        if tx.gone {
+            return;
+        }
+        let seq = tx.next_seq();
+        tx.outbox
+            .push_back((msg::frame(seq, &Request::TakeRings.encode()), false));
+        // (Before it can be answered.)
+        self.rings_asked.store(seq, Ordering::SeqCst);
+        if let Ok(false) = tx.flush(&self.conn) {
+            self.outbox_waiting.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Reads the answers waiting on the connection, never waiting, while
+    /// a `TakeRings` is unanswered and no request reads them itself.
+    fn take_answers(&self) {
+        if self.rings_asked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Some(mut abandoned) = self.ctl_rx.try_lock() else {
+            return;
+        };
+        let mut late = Vec::new();
+        let mut buf = [0u8; msg::MAX_MSG];
         loop {
-            let Ok((Reply::Rings(gifts), fds)) = self.request_fds(&Request::TakeRings) else {
-                return;
+            let mut fds = Vec::new();
+            let n = match self.conn.try_recv(&mut buf, &mut fds) {
+                Ok(None) => break,
+                Ok(Some(n)) if n > 0 || !fds.is_empty() => n,
+                // The device process is gone (or out of step): no answer
+                // will come.
+                _ => {
+                    self.rings_asked.store(0, Ordering::SeqCst);
+                    break;
+                }
             };
-            self.adopt_rings(&gifts, fds);
-            if gifts.len() < msg::MAX_GIFTS {
-                return;
-            }
+            let Some((got, reply)) = msg::unframe(&buf[..n])
+                .ok()
+                .and_then(|(got, body)| Some((got, Reply::decode(body).ok()?)))
+            else {
+                self.rings_asked.store(0, Ordering::SeqCst);
+                break;
+            };
+            let asked_for = abandoned
+                .iter()
+                .position(|(s, _)| *s == got)
+                .map(|i| abandoned.swap_remove(i).1);
+            late.push((got, reply, fds, asked_for));
+        }
+        drop(abandoned);
+        for (seq, reply, fds, asked_for) in late {
+            self.other_answer(seq, reply, fds, asked_for);
         }
     }
 
@@ -670,8 +758,9 @@ impl Member {
         }
         let n = self.recv_from(&mut ring, bufs, meta, 0);
         drop(ring);
+        self.take_answers();
         if self.offered.load(Ordering::Relaxed) {
-            self.take_rings();
+            self.ask_rings();
         }
         let mut inbound = self.inbound.lock();
         if inbound.rings.is_empty() {

@@ -145,3 +145,85 @@ fn notices_never_wait_for_a_device_process_that_does_not_read() {
     }
     t.join().unwrap();
 }
+
+/// Issue 19: a member's receive — which a program's `ibv_poll_cq`
+/// drives — took the rings senders offered with a request that waited
+/// up to `REPLY_WAIT` for the device process's answer, holding the
+/// device's receive side meanwhile. It asks now, returns, and reads the
+/// answer at a later receive; an answer with `MAX_GIFTS` rings makes it
+/// ask again. The fake device process answers only once the receive
+/// that asked has returned, and the member's wait is an hour: a receive
+/// that waits for the answer fails the test (at its 60 s limit), one
+/// that does not returns at once.
+#[test]
+fn a_receive_never_waits_for_the_rings_it_asks_for() {
+    let (mut m, dev) = fake_join();
+    m.reply_wait = Duration::from_secs(3600);
+    let m = std::sync::Arc::new(m);
+    let (returned_tx, returned_rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let (seq, req) = read_req(&dev);
+        assert_eq!(req, Request::TakeRings);
+        returned_rx.recv().unwrap();
+        let rings: Vec<Ring> = (0..=msg::MAX_GIFTS)
+            .map(|_| Ring::create("t", 4096).unwrap())
+            .collect();
+        let gifts = (0..msg::MAX_GIFTS)
+            .map(|i| msg::RingGift {
+                sender: i as u64 + 1,
+                pidfd: false,
+            })
+            .collect();
+        let fds: Vec<_> = rings[..msg::MAX_GIFTS].iter().map(Ring::fd).collect();
+        dev.send(&msg::frame(seq, &Reply::Rings(gifts).encode()), &fds)
+            .unwrap();
+        // As many as it gives at a time: the member asks again.
+        let (again, req) = read_req(&dev);
+        assert_eq!(req, Request::TakeRings);
+        assert_ne!(again, seq);
+        let last = vec![msg::RingGift {
+            sender: 99,
+            pidfd: false,
+        }];
+        dev.send(
+            &msg::frame(again, &Reply::Rings(last).encode()),
+            &[rings[msg::MAX_GIFTS].fd()],
+        )
+        .unwrap();
+        (dev, rings)
+    });
+    let recv = |m: &Member| {
+        let mut b = vec![0u8; 2048];
+        let mut bufs = [IoSliceMut::new(&mut b)];
+        let mut meta = [IoMeta::default()];
+        m.recv_device(&mut bufs, &mut meta)
+    };
+    // The device process raised the flag: this receive asks.
+    m.offered.store(true, Ordering::SeqCst);
+    let (done_tx, done_rx) = mpsc::channel();
+    let m2 = m.clone();
+    std::thread::spawn(move || done_tx.send(recv(&m2)).unwrap());
+    let got = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the receive waits for the device process's answer");
+    assert_eq!(got, 0);
+    returned_tx.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while m.inbound.lock().rings.len() < msg::MAX_GIFTS + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the rings never came: {} of {}",
+            m.inbound.lock().rings.len(),
+            msg::MAX_GIFTS + 1
+        );
+        recv(&m);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (_dev, _rings) = t.join().unwrap();
+    assert_eq!(
+        m.rings_asked.load(Ordering::SeqCst),
+        0,
+        "nothing unanswered"
+    );
+    assert!(!m.offered.load(Ordering::SeqCst));
+}

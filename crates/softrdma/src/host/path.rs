@@ -438,8 +438,9 @@ impl Paths {
         true
     }
 
-    /// Takes what the asker found out.
-    fn take_answers(&mut self, now: Instant) {
+    /// Takes what the asker found out so far (the send path does at each
+    /// datagram; counters read by a program that sends nothing do too).
+    pub fn take_answers(&mut self, now: Instant) {
         while let Some(a) = self.asker.as_ref().and_then(|k| k.answers.try_recv().ok()) {
             self.asking -= 1;
             self.settle(a, now);
