@@ -13,7 +13,6 @@ use crate::util::{guard_data, guard_errno, guard_ptr, guarded, neg};
 use softrdma::{CompletionChannel, FdWatch};
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 
 /// A completion channel.
 pub struct Channel {
@@ -107,18 +106,19 @@ fn take_cq_event(
     ctx_out: *mut *mut c_void,
 ) -> Result<bool, i32> {
     while let Some(id) = x.ch.try_get_event() {
-        let found = x
-            .ctx
-            .objs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .cqs
-            .get(&id.0)
-            .and_then(|w| w.upgrade());
+        // Counted as handed out under the table's lock, which a destroy
+        // takes to stop deliveries (`acks.rs`).
+        let found = {
+            let o = x.ctx.objs.lock().unwrap_or_else(|e| e.into_inner());
+            let q = o.cqs.get(&id.0).and_then(|w| w.upgrade());
+            if let Some(q) = &q {
+                q.comp_acks.delivered();
+            }
+            q
+        };
         let Some(q) = found else {
             continue; // the CQ was destroyed meanwhile
         };
-        q.events.fetch_add(1, Ordering::SeqCst);
         // SAFETY: valid output pointers (checked non-NULL); the CQ's
         // `cq_context` is ours to read.
         unsafe {
@@ -144,8 +144,8 @@ pub unsafe extern "C" fn ack_cq_events(cq: *mut ibv_cq, n: u32) {
     guard_data((), || {
         if let Some(q) = Obj::<Cq>::get(cq) {
             // SAFETY: a u32 of the CQ's C structure; the program only reads it.
-            unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).comp_events_completed)) }
-                .fetch_add(n, Ordering::SeqCst);
+            let c = unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).comp_events_completed)) };
+            q.comp_acks.ack(c, n);
         }
     })
 }

@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 /// The objects of a context by their core handles, to turn completion and
@@ -311,6 +310,8 @@ pub unsafe extern "C-unwind" fn get_async_event(
 }
 
 /// The C event for a softrdma event, or `None` when its object is gone.
+/// The object counts it as handed out, under the table's lock a destroy
+/// takes to stop deliveries (`acks.rs`).
 fn translate_async_event(c: &Context, e: AsyncEvent) -> Option<ibv_async_event> {
     let o = c.objs.lock().unwrap_or_else(|e| e.into_inner());
     let ev = |element: *mut c_void, event_type| ibv_async_event {
@@ -319,11 +320,13 @@ fn translate_async_event(c: &Context, e: AsyncEvent) -> Option<ibv_async_event> 
     };
     let qp = |n: Qpn, t: c_int| {
         let q = o.qps.get(&n.value())?.upgrade()?;
+        q.acks.delivered();
         Some(ev(q.api().cast(), t))
     };
     match e {
         AsyncEvent::CqErr(id) => {
             let q = o.cqs.get(&id.0)?.upgrade()?;
+            q.async_acks.delivered();
             Some(ev(q.api().cast(), IBV_EVENT_CQ_ERR))
         }
         AsyncEvent::QpFatal(n) => qp(n, IBV_EVENT_QP_FATAL),
@@ -334,12 +337,15 @@ fn translate_async_event(c: &Context, e: AsyncEvent) -> Option<ibv_async_event> 
         AsyncEvent::QpLastWqeReached(n) => qp(n, IBV_EVENT_QP_LAST_WQE_REACHED),
         AsyncEvent::SrqLimitReached(id) => {
             let s = o.srqs.get(&id.0)?.upgrade()?;
+            s.acks.delivered();
             Some(ev(s.api().cast(), IBV_EVENT_SRQ_LIMIT_REACHED))
         }
     }
 }
 
-/// `ibv_ack_async_event`: counts the event on its object.
+/// `ibv_ack_async_event`: counts the event on its object (and wakes its
+/// destroy waiting for it, `acks.rs`); events of no object (a port's,
+/// the device's) need none, as in rdma-core.
 ///
 /// # Safety
 /// The C contract of `ibv_ack_async_event`, as the crate docs state it
@@ -356,22 +362,34 @@ pub unsafe extern "C" fn ack_async_event(ev: *mut ibv_async_event) {
         match ev.event_type {
             IBV_EVENT_CQ_ERR => {
                 if let Some(q) = Obj::<Cq>::get(ev.element.cast()) {
-                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).async_events_completed)) }
-                        .fetch_add(1, Ordering::SeqCst);
+                    let c = unsafe {
+                        q.counter(|r| std::ptr::addr_of_mut!((*r).async_events_completed))
+                    };
+                    q.async_acks.ack(c, 1);
                 }
             }
-            IBV_EVENT_SRQ_LIMIT_REACHED => {
+            IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
                 if let Some(s) = Obj::<Srq>::get(ev.element.cast()) {
-                    unsafe { s.counter(|r| std::ptr::addr_of_mut!((*r).events_completed)) }
-                        .fetch_add(1, Ordering::SeqCst);
+                    let c = unsafe { s.counter(|r| std::ptr::addr_of_mut!((*r).events_completed)) };
+                    s.acks.ack(c, 1);
                 }
             }
-            _ => {
+            IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED => {
                 if let Some(q) = Obj::<Qp>::get(ev.element.cast()) {
-                    unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed)) }
-                        .fetch_add(1, Ordering::SeqCst);
+                    let c = unsafe {
+                        q.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed))
+                    };
+                    q.acks.ack(c, 1);
                 }
             }
+            _ => {}
         }
     })
 }

@@ -7,6 +7,7 @@
 //! loopback device (peers on the same host), every 4th empty poll yields
 //! the CPU (see `context::yield_on_idle_polls`).
 
+use crate::acks::EventAcks;
 use crate::channel::Channel;
 use crate::context::{context, Ctx};
 use crate::ffi::*;
@@ -22,8 +23,11 @@ pub struct Cq {
     pub cq: CompletionQueue,
     pub ctx: Ctx,
     _channel: Option<Use<Channel>>,
-    /// Events handed out by `ibv_get_cq_event`.
-    pub events: AtomicU32,
+    /// Completion events handed out by `ibv_get_cq_event` (a destroy
+    /// waits for their acknowledgements, `acks.rs`).
+    pub comp_acks: EventAcks,
+    /// Its CQ_ERR events handed out by `ibv_get_async_event`.
+    pub async_acks: EventAcks,
     /// The completion being read between `start_poll` and `end_poll`, and
     /// its timestamp (device ns).
     cur: Mutex<(Wc, u64)>,
@@ -151,7 +155,8 @@ fn new_cq(
             cq,
             ctx: c.clone(),
             _channel: chan,
-            events: AtomicU32::new(0),
+            comp_acks: EventAcks::default(),
+            async_acks: EventAcks::default(),
             cur: Mutex::new((EMPTY_WC, 0)),
             stamped,
             _parent: ex.parent,
@@ -249,18 +254,34 @@ pub unsafe extern "C" fn create_cq_ex(
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
-    // EBUSY while QPs use it.
-    guard_errno(|| match Obj::<Cq>::take(cq) {
-        Ok(q) => {
-            q.ctx
-                .objs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .cqs
-                .remove(&q.cq.id().0);
-            0
+    guard_errno(|| {
+        let Some(q) = Obj::<Cq>::get(cq) else {
+            return libc::EINVAL;
+        };
+        // EBUSY while QPs use it.
+        if q.busy() {
+            return libc::EBUSY;
         }
-        Err(e) => e,
+        // No event is handed out for it from here on; then the wait for
+        // the acknowledgements of those that were (`acks.rs`).
+        let id = q.cq.id().0;
+        let objs = || q.ctx.objs.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = objs().cqs.remove(&id);
+        // SAFETY (both): u32 fields of the CQ's C structure.
+        let comp = unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).comp_events_completed)) };
+        let asy = unsafe { q.counter(|r| std::ptr::addr_of_mut!((*r).async_events_completed)) };
+        q.comp_acks.wait(comp);
+        q.async_acks.wait(asy);
+        match Obj::<Cq>::take(cq) {
+            Ok(_) => 0,
+            Err(e) => {
+                // A QP made meanwhile uses it: it stays.
+                if let Some(w) = entry {
+                    objs().cqs.insert(id, w);
+                }
+                e
+            }
+        }
     })
 }
 

@@ -36,6 +36,9 @@ pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
 pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
 pub const IBV_EVENT_COMM_EST: c_int = 4;
 pub const IBV_EVENT_SQ_DRAINED: c_int = 5;
+pub const IBV_EVENT_PATH_MIG: c_int = 6;
+pub const IBV_EVENT_PATH_MIG_ERR: c_int = 7;
+pub const IBV_EVENT_SRQ_ERR: c_int = 14;
 pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
 pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
 

@@ -304,6 +304,11 @@ impl<T: Castable> Obj<T> {
         }
     }
 
+    /// Whether children use it (its destroy would give EBUSY).
+    pub fn busy(&self) -> bool {
+        self.users.load(Ordering::SeqCst) > 0
+    }
+
     /// [`Obj::get`], counting the caller as a user of the object (a child
     /// being created): atomic with a destroy's check for users.
     pub fn get_use(p: *mut T::Api) -> Option<Use<T>> {

@@ -53,6 +53,7 @@
 #[allow(non_camel_case_types, non_snake_case, missing_docs, dead_code)]
 pub mod ffi;
 
+mod acks;
 #[allow(missing_docs)]
 mod ah;
 #[allow(missing_docs)]

@@ -33,6 +33,9 @@ pub struct Qp {
     qp_type: c_int,
     sq_sig_all: c_int,
     pub batch: Mutex<WrBatch>,
+    /// Its asynchronous events handed out (a destroy waits for their
+    /// acknowledgements, `acks.rs`).
+    pub acks: crate::acks::EventAcks,
 }
 
 impl Castable for Qp {
@@ -188,6 +191,7 @@ fn new_qp(
             qp_type,
             sq_sig_all,
             batch: Mutex::new(WrBatch::default()),
+            acks: Default::default(),
         },
         placement,
     )
@@ -310,17 +314,27 @@ pub unsafe extern "C" fn destroy_qp(q: *mut ibv_qp) -> c_int {
     if Obj::<Qp>::get(q).is_some_and(|x| !x.qp.mcast_groups().is_empty()) {
         return crate::util::errno_too(libc::EBUSY);
     }
-    guard_errno(|| match Obj::<Qp>::take(q) {
-        Ok(x) => {
-            x.ctx
-                .objs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .qps
-                .remove(&x.qp.qpn().value());
-            0
+    guard_errno(|| {
+        let Some(x) = Obj::<Qp>::get(q) else {
+            return libc::EINVAL;
+        };
+        // No event is handed out for it from here on; then the wait for
+        // the acknowledgements of those that were (`acks.rs`).
+        let qpn = x.qp.qpn().value();
+        let objs = || x.ctx.objs.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = objs().qps.remove(&qpn);
+        // SAFETY: a u32 field of the QP's C structure.
+        let done = unsafe { x.counter(|r| std::ptr::addr_of_mut!((*r).qp_base.events_completed)) };
+        x.acks.wait(done);
+        match Obj::<Qp>::take(q) {
+            Ok(_) => 0,
+            Err(e) => {
+                if let Some(w) = entry {
+                    objs().qps.insert(qpn, w);
+                }
+                e
+            }
         }
-        Err(e) => e,
     })
 }
 

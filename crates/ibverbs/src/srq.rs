@@ -16,6 +16,9 @@ pub struct Srq {
     ctx: Ctx,
     /// An XRC SRQ's domain handle and CQ (it counts as their user).
     _xrc: Option<(Use<crate::xrc::Xrcd>, Use<crate::cq::Cq>)>,
+    /// Its asynchronous events handed out (a destroy waits for their
+    /// acknowledgements, `acks.rs`).
+    pub acks: crate::acks::EventAcks,
 }
 
 impl Castable for Srq {
@@ -88,6 +91,7 @@ pub fn publish(
             _pd: x,
             ctx: ctx.clone(),
             _xrc: xrc,
+            acks: Default::default(),
         },
         placement,
     )
@@ -220,17 +224,30 @@ pub unsafe extern "C" fn query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> 
 /// ("The C boundary"): pointers valid as the prototype says, objects
 /// this library made and not yet destroyed.
 pub unsafe extern "C" fn destroy_srq(s: *mut ibv_srq) -> c_int {
-    // EBUSY while QPs use it.
-    guard_errno(|| match Obj::<Srq>::take(s) {
-        Ok(x) => {
-            x.ctx
-                .objs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .srqs
-                .remove(&x.srq.id().0);
-            0
+    guard_errno(|| {
+        let Some(x) = Obj::<Srq>::get(s) else {
+            return libc::EINVAL;
+        };
+        // EBUSY while QPs use it.
+        if x.busy() {
+            return libc::EBUSY;
         }
-        Err(e) => e,
+        // No event is handed out for it from here on; then the wait for
+        // the acknowledgements of those that were (`acks.rs`).
+        let id = x.srq.id().0;
+        let objs = || x.ctx.objs.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = objs().srqs.remove(&id);
+        // SAFETY: a u32 field of the SRQ's C structure.
+        let done = unsafe { x.counter(|r| std::ptr::addr_of_mut!((*r).events_completed)) };
+        x.acks.wait(done);
+        match Obj::<Srq>::take(s) {
+            Ok(_) => 0,
+            Err(e) => {
+                if let Some(w) = entry {
+                    objs().srqs.insert(id, w);
+                }
+                e
+            }
+        }
     })
 }

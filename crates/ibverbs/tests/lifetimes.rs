@@ -17,6 +17,10 @@
 //! - `destroy_busy.c`: the SRQ, CQ and PD destroyed right after their QP,
 //!   while an event thread acks the QP's last event: no EBUSY, 2,000
 //!   times.
+//! - `destroy_waits.c`: `ibv_destroy_cq`, `ibv_destroy_qp` and
+//!   `ibv_destroy_srq` each wait, on a thread of their own, until another
+//!   thread acknowledges the events handed out for the object, as
+//!   rdma-core's do (a completion event, LAST_WQE_REACHED, the SRQ limit).
 //!
 //! `scripts/sanitize` runs the same programs over a library built with
 //! AddressSanitizer too, so a use-after-free inside it is caught as well.
@@ -65,6 +69,11 @@ fn c_parents_destroyed_right_after_their_child_held_by_an_ack() {
         o.out
     );
     assert_eq!(o.status, Some(0));
+}
+
+#[test]
+fn c_destroys_wait_for_the_acks_of_their_events() {
+    run_c("destroy_waits", "127.63.3.1");
 }
 
 #[test]

@@ -304,21 +304,8 @@ mod tests {
         // Before the fork: a pattern the child keeps, and a hole.
         let mut buf: Vec<u8> = (0..3 * page + 123).map(|i| (i * 7) as u8).collect();
         let before = buf.clone();
-        // SAFETY: fresh anonymous mappings, the second unmapped again so
-        // that its address is a hole in the child too.
-        let hole = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            assert_eq!(libc::munmap(p, page), 0);
-            p as usize
-        };
+        // An address unmapped before the fork, so a hole in the child too.
+        let hole = softrdma_testkit::mem::hole();
         let mut child = Child::fork();
         // Ours changes; the child's copy does not: what we read is its.
         buf.iter_mut().for_each(|b| *b = !*b);

@@ -211,37 +211,7 @@ pub fn msync(addr: usize, len: usize) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    /// An anonymous mapping of `pages` pages, unmapped on drop.
-    struct Map(usize, usize);
-    impl Map {
-        fn new(pages: usize, prot: libc::c_int) -> Map {
-            let len = pages * page_size();
-            // SAFETY: a fresh anonymous private mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    prot,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            Map(p as usize, len)
-        }
-        fn unmap_page(&self, i: usize) {
-            // SAFETY: a page of our own mapping.
-            let r = unsafe { libc::munmap((self.0 + i * page_size()) as *mut _, page_size()) };
-            assert_eq!(r, 0);
-        }
-    }
-    impl Drop for Map {
-        fn drop(&mut self) {
-            // SAFETY: our mapping (munmap of already unmapped pages is fine).
-            unsafe { libc::munmap(self.0 as *mut _, self.1) };
-        }
-    }
+    use softrdma_testkit::mem::Mapping;
 
     /// One test, so that no other test of this module maps memory into
     /// the hole it makes.
@@ -254,49 +224,52 @@ mod tests {
 
     fn copies_through_the_kernel_and_reports_holes() {
         let page = page_size();
-        let m = Map::new(3, libc::PROT_READ | libc::PROT_WRITE);
+        let m = Mapping::new(3);
         let data: Vec<u8> = (0..page + 100).map(|i| i as u8).collect();
         // SAFETY: our mapping.
-        unsafe { write_own(m.0 + 50, &data) }.unwrap();
+        unsafe { write_own(m.addr() + 50, &data) }.unwrap();
         let mut back = vec![0u8; data.len()];
         // SAFETY: our mapping.
-        unsafe { read_own(m.0 + 50, &mut back) }.unwrap();
+        unsafe { read_own(m.addr() + 50, &mut back) }.unwrap();
         assert_eq!(back, data);
         m.unmap_page(1);
-        assert_eq!(populate(m.0 + page, 1, false), Err(MemFault));
+        assert_eq!(populate(m.addr() + page, 1, false), Err(MemFault));
         let mut b = [0u8; 8];
         // SAFETY: our (partly unmapped) mapping: the point of the test.
-        assert_eq!(unsafe { read_own(m.0 + page + 8, &mut b) }, Err(MemFault));
-        // SAFETY: as above.
-        assert_eq!(unsafe { write_own(m.0 + page - 4, &b) }, Err(MemFault));
-        // A range across the hole fails; the pages around it still work.
-        // SAFETY: as above.
         assert_eq!(
-            unsafe { read_own(m.0, &mut vec![0; 3 * page]) },
+            unsafe { read_own(m.addr() + page + 8, &mut b) },
             Err(MemFault)
         );
         // SAFETY: as above.
-        unsafe { read_own(m.0 + 2 * page, &mut b) }.unwrap();
-        assert_eq!(populate(m.0, page, true), Ok(()));
+        assert_eq!(unsafe { write_own(m.addr() + page - 4, &b) }, Err(MemFault));
+        // A range across the hole fails; the pages around it still work.
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { read_own(m.addr(), &mut vec![0; 3 * page]) },
+            Err(MemFault)
+        );
+        // SAFETY: as above.
+        unsafe { read_own(m.addr() + 2 * page, &mut b) }.unwrap();
+        assert_eq!(populate(m.addr(), page, true), Ok(()));
         assert!(populate_supported(), "Linux 5.14 or later");
     }
 
     fn read_only_pages_refuse_writes_and_write_populate() {
-        let m = Map::new(1, libc::PROT_READ);
+        let m = Mapping::read_only(1);
         let mut b = [9u8; 4];
         // SAFETY: our mapping.
-        unsafe { read_own(m.0, &mut b) }.unwrap();
+        unsafe { read_own(m.addr(), &mut b) }.unwrap();
         assert_eq!(b, [0; 4]);
         // SAFETY: our mapping.
-        assert_eq!(unsafe { write_own(m.0, &b) }, Err(MemFault));
-        assert_eq!(populate(m.0, 8, false), Ok(()));
-        assert_eq!(populate(m.0, 8, true), Err(MemFault));
+        assert_eq!(unsafe { write_own(m.addr(), &b) }, Err(MemFault));
+        assert_eq!(populate(m.addr(), 8, false), Ok(()));
+        assert_eq!(populate(m.addr(), 8, true), Err(MemFault));
     }
 
     fn msync_of_anonymous_memory_and_of_nothing() {
-        let m = Map::new(1, libc::PROT_READ | libc::PROT_WRITE);
-        msync(m.0 + 10, 20).unwrap();
+        let m = Mapping::new(1);
+        msync(m.addr() + 10, 20).unwrap();
         m.unmap_page(0);
-        assert!(msync(m.0, 20).is_err());
+        assert!(msync(m.addr(), 20).is_err());
     }
 }

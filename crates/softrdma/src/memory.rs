@@ -554,21 +554,8 @@ mod tests {
         let all = OdpRegion::new(0, usize::MAX);
         all.read(base + 10, &mut b).unwrap();
         assert_eq!(&b, b"odp");
-        // Unmapped memory: errors, no crash. (A fresh mapping, unmapped.)
-        // SAFETY: an anonymous mapping of our own, unmapped at once.
-        let hole = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            libc::munmap(p, page);
-            p as usize
-        };
+        // Unmapped memory: errors, no crash.
+        let hole = softrdma_testkit::mem::hole();
         let gone = OdpRegion::new(hole, page);
         assert_eq!(gone.read(0, &mut b), Err(Fault));
         assert_eq!(gone.write(0, &b), Err(Fault));

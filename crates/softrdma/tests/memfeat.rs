@@ -221,39 +221,7 @@ fn atomic_write_and_flush_over_sockets() {
     assert!(a.dev.query_device().odp.general & OdpCaps::SUPPORT_IMPLICIT != 0);
 }
 
-/// An anonymous mapping of `pages` pages, unmapped at the end.
-struct Map(*mut u8, usize);
-impl Map {
-    fn new(pages: usize) -> Map {
-        let len = pages * 4096;
-        // SAFETY: a fresh anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Map(p.cast(), len)
-    }
-    fn unmap_page(&self, i: usize) {
-        // SAFETY: a page of our own mapping, no reference into it held.
-        assert_eq!(
-            unsafe { libc::munmap(self.0.add(i * 4096).cast(), 4096) },
-            0
-        );
-    }
-}
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: our mapping (pages already unmapped are fine).
-        unsafe { libc::munmap(self.0.cast(), self.1) };
-    }
-}
+use softrdma_testkit::mem::Mapping as Map;
 
 #[test]
 fn on_demand_region_survives_an_unmapped_page() {
@@ -263,8 +231,8 @@ fn on_demand_region_survives_an_unmapped_page() {
     // SAFETY: the mapping outlives the region (dropped first, below).
     let odp = unsafe {
         b.pd.register_mr(
-            m.0,
-            m.1,
+            m.ptr(),
+            m.len(),
             rw().with(Access::REMOTE_ATOMIC).with(Access::ON_DEMAND),
         )
     }
@@ -283,7 +251,7 @@ fn on_demand_region_survives_an_unmapped_page() {
         WcStatus::Success
     );
     // SAFETY: our mapping, written by the device: a copy through a pointer.
-    assert_eq!(unsafe { *m.0.add(100 + 8191) }, 0x77);
+    assert_eq!(unsafe { *m.ptr().add(100 + 8191) }, 0x77);
     m.unmap_page(2);
     assert_eq!(
         status_of(
@@ -309,7 +277,7 @@ fn rereg_translation_while_a_read_is_under_way() {
     let new = Map::new(16);
     // SAFETY: `old` is unmapped only after the rereg returned (nothing
     // touches it then); `new` outlives the region.
-    let mut mr = unsafe { b.pd.register_mr(old.0, old.1, rw()) }.unwrap();
+    let mut mr = unsafe { b.pd.register_mr(old.ptr(), old.len(), rw()) }.unwrap();
     let (old_key, old_addr) = (mr.rkey(), mr.addr());
     a.qp.post_send(rdma(
         WrOpcode::RdmaRead,
@@ -319,7 +287,7 @@ fn rereg_translation_while_a_read_is_under_way() {
     ))
     .unwrap();
     // SAFETY: as above.
-    unsafe { mr.rereg(None, Some((new.0, new.1, new.0 as u64)), None) }.unwrap();
+    unsafe { mr.rereg(None, Some((new.ptr(), new.len(), new.ptr() as u64)), None) }.unwrap();
     assert_ne!(mr.rkey(), old_key);
     // The old memory goes at once: a READ response still under way must
     // not read it any more (it ends with a remote access error instead).

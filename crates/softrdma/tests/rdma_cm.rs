@@ -310,6 +310,12 @@ fn reqs_rdma_cm_cannot_take_get_rej_28_and_leave_the_backlog_alone() {
 /// Connects a fresh id to `dst`:`port` with a made-up QPN (no QP: the
 /// request is all that matters) and returns its channel and id.
 fn request_to(dst: std::net::IpAddr, port: u16) -> (EventChannel, CmId) {
+    request_from_qpn(dst, port, 0x321)
+}
+
+/// [`request_to`] naming QP `qpn` (requests of one device that are under
+/// way at once name distinct QPs, or all but the first get REJ 10).
+fn request_from_qpn(dst: std::net::IpAddr, port: u16, qpn: u32) -> (EventChannel, CmId) {
     let ch = EventChannel::new().unwrap();
     let id = CmId::new(&ch, PortSpace::Tcp, None).unwrap();
     id.resolve_addr(None, SocketAddr::new(dst, port)).unwrap();
@@ -317,7 +323,7 @@ fn request_to(dst: std::net::IpAddr, port: u16) -> (EventChannel, CmId) {
     id.resolve_route().unwrap();
     assert_eq!(events(&ch).event, EventType::RouteResolved);
     id.connect(Some(&ConnParam {
-        qp_num: 0x321,
+        qp_num: qpn,
         ..Default::default()
     }))
     .unwrap();
@@ -444,4 +450,163 @@ fn a_channel_is_readable_only_for_events_that_are_there() {
     assert!(readable(ch2.fd(), 0));
     assert_eq!(events(&ch2).event, EventType::AddrResolved);
     assert!(!readable(ch2.fd(), 0));
+}
+
+/// `rdma_accept` whose move of the QP to RTR/RTS fails returns the error
+/// with no REP sent, as librdmacm's (its ACCEPT never reaches the
+/// kernel): the request is still pending, and a reject reaches the
+/// requester as its first answer (a REP sent anyway would have been its
+/// CONNECT_RESPONSE).
+#[test]
+fn an_accept_whose_qp_move_fails_sends_no_rep() {
+    let a = Device::open(DeviceOptions::at("127.63.1.1".parse().unwrap())).unwrap();
+    let ip = a.local_addr().ip();
+    let lch = EventChannel::new().unwrap();
+    let lid = CmId::new(&lch, PortSpace::Tcp, None).unwrap();
+    lid.bind_addr(SocketAddr::new(ip, 0)).unwrap();
+    lid.listen(4).unwrap();
+    let port = lid.addr_info().unwrap().src.unwrap().port();
+    let (ch, id) = request_to(ip, port);
+    let req = events(&lch);
+    assert_eq!(req.event, EventType::ConnectRequest);
+    let child = req.id.clone();
+    drop(req);
+    let dev = child.device().unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8, None).unwrap();
+    let qp = pd
+        .qp_builder(softrdma::QpType::Rc, &cq, &cq)
+        .build()
+        .unwrap();
+    child.attach_qp(&qp).unwrap();
+    // A QP in ERR moves to INIT/RTR no more.
+    let err = softrdma::QpAttr {
+        qp_state: softrdma::QpState::Err,
+        ..Default::default()
+    };
+    qp.modify(&err, softrdma::AttrMask::STATE).unwrap();
+    let e = child.accept(None).unwrap_err();
+    println!("accept: {e}");
+    child.reject(b"after all").unwrap();
+    let ev = events(&ch);
+    assert_eq!(
+        (ev.event, ev.status),
+        (EventType::Rejected, 28),
+        "a REP went out before the reject"
+    );
+    assert_eq!(&ev.conn.private_data[..9], b"after all");
+    drop(ev);
+    child.destroy().unwrap();
+    id.destroy().unwrap();
+    lid.destroy().unwrap();
+}
+
+/// `rdma_listen` of a listening id: EINVAL, and the new backlog, as
+/// Linux's ucma sets it before `rdma_listen` fails: a request queued and
+/// not taken yet no longer counts against it. A request to a second
+/// listener, sent after the one the new backlog admits from the same
+/// device, tells when that one has been handled.
+#[test]
+fn listening_again_sets_the_backlog_and_gives_einval() {
+    let a = Device::open(DeviceOptions::at("127.63.1.2".parse().unwrap())).unwrap();
+    let ip = a.local_addr().ip();
+    let listener = |ch: &EventChannel, backlog| {
+        let l = CmId::new(ch, PortSpace::Tcp, None).unwrap();
+        l.bind_addr(SocketAddr::new(ip, 0)).unwrap();
+        l.listen(backlog).unwrap();
+        let port = l.addr_info().unwrap().src.unwrap().port();
+        (l, port)
+    };
+    let (lch, och) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let (lid, port) = listener(&lch, 1);
+    let (other, other_port) = listener(&och, 4);
+    let (_c1ch, c1) = request_from_qpn(ip, port, 0x501);
+    // Queued, not taken: the backlog of 1 is full.
+    assert!(readable(lch.fd(), 10_000));
+    let e = lid.listen(1).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    let (_c2ch, c2) = request_from_qpn(ip, port, 0x502);
+    let (_c3ch, c3) = request_from_qpn(ip, other_port, 0x503);
+    // The third request has been handled, so the second too.
+    assert!(readable(och.fd(), 10_000));
+    let take = |ch: &EventChannel, l: &CmId| {
+        let ev = events(ch);
+        assert_eq!(ev.event, EventType::ConnectRequest);
+        assert_eq!(ev.listen_id.as_ref(), Some(l));
+        ev.id.reject(b"").unwrap();
+        let child = ev.id.clone();
+        drop(ev);
+        child.destroy().unwrap();
+    };
+    take(&lch, &lid);
+    assert!(readable(lch.fd(), 0), "the second request was dropped");
+    take(&lch, &lid);
+    take(&och, &other);
+    for id in [c1, c2, c3, other, lid] {
+        id.destroy().unwrap();
+    }
+}
+
+/// Whether thread `tid` of this process sleeps in a futex (a lock or a
+/// condition wait): `/proc/self/task/TID/syscall`.
+fn in_futex(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+        == Some(libc::SYS_futex)
+}
+
+/// `rdma_leave_multicast` waits until the join's events the program got
+/// are acknowledged, as librdmacm's (`mc->events_completed`): the leave
+/// runs on a thread, seen asleep 20 times in a row before the
+/// MULTICAST_JOIN event is dropped (acknowledged), and has not returned
+/// by then.
+#[test]
+fn leaving_a_group_waits_for_the_joins_events_to_be_acked() {
+    let a = Device::open(DeviceOptions::at("127.63.1.3".parse().unwrap())).unwrap();
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Udp, None).unwrap();
+    id.bind_addr(SocketAddr::new(a.local_addr().ip(), 0))
+        .unwrap();
+    let group: std::net::IpAddr = "239.63.1.3".parse().unwrap();
+    id.join_multicast(group, false, 7).unwrap();
+    let ev = events(&ch);
+    assert_eq!(
+        (ev.event, ev.mc),
+        (EventType::MulticastJoin, Some((group, 7)))
+    );
+    let tid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let leaver = {
+        let (id, tid, done) = (id.clone(), tid.clone(), done.clone());
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid.store(
+                unsafe { libc::gettid() },
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            let r = id.leave_multicast(group);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        })
+    };
+    let t = loop {
+        match tid.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => std::thread::yield_now(),
+            t => break t,
+        }
+    };
+    let mut asleep = 0;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) && asleep < 20 {
+        asleep = if in_futex(t) { asleep + 1 } else { 0 };
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let early = done.load(std::sync::atomic::Ordering::SeqCst);
+    drop(ev);
+    leaver.join().unwrap().unwrap();
+    assert!(
+        !early,
+        "rdma_leave_multicast returned before the event's ack"
+    );
+    id.destroy().unwrap();
 }

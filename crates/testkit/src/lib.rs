@@ -2,12 +2,16 @@
 //! helper is written once: the build's directories, running `ip` and other
 //! commands, the root check, the lines a role process prints, replaying a
 //! committed fuzz corpus, test data, signals, and programs run in a
-//! process group of their own with their output in a file ([`Proc`]).
+//! process group of their own with their output in a file ([`Proc`]),
+//! and mappings with unmapped pages ([`mem`]).
 //!
 //! A dev-dependency only (`softrdma-testkit = { workspace = true }`); it
-//! depends on no softrdma crate but `softrdma-io` (for [`signal`]), so
-//! every crate's tests can use it.
+//! depends on no softrdma crate but `softrdma-io` (for [`signal`] and the
+//! page size), so every crate's tests can use it — softrdma-io's own too
+//! (a dev-dependency cycle cargo allows: its tests link this crate's copy
+//! of softrdma-io).
 
+pub mod mem;
 mod proc;
 
 pub use proc::{Done, Proc};

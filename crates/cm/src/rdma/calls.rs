@@ -123,12 +123,15 @@ impl Endpoint {
         Ok(())
     }
 
-    /// `rdma_accept` of a request's id. RC: with a QP, librdmacm's INIT,
-    /// RTR and RTS queued first (the QP is ready when the RTU comes), then
-    /// the REP; UD: the SIDR_REP (the QP's number, Q_Key 0x01234567).
-    /// `param` `None`: what the requester asked for, capped by `max`.
-    pub fn accept(&mut self, num: u64, now: Instant, param: Option<&ConnParam>, max: u8) -> R {
-        self.tick(now);
+    /// The checks of `rdma_accept` and the READ depths it settles
+    /// (librdmacm's, before anything is sent): the id's CM id, device,
+    /// QP and depths (responder resources, initiator depth).
+    fn accept_checks(
+        &mut self,
+        num: u64,
+        param: Option<&ConnParam>,
+        max: u8,
+    ) -> R<(CmId, u64, (u8, u8))> {
         let (cm_id, dev) = self.conn_of(num, "rdma_accept: not a connection request")?;
         let e = self.entry(num)?;
         if e.st != IdState::Connect || e.listener.is_none() {
@@ -144,8 +147,47 @@ impl Endpoint {
         let p = param.unwrap_or(&dflt);
         e.init_depth = depth(p.initiator_depth, e.init_depth.min(max));
         e.resp_res = depth(p.responder_resources, e.resp_res.min(max));
+        Ok((cm_id, dev, (e.resp_res, e.init_depth)))
+    }
+
+    /// The first half of `rdma_accept` of a request's id: the changes
+    /// that move its QP to RTS (librdmacm's `ucma_modify_qp_rtr` and
+    /// `ucma_modify_qp_rts`: INIT, RTR, RTS), for the driver to apply
+    /// *before* [`Endpoint::accept`]; none for a UD id or one without a
+    /// QP. Nothing is sent: a change that fails fails the accept with no
+    /// REP out (librdmacm returns before its ACCEPT reaches the kernel),
+    /// and the request stays acceptable or rejectable.
+    pub fn accept_changes(
+        &mut self,
+        num: u64,
+        param: Option<&ConnParam>,
+        max: u8,
+    ) -> R<Vec<(Qpn, QpChange)>> {
+        let (cm_id, dev, depths) = self.accept_checks(num, param, max)?;
+        let e = self.entry(num)?;
+        let (Some((q, _)), false) = (e.qp, e.transport == Transport::Ud) else {
+            return Ok(Vec::new());
+        };
+        let o = self.overrides(num)?;
+        let cm = self.dev_cm(dev)?;
+        Ok(to_rts(cm, cm_id, &o, Some(depths))?
+            .into_iter()
+            .map(|c| (q, c))
+            .collect())
+    }
+
+    /// `rdma_accept` of a request's id, once the driver applied
+    /// [`Endpoint::accept_changes`]: RC, the REP (a REP the CM refuses
+    /// queues the QP's move to ERR, as librdmacm's `ucma_modify_qp_err`);
+    /// UD, the SIDR_REP (the QP's number, Q_Key 0x01234567). `param`
+    /// `None`: what the requester asked for, capped by `max`.
+    pub fn accept(&mut self, num: u64, now: Instant, param: Option<&ConnParam>, max: u8) -> R {
+        self.tick(now);
+        let (cm_id, dev, depths) = self.accept_checks(num, param, max)?;
+        let e = self.entry(num)?;
+        let dflt = ConnParam::default();
+        let p = param.unwrap_or(&dflt);
         let (qp, seq, ud) = (e.qp, e.seq, e.transport == Transport::Ud);
-        let depths = (e.resp_res, e.init_depth);
         let (qp_num, srq) = match qp {
             Some((q, srq)) => (q, srq),
             None => (Qpn::new(p.qp_num), p.srq),
@@ -162,14 +204,6 @@ impl Endpoint {
             self.dev_cm(dev)?.sidr_reply(now, cm_id, &rp)?;
             self.pump(dev);
             return Ok(());
-        }
-        if let Some((q, _)) = qp {
-            // ucma_modify_qp_rtr / ucma_modify_qp_rts.
-            let o = self.overrides(num)?;
-            let cm = self.dev_cm(dev)?;
-            for c in to_rts(cm, cm_id, &o, Some(depths))? {
-                self.change(num, q, c);
-            }
         }
         let conn = negotiate::ConnParam {
             private_data: p.private_data.clone(),

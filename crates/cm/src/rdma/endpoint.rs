@@ -233,8 +233,11 @@ impl Endpoint {
             .filter(|l| l.device.is_none())
             .map(Listener::service_id)
             .collect();
+        // A CM that cannot listen (its table full) leaves the request
+        // held, then rejected as for nobody listening (Linux fails the
+        // device's addition instead).
         for sid in sids {
-            self.cm_listen(dev, sid, now);
+            let _ = self.cm_listen(dev, sid, now);
         }
     }
 
@@ -438,15 +441,22 @@ impl Endpoint {
     /// `rdma_listen`: the id takes the requests for its port on its device
     /// (every device for a wildcard address); `backlog` ≤ 0: the most. A
     /// port shared with REUSEADDR must be the id's alone to listen
-    /// (`cma_bind_listen`).
+    /// (`cma_bind_listen`). A device's CM that cannot listen (its id
+    /// table full: [`CmError::TooManyIds`], ENOMEM) fails the call: the
+    /// id is bound again and no device listens for it
+    /// (`cma_listen_on_all`'s `_cma_cancel_listens`).
+    ///
+    /// A listening id: Linux's ucma sets the backlog
+    /// ([`Listener::relisten`]) before `rdma_listen`, which then fails
+    /// (its `rdma_bind_addr` of a bound id: EINVAL); so here.
     pub fn listen(&mut self, num: u64, backlog: i32, now: Instant) -> Result<(), EndpointError> {
         self.tick(now);
         let e = self.entry(num)?;
         if e.st == IdState::Listen {
             if let Some(l) = e.listen.as_mut() {
-                l.backlog = super::backlog(backlog);
+                l.relisten(backlog);
             }
-            return Ok(());
+            return Err(EndpointError::State("rdma_listen: listening already"));
         }
         let (IdState::AddrBound, Some(src)) = (e.st, e.src) else {
             return Err(EndpointError::State("rdma_listen: not bound"));
@@ -467,26 +477,37 @@ impl Endpoint {
             None => self.devs.keys().copied().collect(),
         };
         for d in devs {
-            self.cm_listen(d, sid, now);
+            if let Err(err) = self.cm_listen(d, sid, now) {
+                self.stop_listening(num, now)?;
+                return Err(err.into());
+            }
         }
         Ok(())
     }
 
     /// Device `dev` listens on `sid` (one CM listener, shared); a gated
-    /// device asks its device process first (`gate.rs`).
-    pub(super) fn cm_listen(&mut self, dev: u64, sid: ServiceId, now: Instant) {
+    /// device asks its device process first (`gate.rs`). The CM's
+    /// refusal (its id table full) comes back.
+    pub(super) fn cm_listen(
+        &mut self,
+        dev: u64,
+        sid: ServiceId,
+        now: Instant,
+    ) -> Result<(), CmError> {
         if self
             .devs
             .get(&dev)
             .is_some_and(|d| d.gated && !d.listens(sid))
         {
             self.ask(GateAsk::Listen { dev, sid });
-            return;
+            return Ok(());
         }
-        if let Some(ds) = self.devs.get_mut(&dev) {
-            let _ = ds.listen(now, sid);
-        }
+        let r = match self.devs.get_mut(&dev) {
+            Some(ds) => ds.listen(now, sid),
+            None => Ok(()),
+        };
         self.pump(dev);
+        r
     }
 
     /// A request's id the program took (its CONNECT_REQUEST delivered):
@@ -569,7 +590,7 @@ impl Endpoint {
                 .values()
                 .any(|e| e.listen.as_ref().is_some_and(|l| l.covers(dev, sid)));
             if covered && self.devs.get(&dev).is_some_and(|d| !d.listens(sid)) {
-                self.cm_listen(dev, sid, now);
+                let _ = self.cm_listen(dev, sid, now);
             }
         }
         let Some(ds) = self.devs.get_mut(&dev) else {

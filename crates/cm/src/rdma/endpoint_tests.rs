@@ -100,14 +100,23 @@ fn connect_accept_establish_disconnect() {
     let init = b.poll_qp_change().expect("INIT");
     assert!(matches!(init, (n, q, QpChange::Modify(a))
         if n == s && q == Qpn::new(0x22) && a.attr.qp_state == QpState::Init));
-    b.accept(s, Instant(3), None, 16).expect("accept");
-    let states: Vec<_> = std::iter::from_fn(|| b.poll_qp_change())
-        .map(|(_, _, c)| match c {
-            QpChange::Modify(a) => a.attr.qp_state,
-            QpChange::ToErr => QpState::Err,
+    // The accept's moves come first, for the driver to apply; no REP is
+    // out before it calls `accept` (a move that fails fails the accept
+    // with nothing sent, as librdmacm's).
+    let changes = b.accept_changes(s, None, 16).expect("the accept's moves");
+    let states: Vec<_> = changes
+        .iter()
+        .map(|(q, c)| match c {
+            QpChange::Modify(a) if *q == Qpn::new(0x22) => a.attr.qp_state,
+            _ => QpState::Err,
         })
         .collect();
     assert_eq!(states, [QpState::Init, QpState::Rtr, QpState::Rts]);
+    assert!(b.poll_transmit().is_none(), "no REP before the QP moved");
+    assert!(b.poll_qp_change().is_none());
+    assert_eq!(b.cm_state(s), Some(crate::State::MraReqSent), "no REP");
+    b.accept(s, Instant(3), None, 16).expect("accept");
+    assert!(b.poll_qp_change().is_none(), "moved by the driver already");
     carry(&mut a, &mut b, Instant(4));
     let rep = next(&mut a);
     assert_eq!((rep.id, rep.event), (c, EventType::ConnectResponse));
@@ -231,7 +240,16 @@ fn destroying_a_listener_rejects_the_requests_nobody_took() {
 #[test]
 fn a_full_backlog_drops_until_a_request_is_taken() {
     let (mut a, mut b, rc, _) = pair();
-    b.listen(rc, 1, Instant(0)).expect("backlog 1");
+    // Listening already: Linux's ucma takes the backlog, `rdma_listen`
+    // then fails (EINVAL).
+    assert_eq!(
+        b.listen(rc, 1, Instant(0)),
+        Err(EndpointError::State("rdma_listen: listening already"))
+    );
+    assert_eq!(
+        b.id(rc).and_then(|e| e.listen.as_ref()).map(|l| l.backlog),
+        Some(1)
+    );
     let c1 = active(&mut a, PortSpace::Tcp, Transport::Rc, 7000);
     let c2 = active(&mut a, PortSpace::Tcp, Transport::Rc, 7000);
     for (c, qpn) in [(c1, 0x41), (c2, 0x42)] {
@@ -293,6 +311,76 @@ fn ports_and_options() {
         a.destroy(99, Instant(0)).err(),
         Some(EndpointError::NoSuchId)
     );
+}
+
+/// A second `rdma_listen` on a listener sets its backlog anew (EINVAL
+/// all the same): requests queued and not taken yet no longer count
+/// against it, as ucma's count of free places is set to the new backlog.
+#[test]
+fn listening_again_sets_the_backlog_and_fails() {
+    let (mut a, mut b, rc, _) = pair();
+    assert!(b.listen(rc, 1, Instant(0)).is_err());
+    let conn = |a: &mut Endpoint, qpn| {
+        let c = active(a, PortSpace::Tcp, Transport::Rc, 7000);
+        let p = ConnParam {
+            qp_num: qpn,
+            ..Default::default()
+        };
+        a.connect(c, Instant(1), Some(&p), 16).expect("connect");
+    };
+    conn(&mut a, 0x41);
+    carry(&mut a, &mut b, Instant(2));
+    assert_eq!(next(&mut b).event, EventType::ConnectRequest);
+    // Not taken by the program: the backlog of 1 is full until it is set
+    // again.
+    conn(&mut a, 0x42);
+    carry(&mut a, &mut b, Instant(2));
+    assert!(b.poll_event().is_none(), "dropped: the backlog is full");
+    assert!(b.listen(rc, 1, Instant(2)).is_err(), "EINVAL, backlog set");
+    conn(&mut a, 0x43);
+    carry(&mut a, &mut b, Instant(3));
+    assert_eq!(next(&mut b).event, EventType::ConnectRequest);
+    assert_eq!(
+        b.id(rc).and_then(|e| e.listen.as_ref()).map(|l| l.pending),
+        Some(1)
+    );
+}
+
+/// A device's CM with no room for another id fails `rdma_listen`
+/// (Linux: ENOMEM from `ib_cm_insert_listen`); the id is bound again and
+/// no device listens for it.
+#[test]
+fn a_full_cm_fails_the_listen() {
+    let mut b = Endpoint::new();
+    b.add_device(B, CmConfig::new(2, [3, 4]), ip("10.0.0.2"), Instant(0));
+    b.add_device(3, CmConfig::new(3, [5, 6]), ip("10.0.0.3"), Instant(0));
+    let at = |port| SocketAddr::new(ip("10.0.0.2"), port);
+    // Every port of two port spaces on device B: its table is full.
+    let mut n = 0;
+    'fill: for ps in [PortSpace::Tcp, PortSpace::Udp] {
+        let t = Transport::of_port_space(ps);
+        for port in 1..=u16::MAX {
+            if n == crate::limits::MAX_IDS {
+                break 'fill;
+            }
+            let l = b.create_id(ps, t, Psn::new(1));
+            b.bind(l, Some(B), at(port), 0).expect("bind");
+            b.listen(l, 0, Instant(0)).expect("room left");
+            n += 1;
+        }
+    }
+    let l = b.create_id(PortSpace::Ib, Transport::Rc, Psn::new(1));
+    b.bind(l, None, SocketAddr::new(ip("0.0.0.0"), 5), 0)
+        .expect("bind");
+    assert_eq!(
+        b.listen(l, 0, Instant(0)),
+        Err(EndpointError::Cm(CmError::TooManyIds))
+    );
+    let e = b.id(l).expect("the id");
+    assert_eq!((e.st, e.listen.is_none()), (IdState::AddrBound, true));
+    let sid = service_id(PortSpace::Ib, 5);
+    assert!(!b.devs[&3].listens(sid), "device 3's listen undone");
+    assert!(!b.devs[&B].listens(sid));
 }
 
 #[path = "gate_tests.rs"]

@@ -30,7 +30,7 @@
 
 use super::endpoint::{Endpoint, EndpointError};
 use super::event::IdState;
-use crate::{Instant, ServiceId};
+use crate::{CmError, Instant, ServiceId};
 
 /// What a gated device asks of its device process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,25 +88,38 @@ impl Endpoint {
 
     /// The device process's answer to [`GateAsk::Listen`]: `approved`, the
     /// device's CM listens on `sid` if a listener still covers the device
-    /// (none does any more: [`GateAsk::Unlisten`] gives it back).
-    pub fn gate_listen(&mut self, dev: u64, sid: ServiceId, approved: bool, now: Instant) {
+    /// (none does any more: [`GateAsk::Unlisten`] gives it back). The
+    /// CM's own refusal (its id table full) comes back: the driver fails
+    /// the `rdma_listen` as for a refused listen (ENOMEM).
+    pub fn gate_listen(
+        &mut self,
+        dev: u64,
+        sid: ServiceId,
+        approved: bool,
+        now: Instant,
+    ) -> Result<(), CmError> {
         self.tick(now);
         if !approved {
-            return;
+            return Ok(());
         }
         let covered = self
             .ids
             .values()
             .any(|e| e.listen.as_ref().is_some_and(|l| l.covers(dev, sid)));
         let Some(ds) = self.devs.get_mut(&dev) else {
-            return;
+            return Ok(());
         };
         if !covered {
             self.gate.push_back(GateAsk::Unlisten { dev, sid });
-            return;
+            return Ok(());
         }
-        let _ = ds.listen(now, sid);
+        let r = ds.listen(now, sid);
         self.pump(dev);
+        if r.is_err() {
+            // The service stays the device process's to give back.
+            self.gate.push_back(GateAsk::Unlisten { dev, sid });
+        }
+        r
     }
 
     /// A listen the device process refused on a device the listener

@@ -46,7 +46,8 @@ fn a_gated_device_listens_once_its_device_process_agrees() {
     carry(&mut a, &mut b, Instant(2));
     assert!(b.poll_event().is_none(), "held");
     assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid }));
-    b.gate_listen(B, sid, true, Instant(3));
+    b.gate_listen(B, sid, true, Instant(3))
+        .expect("the CM listens");
     assert!(b.devs[&B].listens(sid));
     let req = next(&mut b);
     assert_eq!(
@@ -66,7 +67,8 @@ fn a_gated_device_listens_once_its_device_process_agrees() {
     assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid: sid2 }));
     b.destroy(l2, Instant(6)).expect("destroy");
     assert_eq!(b.poll_gate(), None, "it never listened");
-    b.gate_listen(B, sid2, true, Instant(7));
+    b.gate_listen(B, sid2, true, Instant(7))
+        .expect("the CM listens");
     assert!(!b.devs[&B].listens(sid2));
     assert_eq!(b.poll_gate(), Some(GateAsk::Unlisten { dev: B, sid: sid2 }));
 }
@@ -81,14 +83,16 @@ fn a_refused_listen_leaves_requests_to_the_hold() {
         .expect("bind");
     b.listen(l, 0, Instant(0)).expect("listen");
     assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid }));
-    b.gate_listen(B, sid, false, Instant(0));
+    b.gate_listen(B, sid, false, Instant(0))
+        .expect("refused: nothing to do");
     assert!(!b.devs[&B].listens(sid), "another process listens");
     let c = active(&mut a, PortSpace::Tcp, Transport::Rc, 7100);
     a.connect(c, Instant(0), Some(&ConnParam::default()), 16)
         .expect("connect");
     carry(&mut a, &mut b, Instant(0));
     assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid }));
-    b.gate_listen(B, sid, false, Instant(0));
+    b.gate_listen(B, sid, false, Instant(0))
+        .expect("refused: nothing to do");
     b.handle_timeout(Instant(PARK_NS));
     carry(&mut a, &mut b, Instant(PARK_NS));
     let r = next(&mut a);
@@ -238,7 +242,8 @@ fn a_refused_listen_is_undone() {
     b.bind(l, Some(B), at, 0).expect("bind");
     b.listen(l, 0, Instant(0)).expect("listen");
     assert_eq!(b.poll_gate(), Some(GateAsk::Listen { dev: B, sid }));
-    b.gate_listen(B, sid, false, Instant(0));
+    b.gate_listen(B, sid, false, Instant(0))
+        .expect("refused: nothing to do");
     b.stop_listening(l, Instant(0)).expect("undone");
     assert_eq!(b.id(l).map(|e| e.st), Some(IdState::AddrBound));
     assert!(b.id(l).is_some_and(|e| e.listen.is_none()));

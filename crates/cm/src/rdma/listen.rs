@@ -157,6 +157,14 @@ impl Listener {
         Admission::Take
     }
 
+    /// `rdma_listen` of the listening id again: as Linux's ucma, which
+    /// sets its count of requests the listener may still take to the new
+    /// backlog (those not taken yet no longer count against it).
+    pub fn relisten(&mut self, backlog_given: i32) {
+        self.backlog = backlog(backlog_given);
+        self.pending = 0;
+    }
+
     /// The program took one of its requests (`rdma_get_cm_event`).
     pub fn taken(&mut self) {
         self.pending = self.pending.saturating_sub(1);

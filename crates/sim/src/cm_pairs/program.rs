@@ -334,8 +334,14 @@ impl World<'_> {
                         // `rdma_create_qp`, then the accept moves it to RTS.
                         self.create_qp(node, id, Self::server_qpn(c));
                         let conn = rc_param(Self::server_qpn(c));
+                        // librdmacm moves the QP first, then sends the REP.
                         let ep = &mut self.nodes[node].ep;
-                        let r = ep.accept(id, now, Some(&conn), MAX_RD_ATOM);
+                        let r = ep.accept_changes(id, Some(&conn), MAX_RD_ATOM);
+                        for (qpn, ch) in r.iter().flatten() {
+                            self.apply(node, id, *qpn, ch);
+                        }
+                        let ep = &mut self.nodes[node].ep;
+                        let r = r.and_then(|_| ep.accept(id, now, Some(&conn), MAX_RD_ATOM));
                         if r.is_ok() {
                             self.report.conns[c].accepted = true;
                         }

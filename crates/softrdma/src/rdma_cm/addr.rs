@@ -178,7 +178,10 @@ impl CmId {
     /// `backlog` ≤ 0 means 1024: requests beyond that many untaken ones
     /// get no answer (the requester retries). An unbound id is bound to
     /// 0.0.0.0 first. On a device shared with other processes, the device
-    /// process must let this one listen (ENOMEM when another listens).
+    /// process must let this one listen (ENOMEM when another listens);
+    /// ENOMEM too when a device's CM has no room for the listener (its
+    /// `MAX_IDS` ids). A listening id: the new backlog, and EINVAL, as
+    /// Linux gives.
     pub fn listen(&self, backlog: i32) -> Result<()> {
         let num = self.0.num;
         let (state, src) = {
@@ -189,6 +192,12 @@ impl CmId {
         if state == St::Idle {
             self.bind_addr(SocketAddr::new(any_of(true), 0))?;
             return self.listen(backlog);
+        }
+        if state == St::Listen {
+            // Linux: ucma sets the listener's backlog, then `rdma_listen`
+            // fails (EINVAL: its `rdma_bind_addr` of a bound id).
+            let mut g = lock();
+            return call(&mut g, |ep| ep.listen(num, backlog, now()));
         }
         if state != St::AddrBound {
             return Err(einval("rdma_listen: the id is not bound"));

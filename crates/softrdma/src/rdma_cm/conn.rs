@@ -6,7 +6,7 @@
 
 use super::driver::{call, errno, flush, now};
 use super::id::{dev_of, einval, ep_id, CmId};
-use super::qp::max_rd_atom;
+use super::qp::{apply, max_rd_atom};
 use super::state::lock;
 use super::ConnParam;
 use crate::error::Result;
@@ -33,13 +33,21 @@ impl CmId {
 
     /// `rdma_accept` of a request's id. RC: with a QP, librdmacm's INIT,
     /// RTR and RTS first (so the QP is ready when the RTU comes), then the
-    /// REP; ESTABLISHED follows on the RTU. UD: the SIDR_REP (QPN, Q_Key
-    /// 0x01234567), no event. `param` `None`: what the requester asked for,
-    /// capped by the device.
+    /// REP; ESTABLISHED follows on the RTU. A move that fails fails the
+    /// call before any REP is sent (as librdmacm's, whose ACCEPT never
+    /// reaches the kernel then): the request can still be rejected. UD:
+    /// the SIDR_REP (QPN, Q_Key 0x01234567), no event. `param` `None`:
+    /// what the requester asked for, capped by the device.
     pub fn accept(&self, param: Option<&ConnParam>) -> Result<()> {
         let num = self.0.num;
         let max = self.max_rd()?;
         let mut g = lock();
+        let changes = g.ep().accept_changes(num, param, max).map_err(errno)?;
+        if let Some(dev) = dev_of(&mut g, num)?.filter(|_| !changes.is_empty()) {
+            for (qpn, c) in &changes {
+                apply(&dev, *qpn, c)?;
+            }
+        }
         call(&mut g, |ep| ep.accept(num, now(), param, max))
     }
 

@@ -97,6 +97,16 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         _ => {}
     }
     acks.report();
+    // A multicast event counts for its join too (the join's events are
+    // what `rdma_leave_multicast` waits for).
+    let mc_acks = q.mc.and_then(|(a, c)| {
+        let s = g.st().ids.get(&num)?;
+        let m = s.mc_acks.iter().find(|m| m.0 == a && m.1 == c)?;
+        Some(m.2.clone())
+    });
+    if let Some(m) = &mc_acks {
+        m.report();
+    }
     let (id, listen_id) = match new_user {
         Some(u) => (CmId(u), Some(CmId(user))),
         None => (CmId(user), None),
@@ -113,6 +123,7 @@ pub(crate) fn deliver(chan: &Arc<ChanInner>, mut q: Queued) -> Option<CmEvent> {
         ud: q.ud,
         mc: q.mc,
         acks,
+        mc_acks,
     };
     drop(g);
     Some(ev)

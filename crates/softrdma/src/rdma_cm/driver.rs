@@ -282,10 +282,12 @@ fn gate(g: &mut Guard, a: GateAsk, current: Option<&Shared>, out: &mut Flushed) 
                 },
                 None => true,
             };
-            if !ok {
+            // Refused by the device process, or by the device's CM (its
+            // id table full): the `rdma_listen` fails (ENOMEM).
+            let cm_ok = g.ep().gate_listen(dev, sid, ok, now()).is_ok();
+            if !ok || !cm_ok {
                 out.refused.push((dev, sid));
             }
-            g.ep().gate_listen(dev, sid, ok, now());
         }
         GateAsk::Unlisten { .. } => {
             if let Some(h) = host {
@@ -349,6 +351,9 @@ pub(crate) fn transport(t: QpType) -> rdma::Transport {
 pub(crate) fn errno(e: rdma::EndpointError) -> Error {
     use rdma::{EndpointError as E, PortError as P};
     match e {
+        // Linux's CM ids are allocated (`ib_create_cm_id`): a failure is
+        // ENOMEM; softrdma's CM has a table of `MAX_IDS` instead.
+        E::Cm(c @ softrdma_cm::CmError::TooManyIds) => Error::cm(libc::ENOMEM, c.to_string()),
         E::Port(p @ P::InUse(..)) => Error::cm(libc::EADDRINUSE, p.to_string()),
         E::Port(p) => Error::cm(libc::EADDRNOTAVAIL, p.to_string()),
         E::NotJoined(a) => Error::cm(
@@ -384,4 +389,17 @@ pub(crate) fn new_user(g: &mut Guard, num: u64) -> Option<std::sync::Arc<IdUser>
     });
     side.user = std::sync::Arc::downgrade(&u);
     Some(u)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A device's CM without room for a listener fails `rdma_listen` with
+    /// ENOMEM, as an allocation failure of Linux's CM id does.
+    #[test]
+    fn a_full_cm_table_is_enomem() {
+        let e = super::errno(super::rdma::EndpointError::Cm(
+            softrdma_cm::CmError::TooManyIds,
+        ));
+        assert_eq!(e.errno(), libc::ENOMEM, "{e}");
+    }
 }

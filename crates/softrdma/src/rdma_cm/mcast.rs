@@ -23,12 +23,13 @@
 
 use super::channel::Queued;
 use super::driver::{call, errno};
-use super::id::{dev_of, einval, CmId};
+use super::id::{dev_of, einval, side, CmId};
 use super::state::{lock, Guard};
-use super::EventType;
+use super::{Acks, EventType};
 use crate::error::Result;
 use softrdma_wire::Gid;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 impl CmId {
     /// `rdma_join_multicast` / `rdma_join_multicast_ex`: joins group
@@ -41,19 +42,38 @@ impl CmId {
         if dev_of(&mut g, num)?.is_none() {
             return Err(einval("rdma_join_multicast: the id has no device"));
         }
-        call(&mut g, |ep| {
+        // Its events' count, before the join queues its event.
+        let acks = Arc::new(Acks::default());
+        side(&mut g, num)?.mc_acks.push((addr, context, acks));
+        let r = call(&mut g, |ep| {
             ep.join_multicast(num, addr, send_only, context)
-        })
+        });
+        if r.is_err() {
+            side(&mut g, num)?.mc_acks.pop();
+        }
+        r
     }
 
     /// `rdma_leave_multicast`: leaves group `addr` (the first join of it);
-    /// its QP detaches. EADDRNOTAVAIL when the id has not joined it.
+    /// its QP detaches. EADDRNOTAVAIL when the id has not joined it. Then
+    /// waits until the join's events delivered to the program are
+    /// acknowledged, as librdmacm's (`mc->events_completed`).
     pub fn leave_multicast(&self, addr: IpAddr) -> Result<()> {
         let num = self.0.num;
         let mut g = lock();
         let attached = g.ep().leave_multicast(num, addr).map_err(errno)?;
         if let (Some(qpn), Some(dev)) = (attached, dev_of(&mut g, num)?) {
             let _ = crate::mcast::detach(&dev, qpn, Gid::from_ip(addr).octets());
+        }
+        let s = side(&mut g, num)?;
+        let acks = s
+            .mc_acks
+            .iter()
+            .position(|m| m.0 == addr)
+            .map(|at| s.mc_acks.remove(at).2);
+        drop(g);
+        if let Some(a) = acks {
+            a.wait();
         }
         Ok(())
     }

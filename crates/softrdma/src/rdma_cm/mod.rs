@@ -104,16 +104,22 @@ pub struct CmEvent {
     /// `join_multicast` (librdmacm reports it as `param.ud.private_data`).
     pub mc: Option<(std::net::IpAddr, u64)>,
     acks: Arc<Acks>,
+    /// A multicast event's: its join's count too.
+    mc_acks: Option<Arc<Acks>>,
 }
 
 impl Drop for CmEvent {
     fn drop(&mut self) {
+        if let Some(m) = &self.mc_acks {
+            m.ack();
+        }
         self.acks.ack();
     }
 }
 
 /// Events reported for an id and acknowledged (`rdma_destroy_id` and
-/// `rdma_migrate_id` wait until the two agree).
+/// `rdma_migrate_id` wait until the two agree), or for one of its
+/// multicast joins (`rdma_leave_multicast` waits).
 #[derive(Debug, Default)]
 pub(crate) struct Acks {
     counts: Mutex<(u64, u64)>,

@@ -51,6 +51,10 @@ pub(crate) struct IdSide {
     /// Moving the QP after the REP failed: a later REJ or DISCONNECTED is
     /// not reported (librdmacm `connect_error`).
     pub connect_error: bool,
+    /// Each multicast join (group, context) in join order, with its events
+    /// reported and acknowledged: `rdma_leave_multicast` waits for them
+    /// (librdmacm's `mc->events_completed`).
+    pub mc_acks: Vec<(std::net::IpAddr, u64, Arc<Acks>)>,
 }
 
 impl IdSide {
@@ -63,6 +67,7 @@ impl IdSide {
             dev: None,
             afonly: None,
             connect_error: false,
+            mc_acks: Vec::new(),
         }
     }
 }
