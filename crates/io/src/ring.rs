@@ -228,6 +228,9 @@ const OFF_ASLEEP: usize = 192;
 const OFF_REFUSED: usize = 256;
 const OFF_CLOSED: usize = 320;
 const OFF_RAISED: usize = 384;
+/// The epoch of the ways to the ring's consumer (see [`Ring::epoch`]),
+/// far from the other words (a zero page in rings made before it).
+const OFF_EPOCH: usize = 2048;
 /// `OFF_CLOSED` bit of the producer, and of the consumer.
 const CLOSED_PRODUCER: u32 = 1;
 const CLOSED_CONSUMER: u32 = 2;
@@ -628,6 +631,21 @@ impl Ring {
     pub fn is_broken(&self) -> bool {
         self.broken
     }
+
+    /// The epoch of what the producer knows about the consumer: whoever
+    /// hands out the consumer's identities (the shared device's device
+    /// process, which maps the ring too) moves it on with
+    /// [`Self::bump_epoch`] when one of them changes hands, and a producer
+    /// that learnt an identity at another epoch asks again. One load on a
+    /// cache line that is rarely written.
+    pub fn epoch(&self) -> u64 {
+        self.shm.u64_at(OFF_EPOCH).load(Ordering::Acquire)
+    }
+
+    /// Moves [`Self::epoch`] on; returns the new value.
+    pub fn bump_epoch(&self) -> u64 {
+        self.shm.u64_at(OFF_EPOCH).fetch_add(1, Ordering::AcqRel) + 1
+    }
 }
 
 #[cfg(test)]
@@ -764,6 +782,22 @@ mod tests {
         );
         c.close();
         assert!(p.peer_closed());
+    }
+
+    /// A third mapping (the device process's) moves the epoch on; both
+    /// ends see it, and it leaves the records alone.
+    #[test]
+    fn the_epoch_is_shared_by_every_mapping() {
+        let mut p = Ring::create("t", 4096).unwrap();
+        let c = Ring::attach(dup(&p)).unwrap();
+        let third = Ring::attach(dup(&p)).unwrap();
+        assert_eq!((p.epoch(), c.epoch()), (0, 0));
+        p.push(1, &[b"x"]).unwrap();
+        assert_eq!(third.bump_epoch(), 1);
+        assert_eq!(third.bump_epoch(), 2);
+        assert_eq!((p.epoch(), c.epoch()), (2, 2));
+        assert!(c.has_data());
+        assert!(!c.prepare_sleep());
     }
 
     #[test]

@@ -217,11 +217,23 @@ impl SeqPacket {
 
     /// Sends one message with `fds` attached. Waits (up to 5 s) while the
     /// peer's queue is full; `EPIPE` when the peer is gone (no SIGPIPE).
+    /// (A caller that must not wait that long: [`Self::send_until`] or
+    /// [`Self::try_send`].)
     pub fn send(&self, msg: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        self.send_until(msg, fds, Instant::now() + Duration::from_secs(5))
+    }
+
+    /// [`Self::send`], waiting for room in the peer's queue until
+    /// `deadline` at most (`TimedOut` then).
+    pub fn send_until(
+        &self,
+        msg: &[u8],
+        fds: &[BorrowedFd<'_>],
+        deadline: Instant,
+    ) -> io::Result<()> {
         if fds.len() > MAX_FDS {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds"));
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match self.try_send(msg, fds) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -236,6 +248,13 @@ impl SeqPacket {
                 r => return r,
             }
         }
+    }
+
+    /// Waits until a message may be sent without blocking, or `deadline`:
+    /// whether it may (an error or a hang-up counts as may: the send then
+    /// says what happened).
+    pub fn wait_writable(&self, deadline: Instant) -> io::Result<bool> {
+        poll_fd(self.fd.as_raw_fd(), libc::POLLOUT, Some(deadline))
     }
 
     /// Sends one message without waiting (`WouldBlock` when the peer's

@@ -477,7 +477,12 @@ impl Shared {
             self.receive_arrived();
             self.flush_now();
         }
-        self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask))
+        let r = self.with_core(|c, now| c.modify_qp(now, qpn, attr, mask));
+        if r.is_ok() && mask.contains(AttrMask::AV) && mask.contains(AttrMask::DEST_QPN) {
+            let dst = SocketAddr::new(attr.ah_attr.dest, attr.ah_attr.dest_port);
+            self.ask_way(dst, attr.dest_qp_num);
+        }
+        r
     }
 
     /// Like [`Self::with_core`] for reads that produce nothing to send.

@@ -377,6 +377,12 @@ impl QueuePair {
                 None => Ok(()),
             }
         })?;
+        // (The same-host path's way to the peer is asked for, as
+        // `modify_qp` does: never waited for.)
+        self.pd.inner.dev.shared().ask_way(
+            std::net::SocketAddr::new(rtr.ah_attr.dest, pin.unwrap_or(rtr.ah_attr.dest_port)),
+            remote.qpn,
+        );
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: local_psn,

@@ -93,6 +93,22 @@ fn say_rings_freed(dev: &Device) {
     say(&counters(dev));
 }
 
+/// Waits (bounded) until this device writes into a ring: the way to its
+/// peer, asked for at RTR without waiting, is known. Until then the
+/// library sends through UDP, and the tests that count what the path
+/// carried would count less. (Path off: at once.)
+fn wait_for_ring(dev: &Device) {
+    let deadline = std::time::Instant::now() + T;
+    while dev.same_host_counters().is_some_and(|c| c.rings_out == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no same-host path to the peer: {}",
+            counters(dev)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn say(s: &str) {
     println!("{s}");
     std::io::stdout().flush().unwrap();
@@ -277,6 +293,7 @@ fn initiator_role() {
     };
     match mode.as_str() {
         "ops" | "fork" => {
+            wait_for_ring(&dev);
             mr.write(0, &pattern(3, LEN / 2));
             write(1, LEN / 2);
             ok(1);
@@ -326,6 +343,12 @@ fn initiator_role() {
         "soak" => soak::soak(&conn, &mr, &cq, remote),
         "flood" | "offer" | "late" | "garble" => {
             // 24 × 1 MiB while the target is stopped: more than its ring.
+            // (The ring there first, so that they all go into it; "offer"
+            // and "late" are about the question, which they leave to the
+            // asker: it is usually answered by then too.)
+            if mode == "flood" || mode == "garble" {
+                wait_for_ring(&dev);
+            }
             say("STREAMING");
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
@@ -347,9 +370,19 @@ fn initiator_role() {
         "short" => {
             // One WRITE (rings both ways), then gone: closing normally,
             // or killed by the test after it says so.
+            wait_for_ring(&dev);
             mr.write(0, &pattern(3, 4096));
             write(1, 64 * 1024);
             ok(1);
+            // The target's way back is its asker's too: its first ACKs
+            // may go through UDP. Again until one came through a ring.
+            let deadline = std::time::Instant::now() + T;
+            while dev.same_host_counters().is_some_and(|c| c.received == 0)
+                && std::time::Instant::now() < deadline
+            {
+                write(1, 64 * 1024);
+                ok(1);
+            }
             say(&counters(&dev));
             if env("SH_END") == "kill" {
                 say("KILL ME");
@@ -361,6 +394,7 @@ fn initiator_role() {
             return;
         }
         "kill" => {
+            wait_for_ring(&dev);
             say("STREAMING");
             // WRITEs until one fails: the peer was killed.
             let mut k = 0u64;

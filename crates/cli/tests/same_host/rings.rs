@@ -271,10 +271,12 @@ fn an_offer_that_meets_a_full_member_ring_is_not_lost() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The producer's end of the initiator's path ring (a memfd named
-/// `softrdma-path`), mapped here through `/proc/PID/fd`: its start and
-/// length.
-fn map_path_ring(pid: u32) -> (*mut u8, usize) {
+/// The path rings the initiator holds (memfds named `softrdma-path`: the
+/// one it writes into, and the one its target writes into for it, in no
+/// particular order), mapped here through `/proc/PID/fd`: their starts
+/// and lengths.
+fn map_path_rings(pid: u32) -> Vec<(*mut u8, usize)> {
+    let mut v = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
         let path = e.unwrap().path();
         let Ok(link) = std::fs::read_link(&path) else {
@@ -302,9 +304,10 @@ fn map_path_ring(pid: u32) -> (*mut u8, usize) {
             )
         };
         assert_ne!(p, libc::MAP_FAILED);
-        return (p.cast(), len);
+        v.push((p.cast(), len));
     }
-    panic!("the initiator maps no path ring");
+    assert!(!v.is_empty(), "the initiator maps no path ring");
+    v
 }
 
 #[test]
@@ -320,19 +323,27 @@ fn a_garbled_ring_record_is_loss_and_the_sender_gets_a_new_ring() {
     signal(&p.target, libc::SIGSTOP);
     p.init.stdin.take().unwrap().write_all(b"go\n").unwrap();
     wait_line(&mut p.iout, "POSTED");
-    let (base, len) = map_path_ring(p.init.id());
+    let rings = map_path_rings(p.init.id());
     // softrdma_io::ring's layout: tail at 64, head at 128, the data
     // area after 4096 bytes; a record starts with its length (u32 LE).
-    let word = |off: usize| {
+    let word = |base: *mut u8, off: usize| {
         // SAFETY: aligned, within the mapping; the ring's counters are
         // 8-byte atomics.
         unsafe { &*base.add(off).cast::<std::sync::atomic::AtomicU64>() }
     };
+    // The initiator's own ring is the one with records the stopped
+    // target has not read.
     let t0 = std::time::Instant::now();
-    while word(64).load(Ordering::Acquire) == word(128).load(Ordering::Acquire) {
+    let (base, len) = loop {
+        if let Some(&r) = rings.iter().find(|&&(b, _)| {
+            word(b, 64).load(Ordering::Acquire) != word(b, 128).load(Ordering::Acquire)
+        }) {
+            break r;
+        }
         assert!(t0.elapsed() < Duration::from_secs(60), "nothing published");
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
+    let word = |off: usize| word(base, off);
     let cap = len - 4096;
     let head = word(128).load(Ordering::Acquire) as usize & (cap - 1);
     // SAFETY: within the mapping (a record header is 8 bytes, 8-aligned
@@ -342,8 +353,10 @@ fn a_garbled_ring_record_is_loss_and_the_sender_gets_a_new_ring() {
             .cast::<u32>()
             .write_volatile(0xffff_fff0)
     };
-    // SAFETY: our mapping, unmapped once.
-    unsafe { libc::munmap(base.cast(), len) };
+    for (b, l) in rings {
+        // SAFETY: our mappings, unmapped once.
+        unsafe { libc::munmap(b.cast(), l) };
+    }
     signal(&p.target, libc::SIGCONT);
     wait_line(&mut p.iout, "DONE");
     let ic = wait_line(&mut p.iout, "COUNTERS");

@@ -38,6 +38,23 @@ fn head(d: &Pending) -> &[u8] {
 }
 
 impl Shared {
+    /// A connected QP learnt its peer (RTR): the same-host path's way to
+    /// it is asked for now (the asker thread asks the peer's device
+    /// process), so that the answer is likely there by its first
+    /// datagrams. Never waits: a QP reaches RTR at once, and until the
+    /// answer comes its datagrams go through UDP (the device socket,
+    /// always correct). Waiting here (1 s at most, as host19 did) held a
+    /// rank's 15 RTR transitions for seconds under load while its peers
+    /// spent their RC retry budget on first WRs sent to a QP not in RTR
+    /// yet (MPICH 8+8 in CI; test `shared_device`
+    /// `modify_qp_to_rtr_never_waits_for_a_stopped_device_process`).
+    pub(crate) fn ask_way(&self, dst: std::net::SocketAddr, qpn: softrdma_wire::Qpn) {
+        if let Some(p) = self.host.as_ref().and_then(|h| h.paths.as_ref()) {
+            p.lock()
+                .prepare(dst, qpn.value(), std::time::Instant::now());
+        }
+    }
+
     /// Sends the leading run of datagrams that have a same-host path
     /// through it, or says how long the run without one is.
     pub(super) fn same_host_lead(&self, tx: &TxQueue) -> Lead {

@@ -288,8 +288,10 @@ struct Host {
     meta: Vec<IoMeta>,
     /// Datagrams no member wanted.
     unrouted: u64,
-    /// Same-host path: (sender, member) pairs whose ring was given.
-    path_rings: std::collections::HashSet<(u64, MemberId)>,
+    /// Same-host path: the rings senders gave members, by (sender,
+    /// member), mapped here only to move their epoch on
+    /// ([`Host::qpns_changed_hands`]).
+    path_rings: std::collections::HashMap<(u64, MemberId), Ring>,
     /// Connections accepted whose first message has not come yet, and
     /// since when (watched with [`TOKEN_LISTEN`]).
     pending: Vec<(SeqPacket, Instant)>,
@@ -607,9 +609,14 @@ impl Host {
             // (A ring given when one was given before replaces it: the
             // sender lost its end, e.g. our answer came too late; the
             // member lets go of the old one when its producer closes it.)
-            None if self.path_rings.contains(&(sender, id)) => PathRing::Have,
+            None if self.path_rings.contains_key(&(sender, id)) => PathRing::Have,
             Some(ring) => {
-                self.path_rings.insert((sender, id));
+                // Mapped here too, for its epoch: a ring that is not one
+                // is refused.
+                let Ok(view) = ring.try_clone().and_then(Ring::attach) else {
+                    return conn.send(&Reply::Err(libc::EINVAL).encode(), &[]);
+                };
+                self.path_rings.insert((sender, id), view);
                 let m = self.members[slot].as_mut().expect("owner");
                 m.offers.push(Offer {
                     ring,
@@ -628,11 +635,13 @@ impl Host {
         let m = self.members[slot].as_ref().expect("owner");
         let mut fds = vec![m.wake.as_fd()];
         fds.extend(m.pidfd.as_ref().map(AsFd::as_fd));
+        let epoch = self.path_rings.get(&(sender, id)).map_or(0, Ring::epoch);
         conn.send(
             &Reply::Path {
                 member: u64::from(id),
                 ring: state,
                 pidfd: fds.len() == 2,
+                epoch,
             }
             .encode(),
             &fds,
@@ -656,7 +665,10 @@ impl Host {
                 }
                 Ok(Some(n)) => n,
             };
-            let Ok(req) = Request::decode(&buf[..n]) else {
+            // (Framed: the answer echoes the request's number.)
+            let Ok((seq, req)) =
+                msg::unframe(&buf[..n]).and_then(|(seq, b)| Ok((seq, Request::decode(b)?)))
+            else {
                 self.leave(slot);
                 return;
             };
@@ -669,6 +681,7 @@ impl Host {
                 }),
                 Request::FreeQpn(q) => {
                     self.routes.free_qpn(id, q);
+                    self.qpns_changed_hands(id);
                     None
                 }
                 Request::Listen(s) => Some(if self.routes.listen(id, s) {
@@ -710,11 +723,14 @@ impl Host {
                             pidfd: o.pidfd.is_some(),
                         });
                     }
-                    let r = Reply::Rings(gifts).encode();
+                    let r = msg::frame(seq, &Reply::Rings(gifts).encode());
                     if m.ctl.send(&r, &fds).is_err() {
                         self.leave(slot);
                         return;
                     }
+                    // The member does not wait for this answer: its
+                    // progress thread may sleep, and reads it once woken.
+                    m.wake.signal();
                     None
                 }
                 Request::RingGone { sender } => {
@@ -729,11 +745,23 @@ impl Host {
             };
             if let Some(r) = reply {
                 let m = self.members[slot].as_ref().expect("member");
-                if m.ctl.send(&r.encode(), &[]).is_err() {
+                if m.ctl.send(&msg::frame(seq, &r.encode()), &[]).is_err() {
                     self.leave(slot);
                     return;
                 }
             }
+        }
+    }
+
+    /// A QP number of member `id` was freed (or all of them: it left):
+    /// the number may be another member's next, so every sender with a
+    /// ring to `id` is told, by the ring's epoch, to ask again who owns a
+    /// QP before it writes for it (issue 19: a sender kept writing into
+    /// the old owner's ring, where the datagrams were dropped as for no
+    /// QP, while the new owner never saw them).
+    fn qpns_changed_hands(&self, id: MemberId) {
+        for (_, r) in self.path_rings.iter().filter(|((_, m), _)| *m == id) {
+            r.bump_epoch();
         }
     }
 
@@ -769,7 +797,11 @@ impl Host {
             self.page.counts()
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
-        self.path_rings.retain(|&(_, id)| id != m.id);
+        // Its senders ask again before they write for its QP numbers
+        // (which another member may claim now), without waiting to see
+        // its process gone.
+        self.qpns_changed_hands(m.id);
+        self.path_rings.retain(|&(_, id), _| id != m.id);
         let port = self.socket.local_addr().port();
         let mut buf = vec![0u8; 512];
         for f in self.routes.leave(m.id) {

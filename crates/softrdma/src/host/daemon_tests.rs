@@ -75,8 +75,15 @@ fn answer(conn: &SeqPacket) -> (Reply, Vec<OwnedFd>) {
 }
 
 fn ask(conn: &SeqPacket, req: &Request) -> Reply {
-    conn.send(&req.encode(), &[]).unwrap();
-    answer(conn).0
+    conn.send(&msg::frame(7, &req.encode()), &[]).unwrap();
+    let mut buf = vec![0u8; msg::MAX_MSG];
+    let mut fds = Vec::new();
+    let n = conn
+        .recv_wait(&mut buf, &mut fds, Duration::from_secs(60))
+        .expect("an answer");
+    let (seq, body) = msg::unframe(&buf[..n]).expect("framed");
+    assert_eq!(seq, 7, "the answer echoes the request's number");
+    Reply::decode(body).expect("a reply")
 }
 
 /// Connections that have not said who they are yet do not stop the
@@ -156,5 +163,68 @@ fn connections_in_their_handshake_never_hold_the_device() {
 
     // Its last member leaves: so does the device process.
     drop((silent, path));
+    t.join().unwrap().unwrap();
+}
+
+/// The way to QP `qpn` at `dst` once every question was answered.
+fn way_settled(paths: &mut super::super::path::Paths, dst: SocketAddr, qpn: u32) -> Option<usize> {
+    let mut h = [0u8; 12];
+    h[0] = 0x04;
+    h[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    let _ = paths.way(dst, &h, Instant::now());
+    paths.settle_all(Duration::from_secs(60));
+    paths.way(dst, &h, Instant::now())
+}
+
+/// Issue 19: a sender of the same-host path kept its way to the
+/// member that owned a QP number when it was asked; once that member
+/// freed the number (or left) and another member of the device
+/// claimed it, the sender went on writing into the old owner's ring,
+/// where the datagrams were dropped, and the new owner never saw
+/// them. The device process now moves the epoch of the rings to a
+/// member whose QP number is freed or who leaves; the sender asks
+/// again and reaches the new owner (and UDP once nobody owns it).
+#[test]
+fn a_qp_number_that_changes_hands_is_asked_for_again() {
+    let socket =
+        UdpSocket::bind_with("127.23.2.1:0".parse().unwrap(), &SocketConfig::default()).unwrap();
+    let dev = socket.local_addr();
+    let name = super::super::rendezvous_name(dev).unwrap();
+    let listener = SeqPacket::listen(&name).unwrap();
+    let mut host = Host::new(listener, socket).unwrap();
+    host.first_wait = Duration::from_secs(3600);
+    let t = std::thread::spawn(move || host.run());
+
+    const Q: u32 = 0x23_4567;
+    let (m1, ring1, _w1) = join(&name, true);
+    assert_eq!(ask(&m1, &Request::ClaimQpn(Q)), Reply::Ok);
+    let mut paths = super::super::path::Paths::new("127.23.2.2:4791".parse().unwrap());
+    let first = way_settled(&mut paths, dev, Q).expect("a ring to the first owner");
+    assert!(ring1.take_raised(), "offered to the first owner");
+
+    // The first owner frees Q (answered in order: `Members` after it
+    // means it was done); a second member claims it.
+    m1.send(
+        &msg::frame(msg::NO_ANSWER, &Request::FreeQpn(Q).encode()),
+        &[],
+    )
+    .unwrap();
+    assert!(matches!(ask(&m1, &Request::Members), Reply::Members(_)));
+    let (m2, ring2, _w2) = join(&name, true);
+    assert_eq!(ask(&m2, &Request::ClaimQpn(Q)), Reply::Ok);
+    let second = way_settled(&mut paths, dev, Q).expect("a ring to the new owner");
+    assert_ne!(second, first, "still writing into the old owner's ring");
+    assert!(ring2.take_raised(), "offered to the new owner");
+
+    // The new owner leaves (its connection closes, as when its
+    // process dies): nobody owns Q, UDP.
+    drop(m2);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(ask(&m1, &Request::Members), Reply::Members(v) if v.len() == 1) {
+        assert!(Instant::now() < deadline, "the member never left");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(way_settled(&mut paths, dev, Q), None);
+    drop((m1, paths));
     t.join().unwrap().unwrap();
 }

@@ -8,22 +8,106 @@ use super::daemon::{
 use super::msg::{self, MemberInfo, Reply, Request};
 use crate::sync::Mutex;
 use softrdma_io::{EventFd, PidFd, RecvMeta as IoMeta, Ring, SeqPacket, UdpSocket};
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a request waits for the device process's answer.
+/// How long a request waits for the device process's answer (a loaded
+/// machine may not run the device process for a second or more; one that
+/// is stopped or stuck makes the request fail after this, as a device
+/// removed under a verb does, never hang).
 const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// Messages without an answer that wait for room in the device process's
+/// queue (`SendGsi`: MADs) at most; past it the oldest new MADs are
+/// dropped — lost, which the CM retransmits — so a stuck device process
+/// cannot make a member grow without bound. Other messages (`FreeQpn`,
+/// `Unlisten`, `RingGone`) are never dropped: one per verb the program
+/// called.
+const MAX_QUEUED_MADS: usize = 1024;
+/// Requests whose answer never came in time that are remembered, so that
+/// a late `Ok` to a claim is undone.
+const MAX_ABANDONED: usize = 64;
+
+/// The sending side of `ctl`: request numbers and the messages waiting for
+/// room in the device process's queue, in order. Held only for
+/// non-blocking sends, never across a wait.
+#[derive(Default)]
+struct CtlTx {
+    /// The last request number used.
+    seq: u32,
+    /// Messages (framed) the device process's queue had no room for yet,
+    /// and whether each is a MAD.
+    outbox: VecDeque<(Vec<u8>, bool)>,
+    /// MADs in `outbox`.
+    mads: usize,
+    /// MADs dropped because `outbox` held [`MAX_QUEUED_MADS`].
+    mads_dropped: u64,
+    /// The device process is gone (a send failed other than for room).
+    gone: bool,
+}
+
+impl CtlTx {
+    /// The next request number (never `NO_ANSWER`).
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        if self.seq == msg::NO_ANSWER {
+            self.seq = 1;
+        }
+        self.seq
+    }
+
+    /// Sends what waits, without waiting: whether the outbox is empty.
+    fn flush(&mut self, conn: &SeqPacket) -> io::Result<bool> {
+        if self.gone {
+            return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+        }
+        while let Some((m, mad)) = self.outbox.front() {
+            match conn.try_send(m, &[]) {
+                Ok(()) => {
+                    if *mad {
+                        self.mads -= 1;
+                    }
+                    self.outbox.pop_front();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // The device process is gone: nothing will take these.
+                    self.gone = true;
+                    self.outbox.clear();
+                    self.mads = 0;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+/// An answer read by another than its asker: its number, the answer, its
+/// descriptors, the request given up on (if remembered).
+type Answer = (u32, Reply, Vec<OwnedFd>, Option<Request>);
+
 /// How long joining retries (a device process leaving as we arrive, one
 /// starting).
 const JOIN_WAIT: Duration = Duration::from_secs(5);
 
 /// A member's link to its device process.
 pub(crate) struct Member {
-    ctl: Mutex<SeqPacket>,
+    /// The control connection (requests, answers, notices).
+    conn: SeqPacket,
+    /// Its sending side.
+    ctl_tx: Mutex<CtlTx>,
+    /// Taken by the one request waiting for its answer (requests are
+    /// answered in order), with the requests given up on.
+    ctl_rx: Mutex<Vec<(u32, Request)>>,
+    /// Messages wait in `ctl_tx`'s outbox (the progress thread sends them).
+    outbox_waiting: AtomicBool,
+    /// How long a request waits for its answer ([`REPLY_WAIT`]).
+    reply_wait: Duration,
     ring: Mutex<Ring>,
     /// The device process writes it when it fills the ring while we sleep.
     wake: EventFd,
@@ -34,6 +118,9 @@ pub(crate) struct Member {
     inbound: Mutex<Inbound>,
     /// The device process said senders gave us rings.
     offered: AtomicBool,
+    /// The number of the `TakeRings` whose answer has not been read yet
+    /// (0: none).
+    rings_asked: AtomicU32,
     /// Datagrams received through the same-host path.
     pub path_received: AtomicU64,
     /// We take part in the same-host path.
@@ -221,7 +308,11 @@ impl Member {
                 Ok((
                     socket,
                     Member {
-                        ctl: Mutex::new(conn),
+                        conn,
+                        ctl_tx: Mutex::new(CtlTx::default()),
+                        ctl_rx: Mutex::new(Vec::new()),
+                        outbox_waiting: AtomicBool::new(false),
+                        reply_wait: REPLY_WAIT,
                         ring: Mutex::new(ring),
                         wake,
                         host_pid,
@@ -231,6 +322,7 @@ impl Member {
                             calls: 0,
                         }),
                         offered: AtomicBool::new(false),
+                        rings_asked: AtomicU32::new(0),
                         path_received: AtomicU64::new(0),
                         same_host,
                         traced: AtomicBool::new(false),
@@ -248,29 +340,179 @@ impl Member {
         }
     }
 
-    /// Sends a request and waits for its answer.
+    /// Sends a request and waits for its answer (at most `reply_wait`
+    /// in all, the wait for room in the device process's queue included).
+    /// No lock the engine or the verbs hold is taken meanwhile, nor the
+    /// sending side of `ctl` (notices from other threads go on).
     fn request(&self, req: &Request) -> io::Result<Reply> {
         let asked = Instant::now();
-        let ctl = self.ctl.lock();
-        ctl.send(&req.encode(), &[])?;
-        let mut buf = vec![0u8; msg::MAX_MSG];
-        let mut fds = Vec::new();
-        let n = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT);
+        let deadline = asked + self.reply_wait;
+        let mut abandoned = self.ctl_rx.lock();
+        let mut late = Vec::new();
+        let r = self.exchange(req, deadline, &mut abandoned, &mut late);
+        drop(abandoned);
+        // Answers to others that must not be lost: rings given to us,
+        // claims to undo (after the lock: they take other locks, send
+        // notices).
+        for (seq, reply, fds, asked_for) in late {
+            self.other_answer(seq, reply, fds, asked_for);
+        }
         let took = asked.elapsed();
-        if n.is_err() || took > super::daemon::TRACE_LATE {
+        if r.is_err() || took > super::daemon::TRACE_LATE {
             super::daemon::trace(&format!(
                 "member pid {}: the device process answered {req:?} after {took:?} ({})",
                 std::process::id(),
-                if n.is_err() { "no answer" } else { "late" }
+                if r.is_err() { "no answer" } else { "late" }
             ));
         }
-        let n = n?;
-        Reply::decode(&buf[..n]).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+        r.map(|(reply, _)| reply)
     }
 
-    /// Sends a message that has no answer.
+    /// Queues `req` behind the notices before it, sends them and it,
+    /// and reads answers until the one with its number (earlier ones are
+    /// answers to requests given up on, or to a `TakeRings`: into
+    /// `late`).
+    fn exchange(
+        &self,
+        req: &Request,
+        deadline: Instant,
+        abandoned: &mut Vec<(u32, Request)>,
+        late: &mut Vec<Answer>,
+    ) -> io::Result<(Reply, Vec<OwnedFd>)> {
+        let seq = {
+            let mut tx = self.ctl_tx.lock();
+            let seq = tx.next_seq();
+            tx.outbox.push_back((msg::frame(seq, &req.encode()), false));
+            seq
+        };
+        let timed_out = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the device process does not answer",
+            )
+        };
+        // Sent once the queue has room: waited for without the lock.
+        loop {
+            let empty = self.ctl_tx.lock().flush(&self.conn)?;
+            if empty {
+                break;
+            }
+            self.outbox_waiting.store(true, Ordering::SeqCst);
+            if !self.conn.wait_writable(deadline)? {
+                // (Still queued: it goes later, and its answer is
+                // recognised as late.)
+                remember(abandoned, seq, req);
+                return Err(timed_out());
+            }
+        }
+        let mut buf = vec![0u8; msg::MAX_MSG];
+        loop {
+            let mut fds = Vec::new();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let n = match self.conn.recv_wait(&mut buf, &mut fds, left) {
+                Ok(0) if fds.is_empty() => {
+                    return Err(io::Error::from(io::ErrorKind::ConnectionAborted))
+                }
+                Ok(n) => n,
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::TimedOut {
+                        remember(abandoned, seq, req);
+                    }
+                    return Err(e);
+                }
+            };
+            let bad = || io::Error::from(io::ErrorKind::InvalidData);
+            let (got, body) = msg::unframe(&buf[..n]).map_err(|_| bad())?;
+            let reply = Reply::decode(body).map_err(|_| bad())?;
+            if got == seq {
+                return Ok((reply, fds));
+            }
+            // The answer to a request given up on: not ours.
+            let asked_for = abandoned
+                .iter()
+                .position(|(s, _)| *s == got)
+                .map(|i| abandoned.swap_remove(i).1);
+            late.push((got, reply, fds, asked_for));
+        }
+    }
+
+    /// An answer read by another than its asker: the rings of a `TakeRings`
+    /// (asked without waiting, [`Self::ask_rings`]), or a late one.
+    fn other_answer(&self, seq: u32, reply: Reply, fds: Vec<OwnedFd>, asked_for: Option<Request>) {
+        match reply {
+            Reply::Rings(gifts) if seq == self.rings_asked.load(Ordering::SeqCst) => {
+                // The device process gives MAX_GIFTS at a time: ask again
+                // while it gives that many.
+                if gifts.len() >= msg::MAX_GIFTS {
+                    self.offered.store(true, Ordering::SeqCst);
+                }
+                self.adopt_rings(&gifts, fds);
+                self.rings_asked.store(0, Ordering::SeqCst);
+            }
+            reply => self.late_answer(reply, fds, asked_for),
+        }
+    }
+
+    /// An answer that came after its request gave up: rings are taken as
+    /// if in time (the device process gave them away), a claim that was
+    /// granted is given back (the core drew another number). A late
+    /// `Listen` grant is kept: the program may have asked again for the
+    /// same service meanwhile, and an `Unlisten` would take that away; a
+    /// listener the driver does not know answers requests with a REJ.
+    /// Requests are numbered after the handshake.
+    fn late_answer(&self, reply: Reply, fds: Vec<OwnedFd>, asked_for: Option<Request>) {
+        super::daemon::trace(&format!(
+            "member pid {}: a late answer {reply:?} to {asked_for:?} set aside",
+            std::process::id()
+        ));
+        match (reply, asked_for) {
+            (Reply::Rings(gifts), _) => self.adopt_rings(&gifts, fds),
+            (Reply::Ok, Some(Request::ClaimQpn(q))) => self.notify(&Request::FreeQpn(q)),
+            _ => {}
+        }
+    }
+
+    /// Sends a message that has no answer, without waiting: queued when
+    /// the device process's queue is full (sent by the next request, the
+    /// next notice or the progress thread). Never blocks the caller, who
+    /// may hold the engine's locks (`send_mads`) or the core's.
     fn notify(&self, req: &Request) {
-        let _ = self.ctl.lock().send(&req.encode(), &[]);
+        let mad = matches!(req, Request::SendGsi { .. });
+        let mut tx = self.ctl_tx.lock();
+        if tx.gone {
+            return;
+        }
+        if mad && tx.mads >= MAX_QUEUED_MADS {
+            tx.mads_dropped += 1;
+            return;
+        }
+        tx.outbox
+            .push_back((msg::frame(msg::NO_ANSWER, &req.encode()), mad));
+        if mad {
+            tx.mads += 1;
+        }
+        if let Ok(false) = tx.flush(&self.conn) {
+            self.outbox_waiting.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends the notices that waited for room (the progress thread, now
+    /// and then; never waits, never blocks on a request in progress).
+    pub fn flush_notices(&self) {
+        if !self.outbox_waiting.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(mut tx) = self.ctl_tx.try_lock() {
+            if !matches!(tx.flush(&self.conn), Ok(false)) {
+                self.outbox_waiting.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// MADs dropped because the device process did not take them.
+    #[cfg(test)]
+    fn mads_dropped(&self) -> u64 {
+        self.ctl_tx.lock().mads_dropped
     }
 
     /// Claims (`true`) or gives back a QP number; whether the claim holds.
@@ -327,7 +569,10 @@ impl Member {
 
     /// The same-host path's counters (`None`: the path is off).
     pub fn same_host_counters(&self) -> Option<super::path::SameHostCounters> {
-        let p = self.paths.as_ref()?.lock();
+        let mut p = self.paths.as_ref()?.lock();
+        // (Ways the asker found: a program that sends nothing yet sees
+        // the paths it has.)
+        p.take_answers(Instant::now());
         Some(super::path::SameHostCounters {
             sent: p.sent,
             refused: p.refused,
@@ -364,7 +609,10 @@ impl Member {
         for r in self.inbound.lock().rings.iter() {
             empty &= r.ring.prepare_sleep();
         }
-        empty && !self.offered.load(Ordering::SeqCst)
+        // (Rings offered and asked for: the answer wakes us.)
+        empty
+            && (!self.offered.load(Ordering::SeqCst)
+                || self.rings_asked.load(Ordering::SeqCst) != 0)
     }
 
     /// Back from sleeping.
@@ -382,44 +630,95 @@ impl Member {
         }
     }
 
-    /// Takes the rings senders gave us (the device process said so).
-    fn take_rings(&self) {
+    /// Asks for the rings senders gave us (the device process said so),
+    /// without waiting for the answer: [`Self::take_answers`] takes it
+    /// at a later receive, or a request that reads it first does
+    /// ([`Self::other_answer`]); the device process writes our wake-up
+    /// eventfd once it has sent it. A program's `ibv_poll_cq` gets here
+    /// (`progress_inline`), holding the device's receive side: it used
+    /// to wait up to `REPLY_WAIT` for the answer of a device process a
+    /// loaded machine did not run. One question at a time (the flag
+    /// stays raised meanwhile).
+    fn ask_rings(&self) {
+        if self.rings_asked.load(Ordering::SeqCst) != 0 {
+            return;
+        }
         self.offered.store(false, Ordering::SeqCst);
+        let mut tx = self.ctl_tx.lock();
+        if tx.gone {
+            return;
+        }
+        let seq = tx.next_seq();
+        tx.outbox
+            .push_back((msg::frame(seq, &Request::TakeRings.encode()), false));
+        // (Before it can be answered.)
+        self.rings_asked.store(seq, Ordering::SeqCst);
+        if let Ok(false) = tx.flush(&self.conn) {
+            self.outbox_waiting.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Reads the answers waiting on the connection, never waiting, while
+    /// a `TakeRings` is unanswered and no request reads them itself.
+    fn take_answers(&self) {
+        if self.rings_asked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Some(mut abandoned) = self.ctl_rx.try_lock() else {
+            return;
+        };
+        let mut late = Vec::new();
+        let mut buf = [0u8; msg::MAX_MSG];
         loop {
-            let ctl = self.ctl.lock();
-            if ctl.send(&Request::TakeRings.encode(), &[]).is_err() {
-                return;
-            }
-            let mut buf = vec![0u8; msg::MAX_MSG];
             let mut fds = Vec::new();
-            let Ok(n) = ctl.recv_wait(&mut buf, &mut fds, REPLY_WAIT) else {
-                return;
-            };
-            drop(ctl);
-            let Ok(Reply::Rings(gifts)) = Reply::decode(&buf[..n]) else {
-                return;
-            };
-            let mut inbound = self.inbound.lock();
-            let mut fds = fds.into_iter();
-            for g in &gifts {
-                let Some(fd) = fds.next() else { break };
-                let producer = if g.pidfd {
-                    fds.next().map(PidFd::from_fd)
-                } else {
-                    None
-                };
-                // A ring that is not one is ignored (the sender's loss).
-                if let Ok(ring) = Ring::attach(fd) {
-                    inbound.rings.push(InRing {
-                        ring,
-                        sender: g.sender,
-                        producer,
-                        dying: false,
-                    });
+            let n = match self.conn.try_recv(&mut buf, &mut fds) {
+                Ok(None) => break,
+                Ok(Some(n)) if n > 0 || !fds.is_empty() => n,
+                // The device process is gone (or out of step): no answer
+                // will come.
+                _ => {
+                    self.rings_asked.store(0, Ordering::SeqCst);
+                    break;
                 }
-            }
-            if gifts.len() < msg::MAX_GIFTS {
-                return;
+            };
+            let Some((got, reply)) = msg::unframe(&buf[..n])
+                .ok()
+                .and_then(|(got, body)| Some((got, Reply::decode(body).ok()?)))
+            else {
+                self.rings_asked.store(0, Ordering::SeqCst);
+                break;
+            };
+            let asked_for = abandoned
+                .iter()
+                .position(|(s, _)| *s == got)
+                .map(|i| abandoned.swap_remove(i).1);
+            late.push((got, reply, fds, asked_for));
+        }
+        drop(abandoned);
+        for (seq, reply, fds, asked_for) in late {
+            self.other_answer(seq, reply, fds, asked_for);
+        }
+    }
+
+    /// Maps the rings of a `Rings` answer (`fds`: as it lists them).
+    fn adopt_rings(&self, gifts: &[msg::RingGift], fds: Vec<OwnedFd>) {
+        let mut inbound = self.inbound.lock();
+        let mut fds = fds.into_iter();
+        for g in gifts {
+            let Some(fd) = fds.next() else { break };
+            let producer = if g.pidfd {
+                fds.next().map(PidFd::from_fd)
+            } else {
+                None
+            };
+            // A ring that is not one is ignored (the sender's loss).
+            if let Ok(ring) = Ring::attach(fd) {
+                inbound.rings.push(InRing {
+                    ring,
+                    sender: g.sender,
+                    producer,
+                    dying: false,
+                });
             }
         }
     }
@@ -463,6 +762,8 @@ impl Member {
     /// senders offered, and now and then lets go of those whose sender
     /// is gone.
     pub fn recv_device(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [IoMeta]) -> usize {
+        // Notices that waited for room in the device process's queue.
+        self.flush_notices();
         let mut ring = self.ring.lock();
         // Senders gave us rings: the device process raised the flag
         // beside our ring (taken here, not under the ring's lock).
@@ -471,8 +772,9 @@ impl Member {
         }
         let n = self.recv_from(&mut ring, bufs, meta, 0);
         drop(ring);
+        self.take_answers();
         if self.offered.load(Ordering::Relaxed) {
-            self.take_rings();
+            self.ask_rings();
         }
         let mut inbound = self.inbound.lock();
         if inbound.rings.is_empty() {
@@ -633,6 +935,15 @@ impl Drop for Member {
     }
 }
 
+/// Remembers a request given up on (the oldest forgotten past
+/// [`MAX_ABANDONED`]).
+fn remember(abandoned: &mut Vec<(u32, Request)>, seq: u32, req: &Request) {
+    if abandoned.len() >= MAX_ABANDONED {
+        abandoned.remove(0);
+    }
+    abandoned.push((seq, req.clone()));
+}
+
 fn wake_fd(e: &EventFd) -> std::os::fd::BorrowedFd<'_> {
     e.as_fd()
 }
@@ -655,3 +966,7 @@ pub(crate) fn fill_icrc(dgram: &mut [u8], src: SocketAddr, local: SocketAddr) {
         dgram[end..].copy_from_slice(&icrc.to_le_bytes());
     }
 }
+
+#[cfg(test)]
+#[path = "member_tests.rs"]
+mod tests;

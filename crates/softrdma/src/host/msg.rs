@@ -7,6 +7,13 @@
 //! the member and the device process's answer to each, in order; `evt`
 //! carries what the device process says on its own (the lease) and the
 //! member's acknowledgements, read by the member's progress thread.
+//!
+//! After the handshake (`Hello`/`Welcome`, which stay unframed so that
+//! two versions can still tell each other theirs) every message on `ctl`
+//! is [`frame`]d: a `u32` request number first, which the device process
+//! echoes in its answer. A member that gave up waiting for an answer
+//! (`REPLY_WAIT`) recognises it when it comes late and drops it, instead
+//! of taking it for the answer to its next request.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -14,8 +21,31 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// versions do not talk (the member says so and the program gets an
 /// error naming both). 5: a ring record's header byte 3 says the sender
 /// left the packet's ICRC out (`REC_ICRC_LEFT`), which a member of 4
-/// would read as a corrupted packet.
-pub const VERSION: u32 = 5;
+/// would read as a corrupted packet. 6: messages on `ctl` after the
+/// handshake carry a request number the answer echoes ([`frame`]), and
+/// `Path` the epoch of the sender's ring to its owner.
+pub const VERSION: u32 = 6;
+
+/// The request number of messages that have no answer.
+pub const NO_ANSWER: u32 = 0;
+
+/// A message on `ctl` after the handshake: `seq` (the request number; the
+/// answer echoes it) then the message.
+pub fn frame(seq: u32, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + body.len());
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// The request number and the message of a [`frame`]d message.
+pub fn unframe(b: &[u8]) -> Result<(u32, &[u8]), BadMsg> {
+    if b.len() < 4 {
+        return Err(BadMsg);
+    }
+    let (n, body) = b.split_at(4);
+    Ok((u32::from_le_bytes(n.try_into().map_err(|_| BadMsg)?), body))
+}
 
 /// Longest message.
 pub const MAX_MSG: usize = 4096;
@@ -142,6 +172,11 @@ pub enum Reply {
         /// The owner's pidfd follows (not when its process is not
         /// visible from the device process's pid namespace).
         pidfd: bool,
+        /// The ring's epoch as of this answer (`Ring::epoch`): the device
+        /// process moves it on when a QP number of the owner is freed or
+        /// the owner leaves, and the sender then asks again before it
+        /// writes for that QP (the number may be another member's now).
+        epoch: u64,
     },
     /// To `TakeRings`: one entry per ring; descriptors follow in order,
     /// each ring then its sender's pidfd if the entry says so. At most
@@ -385,6 +420,7 @@ impl Reply {
                 member,
                 ring,
                 pidfd,
+                epoch,
             } => W::new(7)
                 .u64(*member)
                 .u8(match ring {
@@ -392,7 +428,8 @@ impl Reply {
                     PathRing::Taken => 1,
                     PathRing::Need => 2,
                 })
-                .u8(u8::from(*pidfd)),
+                .u8(u8::from(*pidfd))
+                .u64(*epoch),
             Reply::Rings(v) => {
                 let mut w = W::new(8).u32(v.len() as u32);
                 for g in v {
@@ -441,6 +478,7 @@ impl Reply {
                     _ => return Err(BadMsg),
                 },
                 pidfd: r.bool()?,
+                epoch: r.u64()?,
             },
             8 => {
                 let n = r.u32()? as usize;
@@ -552,11 +590,13 @@ mod tests {
                 member: 9,
                 ring: PathRing::Need,
                 pidfd: true,
+                epoch: 0,
             },
             Reply::Path {
                 member: 1,
                 ring: PathRing::Taken,
                 pidfd: false,
+                epoch: u64::MAX - 1,
             },
             Reply::Rings(vec![
                 RingGift {
@@ -582,5 +622,11 @@ mod tests {
         }
         assert_eq!(Event::decode(&[]), Err(BadMsg));
         assert_eq!(Request::decode(&[200]), Err(BadMsg));
+        let f = frame(0xdead_beef, &Request::Members.encode());
+        assert_eq!(
+            unframe(&f),
+            Ok((0xdead_beef, &Request::Members.encode()[..]))
+        );
+        assert_eq!(unframe(&f[..3]), Err(BadMsg));
     }
 }
