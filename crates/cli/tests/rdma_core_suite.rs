@@ -2,6 +2,7 @@
 //! rdma-core's maintainers and the rxe developers run) over softrdma:
 //! copied from `/usr/share/doc/rdma-core/tests`, unpacked, 2 MiB huge pages
 //! allocated (machine-wide, next to overlapping runs: common/huge_pages.rs),
+//! each module in a network namespace of its own (127.0.0.1 is its alone),
 //! and every module run with the suite's own `run_tests.py -v`
 //! under `softrdma exec`, one module per process. The per-test results are
 //! read from unittest's verbose output (and checked against its summary
@@ -328,7 +329,20 @@ fn modules(tests: &Path) -> Vec<String> {
 fn run_module(tests: &Path, module: &str) -> String {
     let log = tests.join(format!("{module}.log"));
     let f = std::fs::File::create(&log).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+    // A network namespace of its own (loopback up): the suite's rdma_cm
+    // tests use 127.0.0.1 (lo's first address), which any other softrdma
+    // device of the machine may hold (a loopback-default device takes the
+    // first free loopback address; an overlapping run of this test).
+    let mut child = Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(env!("CARGO_BIN_EXE_softrdma"))
         .arg("exec")
         .arg("--lib")
         .arg(lib_dir())
@@ -342,7 +356,7 @@ fn run_module(tests: &Path, module: &str) -> String {
         .stderr(f)
         .process_group(0)
         .spawn()
-        .expect("softrdma exec python3");
+        .expect("unshare (util-linux): softrdma exec python3");
     let deadline = Instant::now() + MODULE_LIMIT;
     loop {
         if child.try_wait().unwrap().is_some() {
