@@ -12,7 +12,7 @@
 //!
 //! Needs ibverbs-utils and rdmacm-utils (scripts/deps) and the built
 //! library; one test at a time with the other interop tests (their flock).
-//! Addresses 127.19.1.x, 127.19.2.x, 127.62.1.x, 127.74.1.x, 127.76.1.x.
+//! Addresses 127.19.1.x, 127.19.2.x, 127.61.1.x, 127.62.1.x, 127.74.1.x, 127.76.1.x.
 
 #[path = "common/libs.rs"]
 mod libs;
@@ -403,6 +403,73 @@ fn an_ack_waiting_in_the_device_process_completes_its_send_before_err() {
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_device_process_gone(sa);
     assert_device_process_gone(ca);
+}
+
+/// A NIC delivers whether or not any task is scheduled: two processes on
+/// one shared address keep their RC traffic going while the device
+/// process, which owns the address's socket, is stopped (SIGSTOP) for
+/// 10 s — five times the QPs' whole retry budget (timeout 16, retry_cnt 7:
+/// about 2.1 s) — as a loaded machine once left it off the CPU for 8.6 s
+/// (issue 19, Open MPI's 8+8 ranks). `deputy.c` (crates/ibverbs/tests/c):
+/// rounds of a 4 KiB RDMA WRITE, an RDMA READ of it back and a SEND,
+/// busy-polled, from the moment the server stops its device process;
+/// every request completes, and the device works after SIGCONT (a new
+/// QP, claimed from the device process, and 20 more rounds). The
+/// same-host path is off (`SOFTRDMA_SAME_HOST=udp`): every datagram
+/// arrives in the stopped process's socket, and each member receives
+/// for it, handing the other member its datagrams through the deputy
+/// pool (`host::deputy`). Before, the first WRITE failed with "transport
+/// retry counter exceeded". Address 127.61.1.1.
+#[test]
+fn members_receive_for_their_stopped_device_process() {
+    let exe = build_c("deputy");
+    let _s = serial();
+    let addr = "127.61.1.1";
+    let port = 26101u16;
+    let p = port.to_string();
+    let trace = trace_file("deputy");
+    let cmd = |args: &[&str]| {
+        let mut c = sx(addr, &exe, args);
+        c.env("SOFTRDMA_SAME_HOST", "udp")
+            .env("SOFTRDMA_HOST_TRACE", &trace);
+        c
+    };
+    let server = spawn(cmd(&["server", &p, "10"]), "deputy-server");
+    wait_tcp(port);
+    let client = spawn(cmd(&["client", &p, "127.0.0.1"]), "deputy-client");
+    let c = client.wait(LIMIT);
+    let s = server.wait(LIMIT);
+    // A server that died during the stop leaves its device process
+    // stopped: continue it, so it can leave.
+    for pid in device_processes(addr) {
+        let _ = softrdma_testkit::signal(pid as i32, libc::SIGCONT);
+    }
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    assert_eq!(
+        c.status,
+        Some(0),
+        "client:\n{}\nserver:\n{}\ntrace:\n{text}",
+        c.out,
+        s.out
+    );
+    assert_eq!(s.status, Some(0), "{}", s.out);
+    assert!(c.out.contains("phase 2: 20 rounds"), "{}", c.out);
+    // Hundreds of requests completed while the device process was
+    // stopped (each round is three).
+    let stopped: u64 = c
+        .out
+        .split("rounds, ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(stopped >= 100, "{}", c.out);
+    assert!(
+        text.contains("the device process is late, receiving for it"),
+        "{text}"
+    );
+    assert_device_process_gone(addr);
+    let _ = std::fs::remove_file(&trace);
 }
 
 /// Nothing touches a program's memory after `ibv_dereg_mr`, across the

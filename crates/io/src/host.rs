@@ -26,6 +26,20 @@ pub fn realtime_ns() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
+/// `CLOCK_MONOTONIC_COARSE` in milliseconds (a vDSO read, no system
+/// call; the same clock in every process of the host).
+pub fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec; CLOCK_MONOTONIC_COARSE exists since 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1000)
+        .saturating_add(ts.tv_nsec as u64 / 1_000_000)
+}
+
 /// The (device, inode) of an open descriptor (`fstat`); a bad descriptor
 /// is `EBADF`.
 pub fn file_id(fd: RawFd) -> io::Result<(u64, u64)> {

@@ -371,6 +371,15 @@ impl UdpSocket {
         setsockopt_int(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_BUSY_POLL, us)
     }
 
+    /// Whether a datagram waits in the receive queue (`FIONREAD`: the
+    /// size of the first one; an empty datagram reads as none).
+    pub fn has_queued(&self) -> bool {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int to the pointer given.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+        r == 0 && n > 0
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
         let c = &self.counters;

@@ -940,6 +940,16 @@ pub(crate) fn run(shared: Arc<Shared>, mut poller: Poller) {
         if !lock(&shared.tx).pending.is_empty() {
             t = t.min(Duration::from_micros(100));
         }
+        // Receiving for a late device process (`host::deputy`): nobody
+        // wakes us for the socket's datagrams.
+        if shared
+            .host
+            .as_ref()
+            .and_then(|h| h.deputy.as_ref())
+            .is_some_and(|d| d.active())
+        {
+            t = t.min(Duration::from_millis(1));
+        }
         if t.is_zero() {
             continue;
         }

@@ -295,6 +295,9 @@ struct Host {
     pending: Vec<(SeqPacket, Instant)>,
     /// How long they have ([`FIRST_MESSAGE_WAIT`]; longer in tests).
     first_wait: Duration,
+    /// The page shared with the members: our beat, the receive lock, the
+    /// pool of datagrams deputies took for others (see `deputy`).
+    page: super::deputy::Page,
 }
 
 impl Host {
@@ -320,6 +323,7 @@ impl Host {
             path_rings: Default::default(),
             pending: Vec::new(),
             first_wait: FIRST_MESSAGE_WAIT,
+            page: super::deputy::Page::create()?,
         })
     }
 
@@ -329,6 +333,7 @@ impl Host {
         let mut last_rx = Instant::now() - SPIN;
         let mut last_reap = Instant::now();
         loop {
+            self.page.tick();
             if last_reap.elapsed() >= REAP_EVERY {
                 last_reap = Instant::now();
                 for slot in 0..MAX_MEMBERS {
@@ -342,7 +347,7 @@ impl Host {
                 }
                 self.drop_silent_pending();
             }
-            if self.receive() > 0 {
+            if self.receive(false) > 0 {
                 last_rx = Instant::now();
             }
             let timeout = if last_rx.elapsed() < SPIN {
@@ -381,10 +386,45 @@ impl Host {
         }
     }
 
-    /// Receives what waits on the socket and hands it out.
-    fn receive(&mut self) -> usize {
+    /// Receives what waits on the socket, and what deputies left in the
+    /// pool, and hands it out. Under the page's receive lock: while a
+    /// member receives for us (we were late), nothing (or, with `wait`,
+    /// once it is done or its lock is stale: `Request::Receive` answers
+    /// only when the socket's datagrams were handed out).
+    fn receive(&mut self, wait: bool) -> usize {
+        let held = loop {
+            let now = softrdma_io::host::coarse_ms();
+            match self.page.try_lock(std::process::id(), now) {
+                Some(h) => break h,
+                None if wait => std::thread::yield_now(),
+                None => return 0,
+            }
+        };
         let mut total = 0;
+        if self.page.pooled() > 0 {
+            let mut pooled = Vec::new();
+            let mut scratch = Vec::new();
+            self.page.take(
+                usize::MAX,
+                |_| true,
+                &mut scratch,
+                |h, d| pooled.push((h.to_vec(), d.to_vec())),
+            );
+            for (h, d) in &pooled {
+                if let Some((src, tos, ttl)) = parse_rec_header(h) {
+                    total += 1;
+                    hand_out(
+                        &mut self.routes,
+                        &mut self.members,
+                        &mut self.unrouted,
+                        (src, tos, ttl),
+                        d,
+                    );
+                }
+            }
+        }
         loop {
+            self.page.tick();
             let mut it = self.bufs.iter_mut();
             let mut slices: [IoSliceMut<'_>; RX_BATCH] =
                 std::array::from_fn(|_| IoSliceMut::new(it.next().expect("RX_BATCH")));
@@ -392,37 +432,16 @@ impl Host {
                 .socket
                 .recv(&mut slices, &mut self.meta)
                 .unwrap_or_default();
-            if n == 0 {
-                break;
-            }
             for (m, buf) in self.meta[..n].iter().zip(self.bufs.iter()) {
                 for dgram in m.datagrams(&buf[..m.len]) {
                     total += 1;
-                    let to = self.routes.route(m.addr.ip(), dgram);
-                    let slot = to.and_then(|id| {
-                        self.members
-                            .iter()
-                            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
-                    });
-                    let Some(member) = slot.and_then(|i| self.members[i].as_mut()) else {
-                        self.unrouted += 1;
-                        if self.unrouted <= TRACE_UNROUTED {
-                            let q = super::route::dest_qpn(dgram)
-                                .map_or_else(|| "?".into(), |q| format!("{q:#x}"));
-                            trace(&format!(
-                                "unrouted datagram from {} to QPN {q} ({} bytes)",
-                                m.addr,
-                                dgram.len()
-                            ));
-                        }
-                        continue;
-                    };
-                    let h = rec_header(m.addr, m.tos, m.ttl.unwrap_or(64));
-                    // A full ring is loss (counted in the ring).
-                    if member.ring.push_unpublished(TAG_DATAGRAM, &[&h, dgram]) {
-                        member.dirty = true;
-                        member.pushed += 1;
-                    }
+                    hand_out(
+                        &mut self.routes,
+                        &mut self.members,
+                        &mut self.unrouted,
+                        (m.addr, m.tos, m.ttl.unwrap_or(64)),
+                        dgram,
+                    );
                 }
             }
             for member in self.members.iter_mut().flatten() {
@@ -434,6 +453,7 @@ impl Host {
                 break;
             }
         }
+        self.page.unlock(held);
         total
     }
 
@@ -536,7 +556,7 @@ impl Host {
                 leased: false,
             }
             .encode(),
-            &[sock.as_fd(), ring.fd()],
+            &[sock.as_fd(), ring.fd(), self.page.fd()],
         )?;
         self.poller
             .add(conn.as_raw_fd(), TOKEN_MEMBER0 + slot as u32)?;
@@ -671,7 +691,7 @@ impl Host {
                     // Everything the socket held when the request came is
                     // in the members' rings (or refused by a full one,
                     // as loss) before the answer leaves.
-                    self.receive();
+                    self.receive(true);
                     Some(Reply::Ok)
                 }
                 Request::TakeRings => {
@@ -738,14 +758,15 @@ impl Host {
         };
         trace(&format!(
             "member {} pid {} left: pushed {}, ring refused {}, bytes it never took {}, \
-             unrouted so far {}, socket overflows so far {}",
+             unrouted so far {}, socket overflows so far {}, deputies (took, pooled, lost) {:?}",
             m.id,
             m.pid,
             m.pushed,
             m.ring.refused_count(),
             m.ring.in_flight(),
             self.unrouted,
-            self.socket.stats().recv_dropped
+            self.socket.stats().recv_dropped,
+            self.page.counts()
         ));
         let _ = self.poller.remove(m.ctl.as_raw_fd());
         self.path_rings.retain(|&(_, id)| id != m.id);
@@ -763,6 +784,40 @@ impl Host {
                 let _ = self.socket.send(&[Transmit::new(to, &buf[..t.len])]);
             }
         }
+    }
+}
+
+/// Hands a datagram from `src` (with its TOS and TTL) to the member its
+/// route names, in its ring (published by the caller).
+fn hand_out(
+    routes: &mut Routes,
+    members: &mut [Option<Member>],
+    unrouted: &mut u64,
+    (src, tos, ttl): (SocketAddr, u8, u8),
+    dgram: &[u8],
+) {
+    let to = routes.route(src.ip(), dgram);
+    let slot = to.and_then(|id| {
+        members
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
+    });
+    let Some(member) = slot.and_then(|i| members[i].as_mut()) else {
+        *unrouted += 1;
+        if *unrouted <= TRACE_UNROUTED {
+            let q = super::route::dest_qpn(dgram).map_or_else(|| "?".into(), |q| format!("{q:#x}"));
+            trace(&format!(
+                "unrouted datagram from {src} to QPN {q} ({} bytes)",
+                dgram.len()
+            ));
+        }
+        return;
+    };
+    let h = rec_header(src, tos, ttl);
+    // A full ring is loss (counted in the ring).
+    if member.ring.push_unpublished(TAG_DATAGRAM, &[&h, dgram]) {
+        member.dirty = true;
+        member.pushed += 1;
     }
 }
 

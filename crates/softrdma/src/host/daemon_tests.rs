@@ -56,7 +56,9 @@ fn join(name: &[u8], same_host: bool) -> (SeqPacket, Ring, EventFd) {
     conn.send(&hello.encode(), &[wake.as_fd()]).unwrap();
     let (reply, mut fds) = answer(&conn);
     assert!(matches!(reply, Reply::Welcome { .. }), "{reply:?}");
-    assert_eq!(fds.len(), 2);
+    // The socket, the ring, the deputy page.
+    assert_eq!(fds.len(), 3);
+    super::super::deputy::Page::attach(fds.pop().unwrap()).unwrap();
     let ring = Ring::attach(fds.pop().unwrap()).unwrap();
     (conn, ring, wake)
 }

@@ -46,6 +46,9 @@ pub(crate) struct Member {
     /// Our ways to other members (the sending side of the path; taken
     /// under the engine's `tx` lock only). `None`: the path is off.
     pub(crate) paths: Option<Mutex<super::path::Paths>>,
+    /// Receiving for the device process while it is late (`None`: a
+    /// device process that gave no page).
+    pub(crate) deputy: Option<super::deputy::Deputy>,
 }
 
 /// A ring of the same-host path that a sender writes into for us.
@@ -203,9 +206,15 @@ impl Member {
         let n = conn.recv_wait(&mut buf, &mut fds, REPLY_WAIT)?;
         let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
         match Reply::decode(&buf[..n]) {
-            Ok(Reply::Welcome { host_pid, .. }) if fds.len() == 2 => {
-                let ring_fd = fds.pop().expect("2");
-                let sock_fd = fds.pop().expect("2");
+            Ok(Reply::Welcome { host_pid, .. }) if (2..=3).contains(&fds.len()) => {
+                let mut fds = fds.into_iter();
+                let sock_fd = fds.next().expect("2");
+                let ring_fd = fds.next().expect("2");
+                // (The deputy page: see `deputy`.)
+                let deputy = fds
+                    .next()
+                    .and_then(|fd| super::deputy::Page::attach(fd).ok())
+                    .map(super::deputy::Deputy::new);
                 let socket = UdpSocket::from_fd(sock_fd)?;
                 let local = socket.local_addr();
                 let ring = Ring::attach(ring_fd)?;
@@ -227,6 +236,7 @@ impl Member {
                         traced: AtomicBool::new(false),
                         generation: softrdma_io::fork_generation(),
                         paths: same_host.then(|| Mutex::new(super::path::Paths::new(local))),
+                        deputy,
                     },
                 ))
             }
@@ -265,12 +275,16 @@ impl Member {
 
     /// Claims (`true`) or gives back a QP number; whether the claim holds.
     pub fn claim_qpn(&self, qpn: u32, claim: bool) -> bool {
-        if claim {
+        let held = if claim {
             matches!(self.request(&Request::ClaimQpn(qpn)), Ok(Reply::Ok))
         } else {
             self.notify(&Request::FreeQpn(qpn));
             true
+        };
+        if let Some(d) = &self.deputy {
+            d.own(qpn, claim && held);
         }
+        held
     }
 
     /// Takes connection requests for `sid`: `Err(errno)` when another

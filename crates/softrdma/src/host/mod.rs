@@ -30,6 +30,7 @@
 //! binds the address itself, exclusively, as before this existed.
 
 pub(crate) mod daemon;
+pub(crate) mod deputy;
 pub(crate) mod member;
 pub mod msg;
 pub(crate) mod path;
