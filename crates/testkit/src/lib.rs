@@ -106,12 +106,32 @@ pub fn role_args(name: &str) -> [&str; 6] {
 }
 
 /// This test executable running the role `name` ([`role_args`]), its
-/// stdin and stdout piped (the test talks to it by lines).
+/// stdin and stdout piped (the test talks to it by lines). The role is
+/// killed when the thread that started it ends (`PR_SET_PDEATHSIG`): a
+/// test that panics, or that the runner kills at its time limit, leaves
+/// no role behind holding its address (roles left waiting in `accept`
+/// for 50 minutes kept a shared device alive and failed later tests).
 pub fn role_command(name: &str) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut c = Command::new(std::env::current_exe().expect("test executable path"));
     c.args(role_args(name))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped());
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec and
+    // only makes async-signal-safe calls (prctl, getppid).
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have gone between fork and prctl.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
     c
 }
 
