@@ -1,7 +1,9 @@
 //! rdma-core's own test suite (Debian's python3-pyverbs, the suite
 //! rdma-core's maintainers and the rxe developers run) over softrdma:
 //! copied from `/usr/share/doc/rdma-core/tests`, unpacked, 2 MiB huge pages
-//! allocated, and every module run with the suite's own `run_tests.py -v`
+//! allocated (machine-wide, next to overlapping runs: common/huge_pages.rs),
+//! each module in a network namespace of its own (127.0.0.1 is its alone),
+//! and every module run with the suite's own `run_tests.py -v`
 //! under `softrdma exec`, one module per process. The per-test results are
 //! read from unittest's verbose output (and checked against its summary
 //! line) and must say:
@@ -24,6 +26,8 @@
 //! Needs python3-pyverbs (scripts/deps) and root for the huge pages; either
 //! missing fails the test loudly. Holds the ibverbs interop tests' lock.
 
+#[path = "common/huge_pages.rs"]
+mod huge_pages;
 #[path = "common/libs.rs"]
 mod libs;
 
@@ -172,7 +176,8 @@ const RXE_PASSES: &[&str] = &[
 /// Where the Debian package installs the suite.
 const SUITE: &str = "/usr/share/doc/rdma-core/tests";
 /// 2 MiB huge pages the suite's huge-page tests need (two resources of
-/// one page each per test, run one at a time; headroom).
+/// one page each per test, run one at a time; headroom), reserved
+/// machine-wide next to those of overlapping runs (huge_pages.rs).
 const HUGE_PAGES: u64 = 16;
 /// How long one module may run (the pending rdma_cm tests wait 30 s each
 /// for their stuck processes).
@@ -181,42 +186,6 @@ const MODULE_LIMIT: Duration = Duration::from_secs(600);
 /// `softrdma exec --lib` with this build's libraries (libs.rs).
 fn lib_dir() -> PathBuf {
     libs::lib_dir("softrdma-suite-lib", false)
-}
-
-/// At least [`HUGE_PAGES`] 2 MiB pages, given back as they were when
-/// dropped.
-struct HugePages(Option<u64>);
-
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
-
-fn huge_pages() -> HugePages {
-    let read = || -> u64 {
-        std::fs::read_to_string(NR_HUGEPAGES)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    let was = read();
-    if was >= HUGE_PAGES {
-        return HugePages(None);
-    }
-    let r = std::fs::write(NR_HUGEPAGES, HUGE_PAGES.to_string());
-    let now = read();
-    assert!(
-        r.is_ok() && now >= HUGE_PAGES,
-        "\n\n*** cannot allocate {HUGE_PAGES} huge pages of 2 MiB ({NR_HUGEPAGES} = {now}: {r:?}): \
-         run this test as root (CI does), or `echo {HUGE_PAGES} > {NR_HUGEPAGES}` first; \
-         rdma-core's huge-page tests would be skipped otherwise ***\n"
-    );
-    HugePages(Some(was))
-}
-
-impl Drop for HugePages {
-    fn drop(&mut self) {
-        if let Some(was) = self.0 {
-            let _ = std::fs::write(NR_HUGEPAGES, was.to_string());
-        }
-    }
 }
 
 /// The suite copied and unpacked (34 of its files are gzipped by
@@ -360,7 +329,20 @@ fn modules(tests: &Path) -> Vec<String> {
 fn run_module(tests: &Path, module: &str) -> String {
     let log = tests.join(format!("{module}.log"));
     let f = std::fs::File::create(&log).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+    // A network namespace of its own (loopback up): the suite's rdma_cm
+    // tests use 127.0.0.1 (lo's first address), which any other softrdma
+    // device of the machine may hold (a loopback-default device takes the
+    // first free loopback address; an overlapping run of this test).
+    let mut child = Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(env!("CARGO_BIN_EXE_softrdma"))
         .arg("exec")
         .arg("--lib")
         .arg(lib_dir())
@@ -374,7 +356,7 @@ fn run_module(tests: &Path, module: &str) -> String {
         .stderr(f)
         .process_group(0)
         .spawn()
-        .expect("softrdma exec python3");
+        .expect("unshare (util-linux): softrdma exec python3");
     let deadline = Instant::now() + MODULE_LIMIT;
     loop {
         if child.try_wait().unwrap().is_some() {
@@ -398,17 +380,18 @@ fn run_module(tests: &Path, module: &str) -> String {
 fn rdma_cores_suite_passes() {
     let _s = serial();
     let tests = unpack();
-    let _huge = huge_pages();
+    let _huge = huge_pages::reserve(HUGE_PAGES);
     let t0 = Instant::now();
     let mut all: Vec<(String, Outcome)> = Vec::new();
-    let mut logs = String::new();
+    // Each module's output, by module.
+    let mut logs: BTreeMap<String, String> = BTreeMap::new();
     for m in modules(&tests) {
         let out = run_module(&tests, &m);
         match parse(&out) {
             Ok(r) => all.extend(r),
             Err(e) => panic!("{m}: {e}\n{out}"),
         }
-        logs.push_str(&out);
+        logs.insert(m, out);
     }
     let took = t0.elapsed();
 
@@ -489,7 +472,26 @@ fn rdma_cores_suite_passes() {
     ];
     let problems: Vec<String> = problems.into_iter().flatten().collect();
     if !problems.is_empty() {
-        panic!("{}\n\nthe suite's output:\n{logs}", problems.join("\n"));
+        // The output of the modules the problems name (all if none).
+        let mut shown: Vec<&String> = logs
+            .keys()
+            .filter(|m| problems.iter().any(|p| p.contains(&format!("tests.{m}."))))
+            .collect();
+        let which = if shown.is_empty() {
+            shown = logs.keys().collect();
+            "every module"
+        } else {
+            "the modules named"
+        };
+        let mut out = String::new();
+        for m in shown {
+            out.push_str(&format!("\n===== {m} =====\n{}", logs[m]));
+        }
+        panic!(
+            "{}\n\nthe output of {which}:\n{out}\n(every module's log is kept in {})",
+            problems.join("\n"),
+            tests.display()
+        );
     }
     let _ = std::fs::remove_dir_all(tests.parent().unwrap());
 }
@@ -528,4 +530,41 @@ fn the_verbose_output_is_read_whole() {
     ))
     .is_err());
     assert!(parse("no summary").is_err());
+}
+
+/// Overlapping runs (two checkouts' tests on one machine) each keep their
+/// huge pages: the pool covers both, and the end of the first leaves the
+/// second's (the pool used to go back to the first's starting size,
+/// failing the second's huge-page tests with "Failed to allocate MR
+/// buffer").
+#[test]
+fn huge_pages_stay_while_another_run_holds_them() {
+    let first = huge_pages::reserve(HUGE_PAGES);
+    let second = huge_pages::reserve(HUGE_PAGES);
+    assert!(
+        huge_pages::pool() >= 2 * HUGE_PAGES,
+        "{}",
+        huge_pages::pool()
+    );
+    let surplus = 2 * HUGE_PAGES * huge_pages::SURPLUS;
+    assert!(
+        huge_pages::surplus() >= surplus,
+        "{}",
+        huge_pages::surplus()
+    );
+    drop(first);
+    assert!(huge_pages::pool() >= HUGE_PAGES, "{}", huge_pages::pool());
+    assert!(
+        huge_pages::surplus() >= surplus / 2,
+        "{}",
+        huge_pages::surplus()
+    );
+    let listed = std::fs::read_to_string(huge_pages::REGISTRY).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("{} ", std::process::id()))),
+        "{listed}"
+    );
+    drop(second);
 }

@@ -165,6 +165,13 @@ impl DevEntry {
         g.as_ref().map(|(d, _)| d.local_addr().ip())
     }
 
+    /// Whether the open device is the parent's (this process a forked
+    /// child of the one that opened it).
+    pub fn open_by_parent(&self) -> bool {
+        let g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().is_some_and(|(d, _)| d.forked_away())
+    }
+
     /// One context fewer; the last one closes the device.
     pub fn release(&self) {
         let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());

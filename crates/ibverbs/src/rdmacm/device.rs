@@ -84,6 +84,15 @@ impl DeviceProvider for IbvProvider {
                 Some(_) => {}
                 None => match e.open_addr() {
                     Some(a) if a == ip => return open_entry(e, None, None).map(Some),
+                    // The parent's device, in a forked child: the child
+                    // opens its own, as when the parent's is at `ip`. Where
+                    // the parent's landed (127.0.0.2 when another device
+                    // held 127.0.0.1 then) must not decide: rdma-core's
+                    // multicast tests fork with a context open and bind
+                    // 127.0.0.1 in the children (ENODEV).
+                    Some(_) if ip.is_loopback() && e.open_by_parent() => {
+                        return open_entry(e, None, None).map(Some)
+                    }
                     Some(_) => {}
                     None if is_local(ip) => return open_entry(e, Some(ip), None).map(Some),
                     None => {}
